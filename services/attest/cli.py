@@ -1,0 +1,158 @@
+"""The ``attest`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import click
+
+from attest.core.logging import configure_logging
+from attest.core.server import Server, Servicer
+from attest.core.settings import LoggingSettings, ServerSettings
+
+# Services `serve` can run, each built from its own settings (read from the
+# environment when the command runs, never at import time).
+SERVICES: dict[str, Callable[[], tuple[Servicer, ServerSettings, LoggingSettings]]] = {}
+
+
+def _lexical() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.lexical.servicer import LexicalServicer
+    from attest.lexical.settings import LexicalSettings
+
+    settings = LexicalSettings()
+    return LexicalServicer(settings), settings.server, settings.logging
+
+
+SERVICES["lexical"] = _lexical
+
+
+@click.group()
+@click.version_option(package_name="attest")
+def main() -> None:
+    """Attest: answers with citations over your documents."""
+
+
+@main.command()
+@click.argument("service", type=click.Choice([*SERVICES, "all"]))
+@click.option("--host", default=None, help="Listen address (default from settings).")
+@click.option("--port", type=int, default=None, help="Listen port; 0 picks a free one.")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+def serve(service: str, host: str | None, port: int | None, data_dir: Path | None) -> None:
+    """Run one service, or every service in one process (``all``).
+
+    Settings come from ATTEST_<SERVICE>_* variables (for example
+    ATTEST_LEXICAL_BACKEND=opensearch); embedded state lives under
+    ATTEST_DATA_DIR (default ./.attest).
+    """
+    if data_dir is not None:
+        os.environ["ATTEST_DATA_DIR"] = str(data_dir)
+    names = list(SERVICES) if service == "all" else [service]
+    built = [SERVICES[name]() for name in names]
+    servicers = [b[0] for b in built]
+    server_settings, log_settings = built[0][1], built[0][2]
+    overrides: dict[str, Any] = {}
+    if host is not None:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    if overrides:
+        server_settings = server_settings.model_copy(update=overrides)
+    configure_logging(log_settings)
+    asyncio.run(Server(servicers, server_settings).run_until_signal())
+
+
+@main.group(name="eval")
+def eval_group() -> None:
+    """Measure retrieval and answers on public data sets."""
+
+
+@eval_group.command(name="ir")
+@click.option(
+    "--dataset",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.",
+)
+@click.option("--retriever", type=click.Choice(["bm25"]), default="bm25", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["tantivy", "opensearch", "elasticsearch"]),
+    default="tantivy",
+    show_default=True,
+    help="Backend of the in-process lexical service (ignored with --address).",
+)
+@click.option("--address", default=None, help="Use a running lexical service at HOST:PORT.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Metrics JSON file (default .attest/eval/<dataset>-<retriever>-<backend>.json).",
+)
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=200, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True)
+def eval_ir(
+    dataset: Path,
+    retriever: str,
+    backend: str,
+    address: str | None,
+    output: Path | None,
+    batch_size: int,
+    concurrency: int,
+) -> None:
+    """Index a BEIR data set through the service API; print nDCG@10, MRR@10, Recall@100."""
+    from attest.evaluation.ir import DatasetError, load_dataset
+    from attest.evaluation.runner import BackendName, run_ir_eval
+
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    try:
+        data = load_dataset(dataset)
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    label = "remote" if address else backend
+    output = output or Path(".attest") / "eval" / f"{data.name}-{retriever}-{label}.json"
+    with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
+        try:
+            result = asyncio.run(
+                run_ir_eval(
+                    data,
+                    backend=cast(BackendName, backend),
+                    address=address,
+                    data_dir=Path(tmp),
+                    batch_size=batch_size,
+                    concurrency=concurrency,
+                )
+            )
+        except DatasetError as exc:
+            raise click.ClickException(str(exc)) from exc
+    result.update({"dataset": data.name, "retriever": retriever, "backend": label})
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    click.echo(
+        f"{data.name}  {retriever}/{label}  queries={int(result['queries'])}  "
+        f"nDCG@10={result['ndcg@10']:.4f}  MRR@10={result['mrr@10']:.4f}  "
+        f"Recall@100={result['recall@100']:.4f}"
+    )
+    click.echo(f"wrote {output}")
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option("--top-k", type=click.IntRange(1, 20), default=3, show_default=True)
+def demo(data_dir: Path | None, top_k: int) -> None:
+    """Index the bundled ESG news sample and answer its questions (embedded backends)."""
+    from attest.demo.run import run_demo
+
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+    asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Shared building blocks of every Attest service: settings, errors, server, telemetry."""

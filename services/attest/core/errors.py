@@ -1,0 +1,64 @@
+"""Typed errors that carry their gRPC status.
+
+Service cores raise these; one server interceptor turns them into a status
+code and a message for the caller. The codes are names of ``grpc.StatusCode``
+members so that cores never need to import grpc.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AttestError(Exception):
+    """Base of every error a caller may see. Subclasses fix the status code."""
+
+    code: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    @property
+    def details(self) -> str:
+        """The text sent to the caller: the field first when there is one."""
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class InvalidArgument(AttestError):
+    """The request is malformed; ``field`` names the offending field."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class NotFound(AttestError):
+    code = "NOT_FOUND"
+
+
+class FailedPrecondition(AttestError):
+    code = "FAILED_PRECONDITION"
+
+
+class ResourceExhausted(AttestError):
+    """Overload or a quota: the caller may retry later."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class Unavailable(AttestError):
+    """A dependency (index, model server, queue) cannot be reached."""
+
+    code = "UNAVAILABLE"
+
+
+class DeadlineExceeded(AttestError):
+    """The time budget of the request ran out."""
+
+    code = "DEADLINE_EXCEEDED"
+
+
+class Internal(AttestError):
+    """A bug or an unexpected state; the message is for logs, not callers."""
+
+    code = "INTERNAL"

@@ -1,0 +1,1 @@
+"""The bundled sample corpus and the demo that runs on it."""

@@ -1,0 +1,1 @@
+"""Evaluation of retrieval and answering through the public APIs."""

@@ -1,0 +1,337 @@
+"""Embedded BM25 on tantivy (the default; no server).
+
+Scoring matches the OpenSearch/Elasticsearch backends: BM25 with k1 = 1.2 and
+b = 0.75 (tantivy's constants), English analysis (lowercase, the stop words
+of Lucene's English analyzer, Snowball English stemming), and the better of
+the title and text scores plus half the other, like ``multi_match`` with
+``best_fields`` and a tie breaker of 0.5. Query text is analysed here and
+turned into term queries, so no query syntax is ever interpreted. Documents and passages live in two
+indexes, as in the other backends, so each level has its own BM25 statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from attest.core.errors import Unavailable
+from attest.lexical.models import Counts, DocumentIn, Hit, IndexResult, Level, SearchQuery
+from attest.lexical.query import HIGHLIGHT_POST, HIGHLIGHT_PRE, TIE_BREAKER, index_names
+from attest.lexical.settings import LexicalSettings
+
+log = logging.getLogger(__name__)
+
+ANALYZER = "attest_en"
+FOLDED = "attest_folded"
+# Lucene's English stop set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET), plus "s":
+# Lucene strips possessive 's before stemming, while tantivy's simple
+# tokenizer splits "company's" into "company" and "s".
+STOP_WORDS = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into",
+    "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then",
+    "there", "these", "they", "this", "to", "was", "will", "with", "s",
+]  # fmt: skip
+SEARCH_FIELDS = ("title", "text")
+Must = tantivy.Occur.Must
+Should = tantivy.Occur.Should
+_KEY_SEPARATOR = "\x1f"
+
+
+def english_analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.custom_stopword(STOP_WORDS))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _folded_analyzer() -> tantivy.TextAnalyzer:
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw())
+        .filter(tantivy.Filter.lowercase())
+        .build()
+    )
+
+
+def _schema() -> tantivy.Schema:
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("tenant", stored=False, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("doc_id", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("passage_index", stored=True, indexed=True)
+    sb.add_integer_field("passage_count", stored=True)
+    sb.add_text_field("title", stored=True, tokenizer_name=ANALYZER, index_option="position")
+    sb.add_text_field("text", stored=True, tokenizer_name=ANALYZER, index_option="position")
+    sb.add_text_field("organizations", stored=True, tokenizer_name=FOLDED, index_option="basic")
+    sb.add_text_field("entity_ids", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_date_field("published_at", stored=True, indexed=True, fast=True)
+    sb.add_text_field("source_url", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("metadata", stored=True, tokenizer_name="raw", index_option="basic")
+    return sb.build()
+
+
+def _key(tenant: str, doc_id: str) -> str:
+    return f"{tenant}{_KEY_SEPARATOR}{doc_id}"
+
+
+def _first(doc: dict[str, list[Any]], name: str, default: Any = None) -> Any:
+    values = doc.get(name) or []
+    return values[0] if values else default
+
+
+def _mark(fragment: str, ranges: list[Any]) -> str:
+    # tantivy reports highlight ranges as UTF-8 byte offsets.
+    raw = fragment.encode("utf-8")
+    out, last = [], 0
+    for r in sorted(ranges, key=lambda r: r.start):
+        out += [raw[last : r.start], HIGHLIGHT_PRE.encode(), raw[r.start : r.end]]
+        out.append(HIGHLIGHT_POST.encode())
+        last = r.end
+    out.append(raw[last:])
+    return b"".join(out).decode("utf-8", errors="replace")
+
+
+class _LevelIndex:
+    """One tantivy index (documents or passages) with its single writer."""
+
+    def __init__(self, path: Path, heap: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.index = tantivy.Index(_schema(), path=str(path), reuse=True)
+        self.index.register_tokenizer(ANALYZER, english_analyzer())
+        self.index.register_tokenizer(FOLDED, _folded_analyzer())
+        self.writer = self.index.writer(heap, 1)
+        self.schema = self.index.schema
+
+    def term(self, field: str, value: str) -> tantivy.Query:
+        return tantivy.Query.term_query(self.schema, field, value)
+
+    def count(self, query: tantivy.Query) -> int:
+        # SearchResult.count exists at run time but not in tantivy's type stubs.
+        result = self.index.searcher().search(query, 1, count=True)
+        return int(getattr(result, "count", 0) or 0)
+
+    def commit(self) -> None:
+        self.writer.commit()
+        self.index.reload()
+
+
+class TantivyBackend:
+    name = "tantivy"
+
+    def __init__(self, settings: LexicalSettings) -> None:
+        root = Path(settings.data_dir) / "lexical"
+        self._paths = {
+            level: root / name for level, name in index_names(settings.index_name).items()
+        }
+        self._heap = settings.writer_heap_bytes
+        self._levels: dict[Level, _LevelIndex] = {}
+        self._analyzer = english_analyzer()
+        # tantivy allows one writer per index; writes go through it one at a time.
+        self._write_lock = asyncio.Lock()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def _open(self) -> None:
+        self._levels = {level: _LevelIndex(path, self._heap) for level, path in self._paths.items()}
+
+    async def warm_up(self) -> None:
+        if not self._levels:
+            await asyncio.to_thread(self._open)
+
+    async def close(self) -> None:
+        async with self._write_lock:
+            levels, self._levels = self._levels, {}
+            for level in levels.values():
+                await asyncio.to_thread(level.writer.wait_merging_threads)
+
+    def _ready(self) -> tuple[_LevelIndex, _LevelIndex]:
+        if not self._levels:
+            raise Unavailable("the tantivy index is not open")
+        return self._levels[Level.DOCUMENT], self._levels[Level.PASSAGE]
+
+    # -- writes ----------------------------------------------------------------
+
+    @staticmethod
+    def _shared(tenant: str, doc: DocumentIn) -> dict[str, Any]:
+        shared: dict[str, Any] = {
+            "key": _key(tenant, doc.id),
+            "tenant": tenant,
+            "doc_id": doc.id,
+            "title": doc.title,
+            "organizations": list(doc.organizations),
+            "entity_ids": list(doc.entity_ids),
+            "source_url": doc.source_url,
+        }
+        if doc.published_at is not None:
+            shared["published_at"] = doc.published_at.astimezone(UTC)
+        return shared
+
+    def _index_sync(self, tenant: str, documents: Sequence[DocumentIn]) -> IndexResult:
+        docs, passages = self._ready()
+        count = 0
+        try:
+            for doc in documents:
+                key = _key(tenant, doc.id)
+                shared = self._shared(tenant, doc)
+                # Replace every record of the document: old passages go even
+                # when the new version has fewer.
+                docs.writer.delete_documents_by_term("key", key)
+                passages.writer.delete_documents_by_term("key", key)
+                docs.writer.add_document(
+                    tantivy.Document(
+                        **shared,
+                        passage_index=-1,
+                        passage_count=len(doc.passages),
+                        text=doc.body,
+                        metadata=json.dumps(doc.metadata, sort_keys=True),
+                    )
+                )
+                for p in doc.passages:
+                    passages.writer.add_document(
+                        tantivy.Document(**shared, passage_index=p.index, text=p.text)
+                    )
+                count += len(doc.passages)
+            # Passages first: a crash between the commits leaves a document
+            # whose re-indexing repairs it, never a passage without its document.
+            passages.commit()
+            docs.commit()
+        except Exception:
+            docs.writer.rollback()
+            passages.writer.rollback()
+            raise
+        return IndexResult(documents=len(documents), passages=count)
+
+    async def index(
+        self, tenant: str, documents: Sequence[DocumentIn], *, refresh: bool
+    ) -> IndexResult:
+        # Every write commits, so documents are durable and searchable on return
+        # whether or not ``refresh`` was asked for.
+        async with self._write_lock:
+            return await asyncio.to_thread(self._index_sync, tenant, documents)
+
+    def _delete_sync(self, tenant: str, doc_ids: Sequence[str]) -> int:
+        docs, passages = self._ready()
+        existing = 0
+        for doc_id in doc_ids:
+            key = _key(tenant, doc_id)
+            existing += docs.count(docs.term("key", key))
+            docs.writer.delete_documents_by_term("key", key)
+            passages.writer.delete_documents_by_term("key", key)
+        docs.commit()
+        passages.commit()
+        return existing
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> int:
+        async with self._write_lock:
+            return await asyncio.to_thread(self._delete_sync, tenant, doc_ids)
+
+    # -- reads -----------------------------------------------------------------
+
+    def _text_query(self, level: _LevelIndex, text: str) -> tantivy.Query | None:
+        tokens = self._analyzer.analyze(text)
+        if not tokens:
+            return None
+        # Repeated query terms count again, as in Lucene's match query.
+        per_field = [
+            tantivy.Query.boolean_query([(Should, level.term(field, t)) for t in tokens])
+            for field in SEARCH_FIELDS
+        ]
+        return tantivy.Query.disjunction_max_query(per_field, TIE_BREAKER)
+
+    def _filter_query(self, level: _LevelIndex, tenant: str, query: SearchQuery) -> tantivy.Query:
+        must = [level.term("tenant", tenant)]
+        f = query.filters
+        if f.organizations:
+            must.append(_any(level, "organizations", [v.lower() for v in f.organizations]))
+        if f.entity_ids:
+            must.append(_any(level, "entity_ids", list(f.entity_ids)))
+        if f.published_from or f.published_to:
+            must.append(
+                tantivy.Query.range_query(
+                    level.schema,
+                    "published_at",
+                    tantivy.FieldType.Date,
+                    f.published_from.astimezone(UTC) if f.published_from else None,
+                    f.published_to.astimezone(UTC) if f.published_to else None,
+                )
+            )
+        return tantivy.Query.boolean_query([(Must, q) for q in must])
+
+    def _search_sync(self, tenant: str, query: SearchQuery) -> list[Hit]:
+        docs, passages = self._ready()
+        level = passages if query.level is Level.PASSAGE else docs
+        text_query = self._text_query(level, query.text)
+        if text_query is None:
+            return []
+        # Filters must not add to the score: wrap them in a zero constant score.
+        full = tantivy.Query.boolean_query(
+            [
+                (Must, text_query),
+                (
+                    Must,
+                    tantivy.Query.const_score_query(self._filter_query(level, tenant, query), 0.0),
+                ),
+            ]
+        )
+        searcher = level.index.searcher()
+        result = searcher.search(full, query.top_k, count=False)
+        generators = []
+        if query.highlight and result.hits:
+            for field in SEARCH_FIELDS:
+                gen = tantivy.SnippetGenerator.create(searcher, text_query, level.schema, field)
+                gen.set_max_num_chars(160)
+                generators.append(gen)
+        hits = []
+        for score, address in result.hits:
+            doc = searcher.doc(address)
+            stored = doc.to_dict()
+            highlights = []
+            for gen in generators:
+                snippet = gen.snippet_from_doc(doc)
+                if snippet.highlighted():
+                    highlights.append(_mark(snippet.fragment(), snippet.highlighted()))
+            published = _first(stored, "published_at")
+            if isinstance(published, datetime) and published.tzinfo is None:
+                published = published.replace(tzinfo=UTC)
+            hits.append(
+                Hit(
+                    doc_id=_first(stored, "doc_id", ""),
+                    passage_index=int(_first(stored, "passage_index", -1)),
+                    score=float(score),
+                    title=_first(stored, "title", ""),
+                    text=_first(stored, "text", ""),
+                    highlights=tuple(highlights),
+                    organizations=tuple(stored.get("organizations") or ()),
+                    entity_ids=tuple(stored.get("entity_ids") or ()),
+                    published_at=published,
+                    source_url=_first(stored, "source_url", ""),
+                )
+            )
+        return hits
+
+    async def search(self, tenant: str, query: SearchQuery) -> list[Hit]:
+        return await asyncio.to_thread(self._search_sync, tenant, query)
+
+    def _stats_sync(self, tenant: str) -> Counts:
+        docs, passages = self._ready()
+        return Counts(
+            documents=docs.count(docs.term("tenant", tenant)),
+            passages=passages.count(passages.term("tenant", tenant)),
+        )
+
+    async def stats(self, tenant: str) -> Counts:
+        return await asyncio.to_thread(self._stats_sync, tenant)
+
+
+def _any(level: _LevelIndex, field: str, values: list[str]) -> tantivy.Query:
+    return tantivy.Query.boolean_query([(Should, level.term(field, v)) for v in values])

@@ -1,0 +1,233 @@
+"""Protobuf ↔ domain conversion with input validation.
+
+Every rejection is an ``InvalidArgument`` naming the field as the caller
+wrote it (``filters[1].gte``, ``documents[3].id``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from attest.common.v1 import common_pb2
+from attest.core.errors import InvalidArgument
+from attest.lexical.models import (
+    Counts,
+    DocumentIn,
+    Filters,
+    Hit,
+    IndexResult,
+    Level,
+    PassageIn,
+    SearchQuery,
+)
+from attest.lexical.settings import Limits
+from attest.lexical.v1 import lexical_pb2
+
+FILTER_FIELDS = ("organization", "entity", "published_at")
+
+
+def parse_date(value: str, field: str) -> datetime:
+    """An ISO-8601 date or date-time; naive values are taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument(
+            f"{value[:40]!r} is not an ISO-8601 date such as 2024-05-31 or 2024-05-31T12:00:00Z",
+            field=field,
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _timestamp(ts: Timestamp, present: bool) -> datetime | None:
+    return ts.ToDatetime(tzinfo=UTC) if present else None
+
+
+def _to_timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def filters_from_proto(filters: list[common_pb2.Filter], limits: Limits) -> Filters:
+    if len(filters) > limits.max_filters:
+        raise InvalidArgument(f"at most {limits.max_filters} filters are allowed", field="filters")
+    organizations: list[str] = []
+    entity_ids: list[str] = []
+    published_from: datetime | None = None
+    published_to: datetime | None = None
+    for i, f in enumerate(filters):
+        where = f"filters[{i}]"
+        if f.field not in FILTER_FIELDS:
+            raise InvalidArgument(
+                f"unknown filter field {f.field[:64]!r}; "
+                f"expected one of {', '.join(FILTER_FIELDS)}",
+                field=f"{where}.field",
+            )
+        if f.field == "published_at":
+            if f.any_of:
+                raise InvalidArgument(
+                    "date filters take gte/lte, not any_of", field=f"{where}.any_of"
+                )
+            if not f.gte and not f.lte:
+                raise InvalidArgument("a date filter needs gte, lte or both", field=where)
+            if f.gte:
+                lower = parse_date(f.gte, f"{where}.gte")
+                published_from = lower if published_from is None else max(published_from, lower)
+            if f.lte:
+                upper = parse_date(f.lte, f"{where}.lte")
+                published_to = upper if published_to is None else min(published_to, upper)
+            continue
+        if f.gte or f.lte:
+            raise InvalidArgument(f"{f.field} filters take any_of, not gte/lte", field=where)
+        if not f.any_of:
+            raise InvalidArgument("needs at least one value", field=f"{where}.any_of")
+        if len(f.any_of) > limits.max_filter_values:
+            raise InvalidArgument(
+                f"at most {limits.max_filter_values} values are allowed", field=f"{where}.any_of"
+            )
+        target = organizations if f.field == "organization" else entity_ids
+        if target:
+            # Two filters on the same field are ANDed: keep the values both allow.
+            allowed = {v.casefold() for v in f.any_of}
+            target[:] = [v for v in target if v.casefold() in allowed]
+            if not target:
+                target.append("\x00no-match")
+        else:
+            target.extend(f.any_of)
+    if published_from and published_to and published_from > published_to:
+        raise InvalidArgument("the date range is empty (gte is after lte)", field="filters")
+    return Filters(
+        organizations=tuple(organizations),
+        entity_ids=tuple(entity_ids),
+        published_from=published_from,
+        published_to=published_to,
+    )
+
+
+def search_from_proto(request: lexical_pb2.SearchRequest, limits: Limits) -> SearchQuery:
+    text = request.query.strip()
+    if not text:
+        raise InvalidArgument("must not be empty", field="query")
+    if len(request.query) > limits.max_query_chars:
+        raise InvalidArgument(
+            f"is {len(request.query):,} characters; the limit is {limits.max_query_chars:,}",
+            field="query",
+        )
+    if not 1 <= request.top_k <= limits.max_top_k:
+        raise InvalidArgument(
+            f"must be between 1 and {limits.max_top_k}, got {request.top_k}", field="top_k"
+        )
+    if request.level not in lexical_pb2.SearchLevel.values():
+        raise InvalidArgument(f"unknown level {request.level}", field="level")
+    level = Level.PASSAGE if request.level == lexical_pb2.SEARCH_LEVEL_PASSAGE else Level.DOCUMENT
+    return SearchQuery(
+        text=text,
+        top_k=request.top_k,
+        filters=filters_from_proto(list(request.filters), limits),
+        level=level,
+        highlight=request.highlight,
+    )
+
+
+def _check_id(value: str, field: str, limits: Limits) -> str:
+    if not value or not value.strip():
+        raise InvalidArgument("must not be empty", field=field)
+    if len(value) > limits.max_id_chars:
+        raise InvalidArgument(f"is longer than {limits.max_id_chars} characters", field=field)
+    return value
+
+
+def document_from_proto(doc: common_pb2.Document, where: str, limits: Limits) -> DocumentIn:
+    _check_id(doc.id, f"{where}.id", limits)
+    for name in ("title", "body"):
+        if len(getattr(doc, name)) > limits.max_text_chars:
+            raise InvalidArgument(
+                f"is longer than {limits.max_text_chars:,} characters", field=f"{where}.{name}"
+            )
+    if not doc.title.strip() and not doc.body.strip() and not doc.passages:
+        raise InvalidArgument("a document needs a title, a body or passages", field=where)
+    passages = []
+    seen: set[int] = set()
+    for j, p in enumerate(doc.passages):
+        if p.doc_id and p.doc_id != doc.id:
+            raise InvalidArgument(
+                f"belongs to document {p.doc_id!r}, not {doc.id!r}",
+                field=f"{where}.passages[{j}].doc_id",
+            )
+        if p.index < 0 or p.index in seen:
+            raise InvalidArgument(
+                "passage indexes must be distinct and non-negative",
+                field=f"{where}.passages[{j}].index",
+            )
+        seen.add(p.index)
+        passages.append(PassageIn(index=p.index, text=p.text))
+    if seen and seen != set(range(len(passages))):
+        raise InvalidArgument(
+            "passage indexes must be 0..n-1 without gaps", field=f"{where}.passages"
+        )
+    return DocumentIn(
+        id=doc.id,
+        title=doc.title,
+        body=doc.body,
+        published_at=_timestamp(doc.published_at, doc.HasField("published_at")),
+        source_url=doc.source_url,
+        organizations=tuple(doc.organizations),
+        entity_ids=tuple(doc.entity_ids),
+        metadata=dict(doc.metadata),
+        passages=tuple(sorted(passages, key=lambda p: p.index)),
+    )
+
+
+def index_from_proto(request: lexical_pb2.IndexRequest, limits: Limits) -> list[DocumentIn]:
+    if not request.documents:
+        raise InvalidArgument("must contain at least one document", field="documents")
+    if len(request.documents) > limits.max_batch:
+        raise InvalidArgument(
+            f"has {len(request.documents):,} documents; the limit is {limits.max_batch:,}",
+            field="documents",
+        )
+    docs = [
+        document_from_proto(d, f"documents[{i}]", limits) for i, d in enumerate(request.documents)
+    ]
+    ids = [d.id for d in docs]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for i in ids if ids.count(i) > 1)
+        raise InvalidArgument(f"document id {duplicate!r} appears twice", field="documents")
+    return docs
+
+
+def delete_from_proto(request: lexical_pb2.DeleteRequest, limits: Limits) -> list[str]:
+    if not request.doc_ids:
+        raise InvalidArgument("must contain at least one id", field="doc_ids")
+    if len(request.doc_ids) > limits.max_batch:
+        raise InvalidArgument(f"at most {limits.max_batch:,} ids are allowed", field="doc_ids")
+    return [_check_id(v, f"doc_ids[{i}]", limits) for i, v in enumerate(request.doc_ids)]
+
+
+def hit_to_proto(hit: Hit) -> lexical_pb2.Hit:
+    return lexical_pb2.Hit(
+        doc_id=hit.doc_id,
+        passage_index=hit.passage_index,
+        score=hit.score,
+        title=hit.title,
+        text=hit.text,
+        highlights=hit.highlights,
+        organizations=hit.organizations,
+        entity_ids=hit.entity_ids,
+        published_at=_to_timestamp(hit.published_at),
+        source_url=hit.source_url,
+    )
+
+
+def index_result_to_proto(result: IndexResult) -> lexical_pb2.IndexResponse:
+    return lexical_pb2.IndexResponse(documents=result.documents, passages=result.passages)
+
+
+def counts_to_proto(counts: Counts, backend: str) -> lexical_pb2.StatsResponse:
+    return lexical_pb2.StatsResponse(
+        documents=counts.documents, passages=counts.passages, backend=backend
+    )

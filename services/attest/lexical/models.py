@@ -1,0 +1,78 @@
+"""Domain objects of the lexical index; no protobuf, no grpc."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+class Level(enum.Enum):
+    DOCUMENT = "document"
+    PASSAGE = "passage"
+
+
+@dataclass(frozen=True, slots=True)
+class PassageIn:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentIn:
+    """A document to index, with its passages (possibly none)."""
+
+    id: str
+    title: str
+    body: str
+    published_at: datetime | None = None
+    source_url: str = ""
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+    passages: tuple[PassageIn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Conjunctive restrictions; empty tuples and None mean "no restriction"."""
+
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    published_from: datetime | None = None
+    published_to: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    text: str
+    top_k: int = 10
+    filters: Filters = Filters()
+    level: Level = Level.DOCUMENT
+    highlight: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    doc_id: str
+    passage_index: int  # -1 for a document hit
+    score: float
+    title: str
+    text: str
+    highlights: tuple[str, ...] = ()
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    published_at: datetime | None = None
+    source_url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexResult:
+    documents: int
+    passages: int
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    documents: int
+    passages: int
