@@ -14,7 +14,8 @@ from typing import Any, cast
 import click
 
 from attest.core.logging import configure_logging
-from attest.core.server import Server, Servicer
+from attest.core.server import Servicer
+from attest.core.server import serve as serve_forever
 from attest.core.settings import LoggingSettings, ServerSettings
 
 # Services `serve` can run, each built from its own settings (read from the
@@ -65,7 +66,23 @@ def serve(service: str, host: str | None, port: int | None, data_dir: Path | Non
     if overrides:
         server_settings = server_settings.model_copy(update=overrides)
     configure_logging(log_settings)
-    asyncio.run(Server(servicers, server_settings).run_until_signal())
+    asyncio.run(serve_forever(servicers, server_settings))
+
+
+@main.command()
+@click.option("--queues", default="index", show_default=True, help="Comma-separated queues.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
+def worker(queues: str, concurrency: int) -> None:
+    """Run a Celery worker for pipeline queues (settings from ATTEST_PIPELINE_*)."""
+    from attest.pipeline.app import create_app
+    from attest.pipeline.settings import PipelineSettings
+
+    settings = PipelineSettings()
+    configure_logging(settings.logging)
+    app = create_app(settings)
+    app.worker_main(
+        ["worker", "--queues", queues, "--concurrency", str(concurrency), "--loglevel", "INFO"]
+    )
 
 
 @main.group(name="eval")

@@ -16,7 +16,9 @@ class AttestError(Exception):
     code: ClassVar[str] = "INTERNAL"
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
+        # The exception's text includes the field, so it survives being
+        # rebuilt from its args (Celery results, pickling).
+        super().__init__(f"{field}: {message}" if field else message)
         self.message = message
         self.field = field
 

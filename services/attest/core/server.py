@@ -171,3 +171,9 @@ async def running(
         yield server
     finally:
         await server.stop()
+
+
+async def serve(servicers: Sequence[Servicer], settings: ServerSettings) -> None:
+    """Run a server until SIGTERM/SIGINT (the entry point of every service process)."""
+    # The aio server binds to the running loop, so it is built inside it.
+    await Server(servicers, settings).run_until_signal()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from attest.core.logging import configure_logging
-from attest.core.server import Server
+from attest.core.server import serve
 from attest.lexical.servicer import LexicalServicer
 from attest.lexical.settings import LexicalSettings
 
@@ -13,8 +13,7 @@ from attest.lexical.settings import LexicalSettings
 def main() -> None:
     settings = LexicalSettings()
     configure_logging(settings.logging)
-    server = Server([LexicalServicer(settings)], settings.server)
-    asyncio.run(server.run_until_signal())
+    asyncio.run(serve([LexicalServicer(settings)], settings.server))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Celery over Redis: the queued stages of Attest (thin, idempotent tasks)."""

@@ -1,0 +1,74 @@
+"""Pipeline tasks. Each is idempotent: running it twice leaves the same state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from celery import Celery, Task
+from google.protobuf import json_format
+
+from attest.common.v1 import common_pb2
+from attest.core.channels import create_channel
+from attest.core.errors import InvalidArgument, ResourceExhausted, Unavailable
+from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
+from attest.pipeline.settings import PipelineSettings
+
+LEXICAL = "attest.lexical.v1.LexicalService"
+# Only failures that a later attempt can fix are retried.
+TRANSIENT = (Unavailable, ResourceExhausted)
+
+
+def documents_from_json(items: list[dict[str, Any]]) -> list[common_pb2.Document]:
+    """Documents in protobuf JSON form (camelCase or snake_case keys)."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(json_format.ParseDict(item, common_pb2.Document()))
+        except json_format.ParseError as exc:
+            raise InvalidArgument(str(exc), field=f"documents[{i}]") from exc
+    return out
+
+
+async def index_documents_async(
+    settings: PipelineSettings, documents: list[common_pb2.Document]
+) -> dict[str, int]:
+    import grpc
+
+    channel = create_channel(
+        settings.lexical_address, settings.client, idempotent=[(LEXICAL, "Index")]
+    )
+    try:
+        stub = lexical_pb2_grpc.LexicalServiceStub(channel)
+        response = await stub.Index(lexical_pb2.IndexRequest(documents=documents))
+    except grpc.aio.AioRpcError as err:
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise Unavailable(f"lexical service: {err.details()}") from err
+        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise ResourceExhausted(f"lexical service: {err.details()}") from err
+        if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+            raise InvalidArgument(err.details() or "rejected by the lexical service") from err
+        raise
+    finally:
+        await channel.close()
+    return {"documents": response.documents, "passages": response.passages}
+
+
+def register(app: Celery) -> None:
+    settings: PipelineSettings = app.conf["attest_settings"]
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name="attest.index_documents",
+        bind=True,
+        autoretry_for=TRANSIENT,
+        retry_backoff=True,
+        retry_backoff_max=60,
+        retry_jitter=True,
+        max_retries=settings.max_retries,
+    )
+    def index_documents(self: Task, items: list[dict[str, Any]]) -> dict[str, int]:
+        """Upsert documents (and their passages) into the lexical index.
+
+        Idempotent because the index upserts by (tenant, document id).
+        """
+        return asyncio.run(index_documents_async(settings, documents_from_json(items)))

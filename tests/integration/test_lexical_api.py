@@ -1,0 +1,201 @@
+"""The lexical service through gRPC, on tantivy and on a real OpenSearch node."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from attest.common.v1 import common_pb2
+from attest.lexical.v1 import lexical_pb2
+
+pytestmark = pytest.mark.integration
+
+
+def ts(iso: str) -> Timestamp:
+    t = Timestamp()
+    t.FromJsonString(iso)
+    return t
+
+
+DOCS = [
+    common_pb2.Document(
+        id="w1",
+        title="Brightwater cuts water withdrawal",
+        body="Brightwater Utilities reduced its water withdrawal by 12% in 2025 across Port Ellery.",
+        organizations=["Brightwater Utilities"],
+        entity_ids=["gri-303"],
+        published_at=ts("2025-03-01T00:00:00Z"),
+        source_url="https://news.example.com/w1",
+        passages=[
+            common_pb2.Passage(
+                index=0, text="Brightwater Utilities reduced its water withdrawal by 12%."
+            ),
+            common_pb2.Passage(index=1, text="The utility also replaced old cast-iron mains."),
+        ],
+    ),
+    common_pb2.Document(
+        id="e1",
+        title="Norvale raises emissions target",
+        body="Norvale Copper raised its 2030 emissions target to 55% from 40%.",
+        organizations=["Norvale Copper"],
+        entity_ids=["gri-305"],
+        published_at=ts("2026-01-22T00:00:00Z"),
+    ),
+    common_pb2.Document(
+        id="l1",
+        title="Audit finds child workers at supplier",
+        body="Auditors found 14 workers under 16 at a garment supplier; water was scarce on site.",
+        organizations=["Halvorsen Textiles"],
+        entity_ids=["gri-408"],
+        published_at=ts("2025-04-08T00:00:00Z"),
+    ),
+]
+
+
+async def index_all(stub) -> lexical_pb2.IndexResponse:
+    return await stub.Index(lexical_pb2.IndexRequest(documents=DOCS, refresh=True))
+
+
+async def test_index_search_stats(lexical):
+    stub = lexical.stub
+    response = await index_all(stub)
+    assert (response.documents, response.passages) == (3, 2)
+    stats = await stub.Stats(lexical_pb2.StatsRequest())
+    assert (stats.documents, stats.passages) == (3, 2)
+    assert stats.backend == lexical.servicer.backend.name
+
+    found = await stub.Search(lexical_pb2.SearchRequest(query="water withdrawal", top_k=10))
+    assert found.backend == stats.backend
+    assert [h.doc_id for h in found.hits] == ["w1", "l1"]
+    top = found.hits[0]
+    assert top.passage_index == -1
+    assert top.score > found.hits[1].score > 0
+    assert top.source_url == "https://news.example.com/w1"
+    assert top.published_at.ToJsonString() == "2025-03-01T00:00:00Z"
+    assert list(top.organizations) == ["Brightwater Utilities"]
+
+    passages = await stub.Search(
+        lexical_pb2.SearchRequest(
+            query="cast-iron mains", top_k=5, level=lexical_pb2.SEARCH_LEVEL_PASSAGE
+        )
+    )
+    assert [(h.doc_id, h.passage_index) for h in passages.hits] == [("w1", 1)]
+
+
+async def test_filters_and_highlights(lexical):
+    stub = lexical.stub
+    await index_all(stub)
+
+    async def ids(*filters: common_pb2.Filter) -> list[str]:
+        r = await stub.Search(
+            lexical_pb2.SearchRequest(query="water emissions workers", top_k=10, filters=filters)
+        )
+        return sorted(h.doc_id for h in r.hits)
+
+    assert await ids(common_pb2.Filter(field="organization", any_of=["norvale copper"])) == ["e1"]
+    assert await ids(common_pb2.Filter(field="entity", any_of=["gri-303", "gri-408"])) == [
+        "l1",
+        "w1",
+    ]
+    assert await ids(common_pb2.Filter(field="published_at", gte="2026-01-01")) == ["e1"]
+    assert await ids(
+        common_pb2.Filter(field="published_at", gte="2025-01-01", lte="2025-03-31T23:59:59Z"),
+        common_pb2.Filter(field="entity", any_of=["gri-303", "gri-305"]),
+    ) == ["w1"]
+
+    r = await stub.Search(
+        lexical_pb2.SearchRequest(query="emissions target", top_k=1, highlight=True)
+    )
+    assert r.hits[0].doc_id == "e1"
+    joined = " ".join(r.hits[0].highlights)
+    assert "<em>emissions</em>" in joined
+    assert "<em>target</em>" in joined
+
+
+async def test_reindex_is_idempotent_and_delete_reaches_passages(lexical):
+    stub = lexical.stub
+    await index_all(stub)
+    await index_all(stub)
+    stats = await stub.Stats(lexical_pb2.StatsRequest())
+    assert (stats.documents, stats.passages) == (3, 2)
+
+    changed = common_pb2.Document(
+        id="w1",
+        title="Brightwater reports leakage",
+        body="Brightwater now reports leakage of 18%.",
+        passages=[common_pb2.Passage(index=0, text="Brightwater now reports leakage of 18%.")],
+    )
+    await stub.Index(lexical_pb2.IndexRequest(documents=[changed], refresh=True))
+    stats = await stub.Stats(lexical_pb2.StatsRequest())
+    assert (stats.documents, stats.passages) == (3, 1)
+    gone = await stub.Search(
+        lexical_pb2.SearchRequest(
+            query="cast-iron mains", top_k=5, level=lexical_pb2.SEARCH_LEVEL_PASSAGE
+        )
+    )
+    assert list(gone.hits) == []
+
+    deleted = await stub.Delete(lexical_pb2.DeleteRequest(doc_ids=["w1", "e1", "never-indexed"]))
+    assert deleted.deleted == 2
+    stats = await stub.Stats(lexical_pb2.StatsRequest())
+    assert (stats.documents, stats.passages) == (1, 0)
+    again = await stub.Delete(lexical_pb2.DeleteRequest(doc_ids=["w1"]))
+    assert again.deleted == 0
+
+
+BAD_REQUESTS = [
+    ("Search", lexical_pb2.SearchRequest(query="", top_k=5), "query"),
+    ("Search", lexical_pb2.SearchRequest(query="q" * 10_000, top_k=5), "query"),
+    ("Search", lexical_pb2.SearchRequest(query="water", top_k=0), "top_k"),
+    ("Search", lexical_pb2.SearchRequest(query="water", top_k=5000), "top_k"),
+    (
+        "Search",
+        lexical_pb2.SearchRequest(
+            query="water", top_k=5, filters=[common_pb2.Filter(field="country", any_of=["NL"])]
+        ),
+        "filters[0].field",
+    ),
+    (
+        "Search",
+        lexical_pb2.SearchRequest(
+            query="water",
+            top_k=5,
+            filters=[common_pb2.Filter(field="published_at", gte="yesterday")],
+        ),
+        "filters[0].gte",
+    ),
+    ("Index", lexical_pb2.IndexRequest(), "documents"),
+    (
+        "Index",
+        lexical_pb2.IndexRequest(documents=[common_pb2.Document(id="", body="x")]),
+        "documents[0].id",
+    ),
+    ("Delete", lexical_pb2.DeleteRequest(), "doc_ids"),
+]
+
+
+@pytest.mark.parametrize(("method", "request_", "field"), BAD_REQUESTS)
+async def test_bad_input_is_invalid_argument_naming_the_field(lexical, method, request_, field):
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await getattr(lexical.stub, method)(request_)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith(f"{field}: ")
+
+
+async def test_oversized_message_is_invalid_argument(tmp_path):
+    from tests.conftest import lexical_settings, start_lexical
+
+    settings = lexical_settings("tantivy", tmp_path, max_message_bytes=64 * 1024)
+    async for harness in start_lexical(settings):
+        big = common_pb2.Document(id="big", title="t", body="water " * 20_000)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await harness.stub.Index(lexical_pb2.IndexRequest(documents=[big]))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert info.value.details().startswith("documents: request is ")
+        assert "above the limit of 65,536 bytes" in info.value.details()
+        # Past twice the limit gRPC itself refuses the message before any handler.
+        huge = common_pb2.Document(id="huge", title="t", body="water " * 40_000)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await harness.stub.Index(lexical_pb2.IndexRequest(documents=[huge]))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -1,0 +1,70 @@
+"""Settings, errors and the request-size check of the shared core."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from attest.core import context
+from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from attest.core.interceptors import check_size, status_code
+from attest.lexical.settings import LexicalSettings
+from attest.lexical.v1 import lexical_pb2
+
+
+def test_unknown_settings_are_rejected(monkeypatch):
+    monkeypatch.setenv("ATTEST_LEXICAL_BACKEND", "opensearch")
+    assert LexicalSettings().backend == "opensearch"
+    with pytest.raises(ValidationError, match="extra"):
+        LexicalSettings(backnd="tantivy")  # type: ignore[call-arg]
+    monkeypatch.setenv("ATTEST_LEXICAL_BACKEND", "solr")
+    with pytest.raises(ValidationError, match="backend"):
+        LexicalSettings()
+
+
+def test_nested_settings_and_secrets_from_environment(monkeypatch):
+    monkeypatch.setenv("ATTEST_LEXICAL_OPENSEARCH__PASSWORD", "hunter2")
+    monkeypatch.setenv("ATTEST_LEXICAL_SERVER__PORT", "6000")
+    monkeypatch.setenv("ATTEST_DATA_DIR", "/var/lib/attest")
+    settings = LexicalSettings()
+    assert settings.server.port == 6000
+    assert str(settings.data_dir) == "/var/lib/attest"
+    assert settings.opensearch.password is not None
+    assert settings.opensearch.password.get_secret_value() == "hunter2"
+    assert "hunter2" not in repr(settings)
+
+
+def test_errors_carry_their_status_code():
+    import grpc
+
+    assert status_code(InvalidArgument("bad", field="q")) is grpc.StatusCode.INVALID_ARGUMENT
+    assert status_code(Unavailable("down")) is grpc.StatusCode.UNAVAILABLE
+    assert InvalidArgument("bad", field="q").details == "q: bad"
+
+
+def test_oversized_requests_name_their_biggest_field():
+    small = lexical_pb2.SearchRequest(query="x" * 10, top_k=1)
+    check_size(small, limit=1024)
+    big = lexical_pb2.SearchRequest(query="x" * 5000, top_k=1)
+    with pytest.raises(InvalidArgument) as info:
+        check_size(big, limit=1024)
+    assert info.value.field == "query"
+    assert "above the limit of 1,024 bytes" in info.value.message
+
+
+def test_budget_is_capped_by_the_request_deadline():
+    import time
+
+    assert context.budget(5.0) == 5.0
+    token = context.deadline_var.set(time.monotonic() + 0.5)
+    try:
+        assert 0.3 < context.budget(5.0) <= 0.5
+        assert context.budget(0.1) == 0.1
+    finally:
+        context.deadline_var.reset(token)
+    token = context.deadline_var.set(time.monotonic() - 1)
+    try:
+        with pytest.raises(DeadlineExceeded):
+            context.budget(5.0)
+    finally:
+        context.deadline_var.reset(token)

@@ -1,0 +1,160 @@
+"""The embedded tantivy backend, used directly (no sockets)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from attest.lexical.backends.tantivy import TantivyBackend, english_analyzer
+from attest.lexical.models import DocumentIn, Filters, Level, PassageIn, SearchQuery
+from attest.lexical.settings import LexicalSettings
+
+DOCS = [
+    DocumentIn(
+        id="w1",
+        title="Brightwater cuts water withdrawal",
+        body="Brightwater Utilities reduced its water withdrawal by 12% in 2025.",
+        organizations=("Brightwater Utilities",),
+        entity_ids=("gri-303",),
+        published_at=datetime(2025, 3, 1, tzinfo=UTC),
+        passages=(
+            PassageIn(0, "Brightwater Utilities reduced its water withdrawal by 12%."),
+            PassageIn(1, "The utility also replaced old mains."),
+        ),
+    ),
+    DocumentIn(
+        id="e1",
+        title="Norvale raises emissions target",
+        body="Norvale Copper raised its 2030 emissions target to 55%.",
+        organizations=("Norvale Copper",),
+        entity_ids=("gri-305",),
+        published_at=datetime(2026, 1, 22, tzinfo=UTC),
+    ),
+    DocumentIn(
+        id="l1",
+        title="Audit finds child workers",
+        body="Auditors found workers under 16 at a garment supplier; water was scarce on site.",
+        organizations=("Halvorsen Textiles",),
+        entity_ids=("gri-408",),
+        published_at=datetime(2025, 4, 8, tzinfo=UTC),
+    ),
+]
+
+
+@pytest.fixture
+async def backend(tmp_path: Path):
+    b = TantivyBackend(LexicalSettings(data_dir=tmp_path, index_name="unit"))
+    await b.warm_up()
+    await b.index("default", DOCS, refresh=True)
+    yield b
+    await b.close()
+
+
+def test_analyzer_stems_and_drops_english_stop_words():
+    assert english_analyzer().analyze("The Companies' running of the Mines") == [
+        "compani",
+        "run",
+        "mine",
+    ]
+
+
+async def test_search_ranks_the_matching_document_first(backend):
+    hits = await backend.search("default", SearchQuery(text="water withdrawal", top_k=3))
+    assert [h.doc_id for h in hits][:2] == ["w1", "l1"]
+    assert hits[0].score > hits[1].score > 0
+    assert hits[0].passage_index == -1
+    assert hits[0].organizations == ("Brightwater Utilities",)
+    assert hits[0].published_at == datetime(2025, 3, 1, tzinfo=UTC)
+
+
+async def test_query_syntax_is_not_interpreted(backend):
+    hits = await backend.search(
+        "default", SearchQuery(text='title:(water AND "x" OR) ^2 ~', top_k=3)
+    )
+    assert hits[0].doc_id == "w1"
+    assert await backend.search("default", SearchQuery(text="the of and", top_k=3)) == []
+
+
+async def test_passage_level_search(backend):
+    hits = await backend.search("default", SearchQuery(text="mains", top_k=5, level=Level.PASSAGE))
+    assert [(h.doc_id, h.passage_index) for h in hits] == [("w1", 1)]
+
+
+async def test_filters(backend):
+    def q(**filters):
+        return SearchQuery(text="water emissions workers", top_k=10, filters=Filters(**filters))
+
+    ids = lambda hits: sorted(h.doc_id for h in hits)  # noqa: E731
+    assert ids(await backend.search("default", q(organizations=("norvale copper",)))) == ["e1"]
+    assert ids(await backend.search("default", q(entity_ids=("gri-303", "gri-408")))) == [
+        "l1",
+        "w1",
+    ]
+    since_2026 = q(published_from=datetime(2026, 1, 1, tzinfo=UTC))
+    assert ids(await backend.search("default", since_2026)) == ["e1"]
+    first_half_2025 = q(
+        published_from=datetime(2025, 1, 1, tzinfo=UTC),
+        published_to=datetime(2025, 3, 31, tzinfo=UTC),
+    )
+    assert ids(await backend.search("default", first_half_2025)) == ["w1"]
+
+
+async def test_highlights_mark_query_terms(backend):
+    (hit, *_) = await backend.search(
+        "default", SearchQuery(text="emissions target", top_k=1, highlight=True)
+    )
+    assert hit.doc_id == "e1"
+    assert any("<em>emissions</em>" in h for h in hit.highlights)
+    assert any("<em>target</em>" in h for h in hit.highlights)
+
+
+async def test_tenants_are_isolated(backend):
+    assert await backend.search("other", SearchQuery(text="water", top_k=5)) == []
+    await backend.index("other", [DOCS[1]], refresh=True)
+    other = await backend.stats("other")
+    assert (other.documents, other.passages) == (1, 0)
+    mine = await backend.stats("default")
+    assert (mine.documents, mine.passages) == (3, 2)
+    assert await backend.delete("other", ["w1"]) == 0
+    assert (await backend.stats("default")).documents == 3
+
+
+async def test_reindexing_is_idempotent_and_replaces_passages(backend):
+    await backend.index("default", DOCS, refresh=True)
+    counts = await backend.stats("default")
+    assert (counts.documents, counts.passages) == (3, 2)
+    shorter = DocumentIn(
+        id="w1",
+        title="Brightwater update",
+        body="Brightwater now reports leakage.",
+        passages=(PassageIn(0, "Brightwater now reports leakage."),),
+    )
+    await backend.index("default", [shorter], refresh=True)
+    counts = await backend.stats("default")
+    assert (counts.documents, counts.passages) == (3, 1)
+    assert (
+        await backend.search("default", SearchQuery(text="mains", top_k=5, level=Level.PASSAGE))
+        == []
+    )
+    hits = await backend.search("default", SearchQuery(text="leakage", top_k=5))
+    assert [h.title for h in hits] == ["Brightwater update"]
+
+
+async def test_delete_removes_document_and_passages(backend):
+    assert await backend.delete("default", ["w1", "missing"]) == 1
+    counts = await backend.stats("default")
+    assert (counts.documents, counts.passages) == (2, 0)
+    assert await backend.delete("default", ["w1"]) == 0
+
+
+async def test_state_survives_reopening(backend, tmp_path):
+    await backend.close()
+    reopened = TantivyBackend(LexicalSettings(data_dir=tmp_path, index_name="unit"))
+    await reopened.warm_up()
+    try:
+        counts = await reopened.stats("default")
+        assert (counts.documents, counts.passages) == (3, 2)
+    finally:
+        await reopened.close()
