@@ -75,7 +75,7 @@ async def _drop_indexes(settings: LexicalSettings) -> None:
         return
     from opensearchpy import AsyncOpenSearch
 
-    client = AsyncOpenSearch(hosts=list(settings.opensearch.hosts))
+    client = AsyncOpenSearch(hosts=[require_server("ATTEST_TEST_OPENSEARCH_URL")])
     try:
         await client.indices.delete(index=f"{settings.index_name}-*", ignore_unavailable=True)
     finally:

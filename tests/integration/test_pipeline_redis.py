@@ -88,7 +88,7 @@ def test_index_task_runs_on_a_worker_and_is_idempotent(stack):
             "id": f"r{i}",
             "title": f"Report {i}",
             "body": f"Water withdrawal fell by {i}% at site {i}.",
-            "publishedAt": "2025-01-0{}T00:00:00Z".format(1 + i % 9),
+            "publishedAt": f"2025-01-0{1 + i % 9}T00:00:00Z",
             "passages": [{"index": 0, "text": f"Water withdrawal fell by {i}%."}],
         }
         for i in range(20)

@@ -34,13 +34,13 @@ def test_mrr_is_cut_at_ten():
 
 
 def test_dataset_loading_reports_bad_files(tmp_path: Path):
-    with pytest.raises(DatasetError, match="corpus.jsonl is missing"):
+    with pytest.raises(DatasetError, match=r"corpus\.jsonl is missing"):
         load_dataset(tmp_path)
     (tmp_path / "qrels").mkdir()
     (tmp_path / "corpus.jsonl").write_text('{"_id": "1", "title": "t", "text": "x"}\n')
     (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\nnot json\n')
     (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\t1\t1\n")
-    with pytest.raises(DatasetError, match=r"queries.jsonl:2"):
+    with pytest.raises(DatasetError, match=r"queries\.jsonl:2"):
         load_dataset(tmp_path)
     (tmp_path / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
     data = load_dataset(tmp_path)
