@@ -36,6 +36,8 @@ class ControlledBackend:
         self.search_gate.set()
         self.search_started = asyncio.Event()
         self.fail_with: Exception | None = None
+        self.fail_times = 0
+        self.searches = 0
 
     async def warm_up(self) -> None:
         await self.warm_gate.wait()
@@ -48,8 +50,10 @@ class ControlledBackend:
 
     async def search(self, tenant: str, query: SearchQuery) -> list[Hit]:
         self.search_started.set()
+        self.searches += 1
         await self.search_gate.wait()
-        if self.fail_with is not None:
+        if self.fail_with is not None and self.fail_times != 0:
+            self.fail_times -= 1
             raise self.fail_with
         return await self.inner.search(tenant, query)
 
@@ -144,6 +148,7 @@ async def test_unexpected_errors_become_internal_without_details(controlled):
     stub = lexical_pb2_grpc.LexicalServiceStub(channel)
     try:
         backend.fail_with = RuntimeError("secret path /etc/attest exploded")
+        backend.fail_times = -1
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.Search(lexical_pb2.SearchRequest(query="water", top_k=1))
         assert info.value.code() == grpc.StatusCode.INTERNAL
@@ -237,3 +242,71 @@ async def test_no_rpc_answers_unknown(tmp_path):
     assert grpc.StatusCode.INVALID_ARGUMENT in seen
     assert grpc.StatusCode.OK in seen
     assert grpc.StatusCode.UNKNOWN not in seen
+
+
+async def test_idempotent_calls_are_retried_by_the_channel(controlled):
+    from attest.core.errors import Unavailable
+
+    server, backend = controlled
+    backend.warm_gate.set()
+    port = await server.start()
+    await asyncio.wait_for(server.ready.wait(), 10)
+    retrying = create_channel(f"127.0.0.1:{port}", idempotent=[(SERVICE, "Search")])
+    plain = create_channel(f"127.0.0.1:{port}")
+    try:
+        doc = common_pb2.Document(id="d1", title="Water report", body="Water withdrawal fell.")
+        await lexical_pb2_grpc.LexicalServiceStub(plain).Index(
+            lexical_pb2.IndexRequest(documents=[doc], refresh=True)
+        )
+        backend.fail_with = Unavailable("index restarting")
+        backend.fail_times = 2
+        backend.searches = 0
+        response = await lexical_pb2_grpc.LexicalServiceStub(retrying).Search(
+            lexical_pb2.SearchRequest(query="water", top_k=1), timeout=10
+        )
+        assert [h.doc_id for h in response.hits] == ["d1"]
+        assert backend.searches == 3
+
+        backend.fail_times = 1
+        backend.searches = 0
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await lexical_pb2_grpc.LexicalServiceStub(plain).Search(
+                lexical_pb2.SearchRequest(query="water", top_k=1), timeout=10
+            )
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert backend.searches == 1
+    finally:
+        await retrying.close()
+        await plain.close()
+
+
+async def test_reflection_and_metrics(tmp_path):
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+    from prometheus_client import REGISTRY
+
+    settings = lexical_settings("tantivy", tmp_path, reflection=True)
+    method = f"/{SERVICE}/Search"
+
+    def handled(code: str) -> float:
+        return (
+            REGISTRY.get_sample_value("attest_rpc_handled_total", {"method": method, "code": code})
+            or 0.0
+        )
+
+    ok_before, bad_before = handled("OK"), handled("INVALID_ARGUMENT")
+    async for harness in start_lexical(settings):
+        stub = reflection_pb2_grpc.ServerReflectionStub(harness.channel)
+        call = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        names = set()
+        async for response in call:
+            names = {s.name for s in response.list_services_response.service}
+            break
+        assert {SERVICE, "grpc.health.v1.Health"} <= names
+
+        await harness.stub.Search(lexical_pb2.SearchRequest(query="water", top_k=1))
+        with pytest.raises(grpc.aio.AioRpcError):
+            await harness.stub.Search(lexical_pb2.SearchRequest(query="", top_k=1))
+    assert handled("OK") == ok_before + 1
+    assert handled("INVALID_ARGUMENT") == bad_before + 1
