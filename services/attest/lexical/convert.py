@@ -6,16 +6,13 @@ wrote it (``filters[1].gte``, ``documents[3].id``).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from attest.common.v1 import common_pb2
+from attest.core import common
+from attest.core.common import Filters, from_timestamp, to_timestamp
 from attest.core.errors import InvalidArgument
 from attest.lexical.models import (
     Counts,
     DocumentIn,
-    Filters,
     Hit,
     IndexResult,
     Level,
@@ -25,86 +22,10 @@ from attest.lexical.models import (
 from attest.lexical.settings import Limits
 from attest.lexical.v1 import lexical_pb2
 
-FILTER_FIELDS = ("organization", "entity", "published_at")
-
-
-def parse_date(value: str, field: str) -> datetime:
-    """An ISO-8601 date or date-time; naive values are taken as UTC."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidArgument(
-            f"{value[:40]!r} is not an ISO-8601 date such as 2024-05-31 or 2024-05-31T12:00:00Z",
-            field=field,
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _timestamp(ts: Timestamp, present: bool) -> datetime | None:
-    return ts.ToDatetime(tzinfo=UTC) if present else None
-
-
-def _to_timestamp(value: datetime | None) -> Timestamp | None:
-    if value is None:
-        return None
-    ts = Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
 
 def filters_from_proto(filters: list[common_pb2.Filter], limits: Limits) -> Filters:
-    if len(filters) > limits.max_filters:
-        raise InvalidArgument(f"at most {limits.max_filters} filters are allowed", field="filters")
-    organizations: list[str] = []
-    entity_ids: list[str] = []
-    published_from: datetime | None = None
-    published_to: datetime | None = None
-    for i, f in enumerate(filters):
-        where = f"filters[{i}]"
-        if f.field not in FILTER_FIELDS:
-            raise InvalidArgument(
-                f"unknown filter field {f.field[:64]!r}; "
-                f"expected one of {', '.join(FILTER_FIELDS)}",
-                field=f"{where}.field",
-            )
-        if f.field == "published_at":
-            if f.any_of:
-                raise InvalidArgument(
-                    "date filters take gte/lte, not any_of", field=f"{where}.any_of"
-                )
-            if not f.gte and not f.lte:
-                raise InvalidArgument("a date filter needs gte, lte or both", field=where)
-            if f.gte:
-                lower = parse_date(f.gte, f"{where}.gte")
-                published_from = lower if published_from is None else max(published_from, lower)
-            if f.lte:
-                upper = parse_date(f.lte, f"{where}.lte")
-                published_to = upper if published_to is None else min(published_to, upper)
-            continue
-        if f.gte or f.lte:
-            raise InvalidArgument(f"{f.field} filters take any_of, not gte/lte", field=where)
-        if not f.any_of:
-            raise InvalidArgument("needs at least one value", field=f"{where}.any_of")
-        if len(f.any_of) > limits.max_filter_values:
-            raise InvalidArgument(
-                f"at most {limits.max_filter_values} values are allowed", field=f"{where}.any_of"
-            )
-        target = organizations if f.field == "organization" else entity_ids
-        if target:
-            # Two filters on the same field are ANDed: keep the values both allow.
-            allowed = {v.casefold() for v in f.any_of}
-            target[:] = [v for v in target if v.casefold() in allowed]
-            if not target:
-                target.append("\x00no-match")
-        else:
-            target.extend(f.any_of)
-    if published_from and published_to and published_from > published_to:
-        raise InvalidArgument("the date range is empty (gte is after lte)", field="filters")
-    return Filters(
-        organizations=tuple(organizations),
-        entity_ids=tuple(entity_ids),
-        published_from=published_from,
-        published_to=published_to,
+    return common.filters_from_proto(
+        filters, max_filters=limits.max_filters, max_values=limits.max_filter_values
     )
 
 
@@ -173,7 +94,7 @@ def document_from_proto(doc: common_pb2.Document, where: str, limits: Limits) ->
         id=doc.id,
         title=doc.title,
         body=doc.body,
-        published_at=_timestamp(doc.published_at, doc.HasField("published_at")),
+        published_at=from_timestamp(doc.published_at, doc.HasField("published_at")),
         source_url=doc.source_url,
         organizations=tuple(doc.organizations),
         entity_ids=tuple(doc.entity_ids),
@@ -218,7 +139,7 @@ def hit_to_proto(hit: Hit) -> lexical_pb2.Hit:
         highlights=hit.highlights,
         organizations=hit.organizations,
         entity_ids=hit.entity_ids,
-        published_at=_to_timestamp(hit.published_at),
+        published_at=to_timestamp(hit.published_at),
         source_url=hit.source_url,
     )
 

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from attest.core.common import Filters
+
 
 class Level(enum.Enum):
     DOCUMENT = "document"
@@ -34,20 +36,10 @@ class DocumentIn:
 
 
 @dataclass(frozen=True, slots=True)
-class Filters:
-    """Conjunctive restrictions; empty tuples and None mean "no restriction"."""
-
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
-    published_from: datetime | None = None
-    published_to: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class SearchQuery:
     text: str
     top_k: int = 10
-    filters: Filters = Filters()
+    filters: Filters = field(default_factory=Filters)
     level: Level = Level.DOCUMENT
     highlight: bool = False
 

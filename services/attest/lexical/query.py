@@ -18,7 +18,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from attest.lexical.models import DocumentIn, Filters, Hit, Level, SearchQuery
+from attest.core.common import Filters
+from attest.lexical.models import DocumentIn, Hit, Level, SearchQuery
 
 HIGHLIGHT_PRE = "<em>"
 HIGHLIGHT_POST = "</em>"

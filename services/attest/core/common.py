@@ -1,0 +1,110 @@
+"""Conversion of the shared ``attest.common.v1`` messages: filters and times.
+
+Filters are combined with AND, the values of one filter with OR. Every
+rejection names the field as the caller wrote it (``filters[1].gte``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from attest.common.v1 import common_pb2
+from attest.core.errors import InvalidArgument
+
+FILTER_FIELDS = ("organization", "entity", "published_at")
+NO_MATCH = "\x00no-match"
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """Conjunctive restrictions; empty tuples and None mean "no restriction"."""
+
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    published_from: datetime | None = None
+    published_to: datetime | None = None
+
+
+def parse_date(value: str, field: str) -> datetime:
+    """An ISO-8601 date or date-time; naive values are taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidArgument(
+            f"{value[:40]!r} is not an ISO-8601 date such as 2024-05-31 or 2024-05-31T12:00:00Z",
+            field=field,
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def filters_from_proto(
+    filters: Sequence[common_pb2.Filter], *, max_filters: int, max_values: int
+) -> Filters:
+    if len(filters) > max_filters:
+        raise InvalidArgument(f"at most {max_filters} filters are allowed", field="filters")
+    organizations: list[str] = []
+    entity_ids: list[str] = []
+    published_from: datetime | None = None
+    published_to: datetime | None = None
+    for i, f in enumerate(filters):
+        where = f"filters[{i}]"
+        if f.field not in FILTER_FIELDS:
+            raise InvalidArgument(
+                f"unknown filter field {f.field[:64]!r}; "
+                f"expected one of {', '.join(FILTER_FIELDS)}",
+                field=f"{where}.field",
+            )
+        if f.field == "published_at":
+            if f.any_of:
+                raise InvalidArgument(
+                    "date filters take gte/lte, not any_of", field=f"{where}.any_of"
+                )
+            if not f.gte and not f.lte:
+                raise InvalidArgument("a date filter needs gte, lte or both", field=where)
+            if f.gte:
+                lower = parse_date(f.gte, f"{where}.gte")
+                published_from = lower if published_from is None else max(published_from, lower)
+            if f.lte:
+                upper = parse_date(f.lte, f"{where}.lte")
+                published_to = upper if published_to is None else min(published_to, upper)
+            continue
+        if f.gte or f.lte:
+            raise InvalidArgument(f"{f.field} filters take any_of, not gte/lte", field=where)
+        if not f.any_of:
+            raise InvalidArgument("needs at least one value", field=f"{where}.any_of")
+        if len(f.any_of) > max_values:
+            raise InvalidArgument(
+                f"at most {max_values} values are allowed", field=f"{where}.any_of"
+            )
+        target = organizations if f.field == "organization" else entity_ids
+        if target:
+            # Two filters on the same field are ANDed: keep the values both allow.
+            allowed = {v.casefold() for v in f.any_of}
+            target[:] = [v for v in target if v.casefold() in allowed] or [NO_MATCH]
+        else:
+            target.extend(f.any_of)
+    if published_from and published_to and published_from > published_to:
+        raise InvalidArgument("the date range is empty (gte is after lte)", field="filters")
+    return Filters(
+        organizations=tuple(organizations),
+        entity_ids=tuple(entity_ids),
+        published_from=published_from,
+        published_to=published_to,
+    )
+
+
+def from_timestamp(ts: Timestamp, present: bool) -> datetime | None:
+    """A protobuf timestamp as an aware datetime, or None when the field is unset."""
+    return ts.ToDatetime(tzinfo=UTC) if present else None
+
+
+def to_timestamp(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
