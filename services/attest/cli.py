@@ -31,7 +31,16 @@ def _lexical() -> tuple[Servicer, ServerSettings, LoggingSettings]:
     return LexicalServicer(settings), settings.server, settings.logging
 
 
+def _semantic() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.semantic.servicer import SemanticServicer
+    from attest.semantic.settings import SemanticSettings
+
+    settings = SemanticSettings()
+    return SemanticServicer(settings), settings.server, settings.logging
+
+
 SERVICES["lexical"] = _lexical
+SERVICES["semantic"] = _semantic
 
 
 @click.group()
@@ -69,6 +78,15 @@ def serve(service: str, host: str | None, port: int | None, data_dir: Path | Non
     asyncio.run(serve_forever(servicers, server_settings))
 
 
+def _register_groups() -> None:
+    from attest.knowledge.commands import kg
+
+    main.add_command(kg)
+
+
+_register_groups()
+
+
 @main.command()
 @click.option("--queues", default="index", show_default=True, help="Comma-separated queues.")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
@@ -97,7 +115,13 @@ def eval_group() -> None:
     required=True,
     help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/test.tsv.",
 )
-@click.option("--retriever", type=click.Choice(["bm25"]), default="bm25", show_default=True)
+@click.option(
+    "--retriever",
+    type=click.Choice(["bm25", "dense", "kg", "kg_enhanced", "hybrid", "hybrid_kg"]),
+    default="bm25",
+    show_default=True,
+    help="hybrid: RRF of BM25 and dense; hybrid_kg: RRF of BM25, dense and KG enhanced.",
+)
 @click.option(
     "--backend",
     type=click.Choice(["tantivy", "opensearch", "elasticsearch"]),
@@ -106,6 +130,9 @@ def eval_group() -> None:
     help="Backend of the in-process lexical service (ignored with --address).",
 )
 @click.option("--address", default=None, help="Use a running lexical service at HOST:PORT.")
+@click.option(
+    "--semantic-address", default=None, help="Use a running semantic service at HOST:PORT."
+)
 @click.option(
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -119,6 +146,7 @@ def eval_ir(
     retriever: str,
     backend: str,
     address: str | None,
+    semantic_address: str | None,
     output: Path | None,
     batch_size: int,
     concurrency: int,
@@ -133,14 +161,18 @@ def eval_ir(
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
     label = "remote" if address else backend
+    if retriever in ("dense", "kg", "kg_enhanced"):
+        label = "remote" if semantic_address else "qdrant-edge"
     output = output or Path(".attest") / "eval" / f"{data.name}-{retriever}-{label}.json"
     with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
         try:
             result = asyncio.run(
                 run_ir_eval(
                     data,
+                    retriever=retriever,
                     backend=cast(BackendName, backend),
                     address=address,
+                    semantic_address=semantic_address,
                     data_dir=Path(tmp),
                     batch_size=batch_size,
                     concurrency=concurrency,

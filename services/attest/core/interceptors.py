@@ -150,17 +150,18 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
         outcome = ["OK"]
         started = time.perf_counter()
-        metrics.RPC_STARTED.labels(method).inc()
-        metrics.RPC_IN_FLIGHT.labels(method).inc()
+        per_method = metrics.for_method(method)
+        per_method.started.inc()
+        per_method.in_flight.inc()
         try:
             yield outcome
         except asyncio.CancelledError:
             outcome[0] = "CANCELLED"
             raise
         finally:
-            metrics.RPC_IN_FLIGHT.labels(method).dec()
+            per_method.in_flight.dec()
             metrics.RPC_HANDLED.labels(method, outcome[0]).inc()
-            metrics.RPC_LATENCY.labels(method).observe(time.perf_counter() - started)
+            per_method.latency.observe(time.perf_counter() - started)
             request_id_var.reset(tokens[0])
             tenant_var.reset(tokens[1])
             deadline_var.reset(tokens[2])

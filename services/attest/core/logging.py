@@ -36,3 +36,6 @@ def configure_logging(settings: LoggingSettings) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.level)
+    # HTTP clients of the backends log every request at INFO.
+    for noisy in ("opensearch", "elastic_transport", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -19,6 +19,25 @@ RPC_LATENCY = Histogram(
 RPC_IN_FLIGHT = Gauge("attest_rpc_in_flight", "RPCs being handled, by method.", ["method"])
 
 
+class MethodMetrics:
+    """The labelled children of one method, looked up once instead of per call."""
+
+    def __init__(self, method: str) -> None:
+        self.started = RPC_STARTED.labels(method)
+        self.in_flight = RPC_IN_FLIGHT.labels(method)
+        self.latency = RPC_LATENCY.labels(method)
+
+
+_BY_METHOD: dict[str, MethodMetrics] = {}
+
+
+def for_method(method: str) -> MethodMetrics:
+    found = _BY_METHOD.get(method)
+    if found is None:
+        found = _BY_METHOD[method] = MethodMetrics(method)
+    return found
+
+
 def serve_metrics(port: int) -> None:
     """Expose /metrics over HTTP on ``port`` from a background thread."""
     start_http_server(port)

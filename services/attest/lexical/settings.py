@@ -13,6 +13,9 @@ from attest.core.settings import ServerSettings, ServiceSettings, StrictModel
 
 class OpenSearchSettings(StrictModel):
     hosts: tuple[str, ...] = ("http://localhost:9200",)
+    pool_size: int = Field(
+        default=64, ge=1, description="HTTP connections per host; size it to peak concurrency."
+    )
     username: str | None = None
     password: SecretStr | None = None
     verify_certs: bool = True

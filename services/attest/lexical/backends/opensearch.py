@@ -30,6 +30,7 @@ class OpenSearchBackend(EngineBackend):
             max_retries=0,
             retry_on_timeout=False,
             timeout=cfg.timeout_seconds,
+            pool_maxsize=cfg.pool_size,
         )
 
     def _classify(self, exc: Exception) -> tuple[str, int | None]:
