@@ -1,0 +1,493 @@
+"""The semantic index: dense vectors in Qdrant plus knowledge-graph path scores.
+
+Transport-free: the gRPC servicer and the pipeline both call this class.
+Articles and passages live in two vector collections (``<prefix>-articles``,
+``<prefix>-passages``). An article's vector embeds its headline with its
+summary (or, without one, the start of its body); the headline alone is kept
+as a separate vector in the article's payload for KG scoring. The KG scorer
+keeps its article table in memory and rebuilds it from the article collection
+at start-up, so the graph needs no database of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import numpy as np
+
+from attest.answer.fusion import Ranked, reciprocal_rank_fusion
+from attest.core.errors import InvalidArgument, Unavailable
+from attest.knowledge.graph import KnowledgeGraph, load_graph
+from attest.semantic.embedding import Embedder
+from attest.semantic.kg_scoring import Article, ArticleScore, KgFilter, KgScorer, NodeScore
+from attest.semantic.models import (
+    IndexResult,
+    Level,
+    Mode,
+    SemanticCounts,
+    SemanticDoc,
+    SemanticHit,
+    SemanticQuery,
+    Vector,
+)
+from attest.semantic.settings import SemanticSettings
+from attest.semantic.store import Point, ScoredPoint, VectorFilter, VectorStore, create_store
+
+log = logging.getLogger(__name__)
+
+ARTICLES: Literal["articles"] = "articles"
+PASSAGES: Literal["passages"] = "passages"
+# How much of a body stands in for a missing summary in the article vector;
+# MiniLM reads 256 word pieces, about this many characters.
+SUMMARY_FALLBACK_CHARS = 1200
+# Candidates each signal contributes before fusion in the fused mode.
+FUSION_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class _Meta:
+    title: str
+    text: str
+    source_url: str
+    published_at: datetime | None
+    organizations: tuple[str, ...]
+    entity_ids: tuple[str, ...]
+    passage_count: int
+
+
+def article_text(doc: SemanticDoc) -> str:
+    return f"{doc.title}\n{doc.summary or doc.body[:SUMMARY_FALLBACK_CHARS]}".strip()
+
+
+def _epoch(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp())
+
+
+def _from_epoch(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(int(value), tz=UTC)
+
+
+class SemanticIndex:
+    def __init__(
+        self,
+        settings: SemanticSettings,
+        *,
+        embedder: Embedder | None = None,
+        store: VectorStore | None = None,
+        graph: KnowledgeGraph | None = None,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder or Embedder(
+            settings.embedding_model,
+            device=settings.embedding_device,
+            batch_size=settings.embedding_batch_size,
+        )
+        self._store = store
+        self._graph = graph
+        self._scorer: KgScorer | None = None
+        self._meta: dict[tuple[str, str], _Meta] = {}
+        self._org_vectors: dict[str, Vector] = {}
+        self._write_lock = asyncio.Lock()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def store(self) -> VectorStore:
+        if self._store is None:
+            raise Unavailable("the vector store is not open")
+        return self._store
+
+    @property
+    def scorer(self) -> KgScorer:
+        if self._scorer is None:
+            raise Unavailable("the semantic index is still starting")
+        return self._scorer
+
+    @property
+    def graph(self) -> KnowledgeGraph:
+        return self.scorer.graph
+
+    async def warm_up(self) -> None:
+        if self._scorer is not None:
+            return
+        await asyncio.to_thread(self.embedder.warm_up)
+        dim = self.embedder.dimension
+        if self._store is None:
+            s = self.settings
+            self._store = create_store(
+                s.store,
+                path=s.data_dir / "vectors",
+                url=s.qdrant.url,
+                api_key=s.qdrant.api_key.get_secret_value() if s.qdrant.api_key else None,
+                collection_prefix=s.collection_prefix,
+                dimension=dim,
+                timeout_seconds=s.qdrant.timeout_seconds,
+            )
+        await self._store.warm_up()
+        graph = self._graph
+        if graph is None:
+            graph = await asyncio.to_thread(load_graph, self.settings.graph_path)
+        scorer = await asyncio.to_thread(
+            KgScorer, graph, self.embedder.encode, top_n=self.settings.kg_top_n
+        )
+        restored = 0
+        batch: dict[str, list[Article]] = {}
+        async for point in self._store.scroll(ARTICLES, None):
+            tenant, article = self._restore(point, scorer)
+            batch.setdefault(tenant, []).append(article)
+            restored += 1
+            if restored % 2048 == 0:
+                for t, articles in batch.items():
+                    scorer.upsert(t, articles)
+                batch = {}
+        for t, articles in batch.items():
+            scorer.upsert(t, articles)
+        self._scorer = scorer
+        log.info("semantic index ready: %d articles restored", restored)
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+    # -- writes ----------------------------------------------------------------
+
+    def _restore(self, point: Point, scorer: KgScorer) -> tuple[str, Article]:
+        p = point.payload
+        tenant = str(p["tenant"])
+        entity_ids = tuple(e for e in p.get("entity_ids") or () if scorer.known(e))
+        organizations = tuple(p.get("organizations_display") or ())
+        meta = _Meta(
+            title=p.get("title", ""),
+            text=p.get("text", ""),
+            source_url=p.get("source_url", ""),
+            published_at=_from_epoch(p.get("published_at")),
+            organizations=organizations,
+            entity_ids=tuple(p.get("entity_ids") or ()),
+            passage_count=int(p.get("passage_count", 0)),
+        )
+        self._meta[(tenant, point.doc_id)] = meta
+        headline = np.asarray(p["headline_vector"], dtype=np.float32)
+        return tenant, Article(
+            doc_id=point.doc_id,
+            entity_ids=entity_ids,
+            headline=headline,
+            summary=np.asarray(point.vector, dtype=np.float32),
+            organizations=organizations,
+            organization_vectors=self._organization_vectors(organizations),
+            published_at=meta.published_at,
+        )
+
+    def _organization_vectors(self, organizations: Sequence[str]) -> Vector | None:
+        if not organizations:
+            return None
+        missing = [o for o in dict.fromkeys(organizations) if o not in self._org_vectors]
+        if missing:
+            for name, vec in zip(missing, self.embedder.encode(missing), strict=True):
+                self._org_vectors[name] = vec
+        return np.vstack([self._org_vectors[o] for o in organizations])
+
+    def validate_entities(self, entity_ids: Sequence[str], field: str) -> None:
+        for j, entity in enumerate(entity_ids):
+            if not self.scorer.known(entity):
+                raise InvalidArgument(
+                    f"unknown knowledge-graph entity {entity[:64]!r}", field=f"{field}[{j}]"
+                )
+
+    def _check_vector(self, vector: Vector, field: str) -> None:
+        dim = self.scorer.dim
+        if vector.shape != (dim,):
+            raise InvalidArgument(
+                f"has {vector.shape[0] if vector.ndim else 0} dimensions; "
+                f"the model {self.embedder.name} has {dim}",
+                field=field,
+            )
+        if not np.all(np.isfinite(vector)):
+            raise InvalidArgument("contains NaN or infinite values", field=field)
+
+    def _embed_batch(
+        self, docs: Sequence[SemanticDoc]
+    ) -> tuple[list[Vector], list[Vector], list[list[Vector]]]:
+        """(article vectors, headline vectors, passage vectors) with one encode call."""
+        texts: list[str] = []
+        slots: list[tuple[str, int, int]] = []
+        for i, doc in enumerate(docs):
+            if doc.article_vector is None:
+                slots.append(("article", i, -1))
+                texts.append(article_text(doc))
+            slots.append(("headline", i, -1))
+            texts.append(doc.title or article_text(doc))
+            for j, p in enumerate(doc.passages):
+                if p.vector is None:
+                    slots.append(("passage", i, j))
+                    texts.append(f"{doc.title}\n{p.text}" if doc.title else p.text)
+        encoded = self.embedder.encode(texts)
+        articles: list[Vector | None] = [d.article_vector for d in docs]
+        headlines: list[Vector | None] = [None] * len(docs)
+        passages: list[list[Vector | None]] = [[p.vector for p in d.passages] for d in docs]
+        for (kind, i, j), vec in zip(slots, encoded, strict=True):
+            if kind == "article":
+                articles[i] = vec
+            elif kind == "headline":
+                headlines[i] = vec
+            else:
+                passages[i][j] = vec
+        return (
+            [v for v in articles if v is not None],
+            [v for v in headlines if v is not None],
+            [[v for v in ps if v is not None] for ps in passages],
+        )
+
+    async def index(self, tenant: str, docs: Sequence[SemanticDoc]) -> IndexResult:
+        for i, doc in enumerate(docs):
+            self.validate_entities(doc.entity_ids, f"documents[{i}].document.entity_ids")
+            if doc.article_vector is not None:
+                self._check_vector(doc.article_vector, f"documents[{i}].article_vector")
+            for j, p in enumerate(doc.passages):
+                if p.vector is not None:
+                    self._check_vector(p.vector, f"documents[{i}].passage_vectors[{j}]")
+        article_vecs, headline_vecs, passage_vecs = await asyncio.to_thread(self._embed_batch, docs)
+        org_vecs = await asyncio.to_thread(
+            lambda: [self._organization_vectors(d.organizations) for d in docs]
+        )
+        article_points: list[Point] = []
+        passage_points: list[Point] = []
+        articles: list[Article] = []
+        shrunk: list[str] = []
+        for doc, a_vec, h_vec, p_vecs, o_vecs in zip(
+            docs, article_vecs, headline_vecs, passage_vecs, org_vecs, strict=True
+        ):
+            shared = {
+                "organizations": [o.casefold() for o in doc.organizations],
+                "organizations_display": list(doc.organizations),
+                "entity_ids": list(doc.entity_ids),
+                "published_at": _epoch(doc.published_at),
+                "title": doc.title,
+                "source_url": doc.source_url,
+            }
+            text = doc.summary or doc.body[:SUMMARY_FALLBACK_CHARS]
+            article_points.append(
+                Point(
+                    doc_id=doc.id,
+                    passage_index=-1,
+                    vector=a_vec,
+                    payload={
+                        **shared,
+                        "text": text,
+                        "passage_count": len(doc.passages),
+                        "headline_vector": h_vec.tolist(),
+                    },
+                )
+            )
+            for p, vec in zip(doc.passages, p_vecs, strict=True):
+                passage_points.append(
+                    Point(
+                        doc_id=doc.id,
+                        passage_index=p.index,
+                        vector=vec,
+                        payload={**shared, "text": p.text},
+                    )
+                )
+            old = self._meta.get((tenant, doc.id))
+            if old is not None and old.passage_count > len(doc.passages):
+                shrunk.append(doc.id)
+            articles.append(
+                Article(
+                    doc_id=doc.id,
+                    entity_ids=doc.entity_ids,
+                    headline=h_vec,
+                    summary=a_vec,
+                    organizations=doc.organizations,
+                    organization_vectors=o_vecs,
+                    published_at=doc.published_at,
+                )
+            )
+        async with self._write_lock:
+            if shrunk:
+                # Fewer passages than before: drop the old ones first, then write.
+                await self.store.delete_documents(tenant, shrunk)
+            await self.store.upsert(PASSAGES, tenant, passage_points)
+            await self.store.upsert(ARTICLES, tenant, article_points)
+            self.scorer.upsert(tenant, articles)
+            for doc in docs:
+                self._meta[(tenant, doc.id)] = _Meta(
+                    title=doc.title,
+                    text=doc.summary or doc.body[:SUMMARY_FALLBACK_CHARS],
+                    source_url=doc.source_url,
+                    published_at=doc.published_at,
+                    organizations=doc.organizations,
+                    entity_ids=doc.entity_ids,
+                    passage_count=len(doc.passages),
+                )
+        return IndexResult(
+            documents=len(docs),
+            passages=len(passage_points),
+            kg_links=sum(len(d.entity_ids) + len(d.organizations) for d in docs),
+        )
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> int:
+        async with self._write_lock:
+            deleted = await self.store.delete_documents(tenant, doc_ids)
+            self.scorer.delete(tenant, doc_ids)
+            for doc_id in doc_ids:
+                self._meta.pop((tenant, doc_id), None)
+        return deleted
+
+    # -- reads -----------------------------------------------------------------
+
+    async def query_vector(self, query: SemanticQuery) -> Vector:
+        if query.vector is not None:
+            self._check_vector(query.vector, "query_vector")
+            norm = float(np.linalg.norm(query.vector))
+            if norm == 0:
+                raise InvalidArgument("must not be the zero vector", field="query_vector")
+            return (query.vector / norm).astype(np.float32)
+        vectors = await self.embedder.aencode([query.text])
+        return np.asarray(vectors[0], dtype=np.float32)
+
+    async def search(self, tenant: str, query: SemanticQuery) -> list[SemanticHit]:
+        self.validate_entities(query.filters.entity_ids, "filters.entity")
+        if query.mode is not Mode.DENSE and query.level is Level.PASSAGE:
+            raise InvalidArgument("KG scores rank articles; use level DOCUMENT", field="level")
+        vector = await self.query_vector(query)
+        if query.mode is Mode.DENSE:
+            return await self._dense(tenant, vector, query, query.top_k)
+        if query.mode is Mode.KG:
+            return await self._kg(tenant, vector, query, query.top_k)
+        depth = max(FUSION_DEPTH, query.top_k)
+        dense, kg = await asyncio.gather(
+            self._dense(tenant, vector, query, depth), self._kg(tenant, vector, query, depth)
+        )
+        by_id = {h.doc_id: h for h in kg} | {h.doc_id: h for h in dense}
+        dense_scores = {h.doc_id: h.dense_score for h in dense}
+        kg_hits = {h.doc_id: h for h in kg}
+        fused = reciprocal_rank_fusion(
+            [
+                Ranked("dense", [(h.doc_id, h.score) for h in dense]),
+                Ranked("kg", [(h.doc_id, h.score) for h in kg]),
+            ],
+            top_k=query.top_k,
+        )
+        out = []
+        for key, score in fused:
+            base = by_id[str(key)]
+            kg_hit = kg_hits.get(str(key))
+            out.append(
+                SemanticHit(
+                    doc_id=base.doc_id,
+                    passage_index=-1,
+                    score=score,
+                    title=base.title,
+                    text=base.text,
+                    dense_score=dense_scores.get(str(key)),
+                    kg_score=kg_hit.kg_score if kg_hit else None,
+                    best_node_id=kg_hit.best_node_id if kg_hit else "",
+                    organizations=base.organizations,
+                    entity_ids=base.entity_ids,
+                    published_at=base.published_at,
+                    source_url=base.source_url,
+                )
+            )
+        return out
+
+    async def _dense(
+        self, tenant: str, vector: Vector, query: SemanticQuery, limit: int
+    ) -> list[SemanticHit]:
+        f = query.filters
+        flt = VectorFilter(
+            tenant=tenant,
+            organizations=tuple(o.casefold() for o in f.organizations),
+            entity_ids=f.entity_ids,
+            published_from=f.published_from,
+            published_to=f.published_to,
+        )
+        kind: Literal["articles", "passages"] = (
+            PASSAGES if query.level is Level.PASSAGE else ARTICLES
+        )
+        points = await self.store.search(kind, vector, limit, flt)
+        return [self._dense_hit(p) for p in points]
+
+    @staticmethod
+    def _dense_hit(p: ScoredPoint) -> SemanticHit:
+        pl = p.payload
+        return SemanticHit(
+            doc_id=p.doc_id,
+            passage_index=p.passage_index,
+            score=p.score,
+            title=pl.get("title", ""),
+            text=pl.get("text", ""),
+            dense_score=p.score,
+            organizations=tuple(pl.get("organizations_display") or ()),
+            entity_ids=tuple(pl.get("entity_ids") or ()),
+            published_at=_from_epoch(pl.get("published_at")),
+            source_url=pl.get("source_url", ""),
+        )
+
+    async def _kg(
+        self, tenant: str, vector: Vector, query: SemanticQuery, limit: int
+    ) -> list[SemanticHit]:
+        f = query.filters
+        flt = None
+        if f.organizations or f.entity_ids or f.published_from or f.published_to:
+            flt = KgFilter(f.organizations, f.entity_ids, f.published_from, f.published_to)
+        scores: list[ArticleScore] = await asyncio.to_thread(
+            self.scorer.score,
+            tenant,
+            vector,
+            variant=query.variant.value,
+            top_k=limit,
+            top_n=query.kg_top_n,
+            flt=flt,
+        )
+        out = []
+        for s in scores:
+            meta = self._meta.get((tenant, s.doc_id))
+            if meta is None:
+                continue
+            out.append(
+                SemanticHit(
+                    doc_id=s.doc_id,
+                    passage_index=-1,
+                    score=s.score,
+                    title=meta.title,
+                    text=meta.text,
+                    kg_score=s.score,
+                    best_node_id=s.best_node,
+                    organizations=meta.organizations,
+                    entity_ids=meta.entity_ids,
+                    published_at=meta.published_at,
+                    source_url=meta.source_url,
+                )
+            )
+        return out
+
+    async def explain(
+        self, tenant: str, doc_id: str, query: SemanticQuery
+    ) -> tuple[ArticleScore, list[NodeScore], list[list[NodeScore]]]:
+        vector = await self.query_vector(query)
+        result = await asyncio.to_thread(
+            self.scorer.explain,
+            tenant,
+            doc_id,
+            vector,
+            variant=query.variant.value,
+            top_n=query.kg_top_n,
+        )
+        if result is None:
+            from attest.core.errors import NotFound
+
+            raise NotFound(f"no article {doc_id!r} in the semantic index", field="doc_id")
+        return result
+
+    async def stats(self, tenant: str) -> SemanticCounts:
+        articles = await self.store.count(ARTICLES, tenant)
+        passages = await self.store.count(PASSAGES, tenant)
+        linked = sum(1 for (t, _), m in self._meta.items() if t == tenant and m.entity_ids)
+        links = sum(len(m.entity_ids) for (t, _), m in self._meta.items() if t == tenant)
+        return SemanticCounts(
+            documents=articles, passages=passages, linked_documents=linked, kg_links=links
+        )

@@ -1,0 +1,94 @@
+"""Domain objects of the semantic service; no protobuf, no grpc."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from attest.core.common import Filters
+
+Vector = npt.NDArray[np.float32]
+
+
+class Level(enum.Enum):
+    DOCUMENT = "document"
+    PASSAGE = "passage"
+
+
+class Mode(enum.Enum):
+    DENSE = "dense"
+    KG = "kg"
+    FUSED = "fused"
+
+
+class Variant(enum.Enum):
+    PLAIN = "kg"
+    ENHANCED = "kg_enhanced"
+
+
+@dataclass(frozen=True)
+class PassageIn:
+    index: int
+    text: str
+    vector: Vector | None = None
+
+
+@dataclass(frozen=True)
+class SemanticDoc:
+    id: str
+    title: str
+    body: str
+    summary: str = ""
+    published_at: datetime | None = None
+    source_url: str = ""
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    passages: tuple[PassageIn, ...] = ()
+    article_vector: Vector | None = None
+
+
+@dataclass(frozen=True)
+class SemanticQuery:
+    text: str
+    vector: Vector | None = None
+    top_k: int = 10
+    filters: Filters = field(default_factory=Filters)
+    level: Level = Level.DOCUMENT
+    mode: Mode = Mode.DENSE
+    variant: Variant = Variant.ENHANCED
+    kg_top_n: int | None = None
+
+
+@dataclass(frozen=True)
+class SemanticHit:
+    doc_id: str
+    passage_index: int
+    score: float
+    title: str
+    text: str
+    dense_score: float | None = None
+    kg_score: float | None = None
+    best_node_id: str = ""
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    published_at: datetime | None = None
+    source_url: str = ""
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    documents: int
+    passages: int
+    kg_links: int
+
+
+@dataclass(frozen=True)
+class SemanticCounts:
+    documents: int
+    passages: int
+    linked_documents: int
+    kg_links: int

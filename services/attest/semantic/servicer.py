@@ -1,0 +1,104 @@
+"""gRPC servicer of the semantic service: validate, convert, call the index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from attest.core.context import tenant_var
+from attest.semantic import convert
+from attest.semantic.index import SemanticIndex
+from attest.semantic.settings import SemanticSettings
+from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
+    service_name = semantic_pb2.DESCRIPTOR.services_by_name["SemanticService"].full_name
+
+    def __init__(self, settings: SemanticSettings, index: SemanticIndex | None = None) -> None:
+        self._limits = settings.limits
+        self.index = index if index is not None else SemanticIndex(settings)
+
+    def register(self, server: grpc.aio.Server) -> None:
+        semantic_pb2_grpc.add_SemanticServiceServicer_to_server(self, server)
+
+    async def warm_up(self) -> None:
+        await self.index.warm_up()
+
+    async def close(self) -> None:
+        await self.index.close()
+
+    async def Index(
+        self, request: semantic_pb2.IndexRequest, context: Context
+    ) -> semantic_pb2.IndexResponse:
+        docs = convert.index_from_proto(request, self._limits)
+        if request.embedding_model and request.embedding_model != self.index.embedder.name:
+            from attest.core.errors import InvalidArgument
+
+            raise InvalidArgument(
+                f"vectors from {request.embedding_model!r} cannot be mixed with "
+                f"{self.index.embedder.name!r}",
+                field="embedding_model",
+            )
+        result = await self.index.index(tenant_var.get(), docs)
+        return semantic_pb2.IndexResponse(
+            documents=result.documents, passages=result.passages, kg_links=result.kg_links
+        )
+
+    async def Search(
+        self, request: semantic_pb2.SearchRequest, context: Context
+    ) -> semantic_pb2.SearchResponse:
+        query = convert.search_from_proto(request, self._limits)
+        hits = await self.index.search(tenant_var.get(), query)
+        return semantic_pb2.SearchResponse(
+            hits=[convert.hit_to_proto(h) for h in hits],
+            backend=self.index.store.name,
+            embedding_model=self.index.embedder.name,
+        )
+
+    async def Explain(
+        self, request: semantic_pb2.ExplainRequest, context: Context
+    ) -> semantic_pb2.ExplainResponse:
+        query = convert.explain_from_proto(request, self._limits)
+        score, nodes, paths = await self.index.explain(tenant_var.get(), request.doc_id, query)
+        graph = self.index.graph
+        limit = min(request.max_paths or 8, self._limits.max_paths)
+        return semantic_pb2.ExplainResponse(
+            doc_id=request.doc_id,
+            kg_score=score.score,
+            best_node_score=score.best_score,
+            next_nodes_mean=score.next_mean,
+            scoring_nodes=[convert.node_to_proto(n, graph) for n in nodes],
+            paths=[convert.path_to_proto(p, graph) for p in paths[:limit]],
+            paths_truncated=len(paths) > limit,
+        )
+
+    async def Delete(
+        self, request: semantic_pb2.DeleteRequest, context: Context
+    ) -> semantic_pb2.DeleteResponse:
+        from attest.core.errors import InvalidArgument
+
+        if not request.doc_ids:
+            raise InvalidArgument("must contain at least one id", field="doc_ids")
+        for i, doc_id in enumerate(request.doc_ids):
+            if not doc_id.strip():
+                raise InvalidArgument("must not be empty", field=f"doc_ids[{i}]")
+        deleted = await self.index.delete(tenant_var.get(), list(request.doc_ids))
+        return semantic_pb2.DeleteResponse(deleted=deleted)
+
+    async def Stats(
+        self, request: semantic_pb2.StatsRequest, context: Context
+    ) -> semantic_pb2.StatsResponse:
+        counts = await self.index.stats(tenant_var.get())
+        return semantic_pb2.StatsResponse(
+            documents=counts.documents,
+            passages=counts.passages,
+            linked_documents=counts.linked_documents,
+            kg_links=counts.kg_links,
+            backend=self.index.store.name,
+            embedding_model=self.index.embedder.name,
+            dimension=self.index.scorer.dim,
+        )

@@ -1,0 +1,62 @@
+"""Settings of the semantic service (environment prefix ``ATTEST_SEMANTIC_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from attest.core.settings import ServerSettings, ServiceSettings, StrictModel
+from attest.semantic.embedding import PACKAGED_MINILM
+
+
+class QdrantSettings(StrictModel):
+    url: str = "http://localhost:6333"
+    api_key: SecretStr | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+
+
+class SemanticLimits(StrictModel):
+    max_query_chars: int = Field(default=4096, ge=1)
+    max_top_k: int = Field(default=1000, ge=1)
+    max_batch: int = Field(default=1000, ge=1)
+    max_id_chars: int = Field(default=256, ge=1)
+    max_text_chars: int = Field(default=2_000_000, ge=1)
+    max_filters: int = Field(default=16, ge=1)
+    max_filter_values: int = Field(default=256, ge=1)
+    max_paths: int = Field(default=64, ge=1)
+
+
+class SemanticSettings(ServiceSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="ATTEST_SEMANTIC_",
+        extra="forbid",
+        env_nested_delimiter="__",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+    server: ServerSettings = ServerSettings(port=50053)
+    store: Literal["edge", "qdrant"] = Field(
+        default="edge",
+        description="edge: Qdrant's embedded engine under data_dir; qdrant: a Qdrant server.",
+    )
+    qdrant: QdrantSettings = QdrantSettings()
+    collection_prefix: str = Field(default="attest", pattern=r"^[a-z0-9][a-z0-9_-]{0,100}$")
+    data_dir: Path = Field(
+        default=Path(".attest"),
+        validation_alias=AliasChoices("ATTEST_DATA_DIR", "data_dir"),
+    )
+    embedding_model: str = Field(
+        default=PACKAGED_MINILM,
+        description="A sentence-transformers directory, or the packaged all-MiniLM-L6-v2.",
+    )
+    embedding_device: str = "cpu"
+    embedding_batch_size: int = Field(default=64, ge=1)
+    kg_top_n: int = Field(default=3, ge=0, le=50, description="Next-best nodes averaged.")
+    graph_path: Path | None = Field(
+        default=None, description="ESG graph YAML; None uses the one shipped with Attest."
+    )
+    limits: SemanticLimits = SemanticLimits()

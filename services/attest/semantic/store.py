@@ -1,0 +1,850 @@
+"""Vector storage for the semantic service: one collection of articles, one of passages.
+
+Both implementations keep the same layout, so data and filters mean the same
+thing in the embedded default and in production:
+
+* collections ``<prefix>-articles`` and ``<prefix>-passages``, cosine distance;
+* point ids are UUID5 of (tenant, doc_id, passage_index), so writing a point
+  again overwrites it;
+* every payload holds ``tenant``, ``doc_id`` and ``passage_index`` besides the
+  caller's fields; ``organizations`` are stored case-folded and
+  ``published_at`` as epoch seconds (an integer, so it reads back as written);
+* payload indexes on tenant, doc_id, organizations, entity_ids and
+  published_at; every search, count and delete is filtered by tenant.
+
+``EdgeVectorStore`` runs Qdrant's Rust engine in-process (``qdrant-edge``,
+HNSW, on disk, reopened on restart). ``QdrantVectorStore`` talks to a Qdrant
+server through ``qdrant-client`` (or its pure-Python local mode, for tests).
+loadtest/bench_vectors.py measured why the embedded default is not
+qdrant-client's local mode: that mode searches by brute force in Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import qdrant_edge as qe
+from pydantic import SecretStr
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from attest.core.context import budget, remaining_seconds
+from attest.core.errors import (
+    AttestError,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    ResourceExhausted,
+    Unavailable,
+)
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["articles", "passages"]
+KINDS: tuple[Kind, ...] = ("articles", "passages")
+ARTICLE_INDEX = -1  # the passage_index of an article point
+
+RESERVED_FIELDS = ("tenant", "doc_id", "passage_index")
+KEYWORD_FIELDS = ("tenant", "doc_id", "organizations", "entity_ids")
+DATE_FIELD = "published_at"
+
+# Fixed namespace: point ids must stay the same across releases and hosts.
+_ID_NAMESPACE = uuid.UUID("6f0b6c1e-6d0a-5b7e-9a5e-3c1f4a2b7d10")
+_SCROLL_PAGE = 512
+_UPSERT_BATCH = 256
+
+T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One vector to store: an article (``passage_index`` -1) or one of its passages."""
+
+    doc_id: str
+    passage_index: int
+    vector: npt.NDArray[np.float32]
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VectorFilter:
+    """Restricts a search to one tenant and, optionally, organizations, entities and dates.
+
+    Organizations and entity ids match when a point has any of the given
+    values; the date bounds are inclusive.
+    """
+
+    tenant: str
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    published_from: datetime | None = None
+    published_to: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ScoredPoint:
+    doc_id: str
+    passage_index: int
+    score: float  # cosine similarity
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HnswParams:
+    """HNSW graph and search settings; loadtest/bench_vectors.py chose the defaults."""
+
+    m: int = 16
+    ef_construct: int = 100
+    ef: int = 128
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    """How much of an embedded collection the HNSW graphs cover."""
+
+    points: int
+    indexed_vectors: int
+    segments: int
+
+
+class VectorStore(Protocol):
+    name: str
+
+    async def warm_up(self) -> None:
+        """Open or create both collections and their payload indexes."""
+
+    async def upsert(self, kind: Kind, tenant: str, points: Sequence[Point]) -> None: ...
+
+    async def delete_documents(self, tenant: str, doc_ids: Sequence[str]) -> int:
+        """Remove the articles and passages of ``doc_ids``; return how many articles existed."""
+
+    async def search(
+        self, kind: Kind, vector: npt.NDArray[np.float32], limit: int, flt: VectorFilter
+    ) -> list[ScoredPoint]: ...
+
+    async def count(self, kind: Kind, tenant: str) -> int: ...
+
+    def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
+        """Every point of ``tenant`` (all tenants when None), with its vector."""
+
+    async def close(self) -> None: ...
+
+
+# -- layout shared by both stores ---------------------------------------------
+
+
+def collection_names(prefix: str) -> dict[Kind, str]:
+    return {kind: f"{prefix}-{kind}" for kind in KINDS}
+
+
+def point_id(tenant: str, doc_id: str, passage_index: int) -> str:
+    # The unit separator cannot occur in ids that came through the API's
+    # validation, so distinct triples never share a name.
+    return str(uuid.uuid5(_ID_NAMESPACE, f"{tenant}\x1f{doc_id}\x1f{passage_index}"))
+
+
+def _check_tenant(tenant: str) -> None:
+    if not tenant:
+        raise InvalidArgument("must not be empty", field="tenant")
+
+
+def _check_vector(vector: Any, dimension: int, field_name: str = "vector") -> list[float]:
+    array = np.asarray(vector, dtype=np.float32)
+    if array.ndim != 1 or array.shape[0] != dimension:
+        raise InvalidArgument(
+            f"expected a vector of dimension {dimension}, got shape {array.shape}",
+            field=field_name,
+        )
+    if not np.all(np.isfinite(array)) or not np.any(array):
+        raise InvalidArgument("must be finite and non-zero", field=field_name)
+    values: list[float] = array.tolist()
+    return values
+
+
+def epoch_seconds(value: datetime | float) -> int:
+    """Whole seconds since 1970 UTC; a naive datetime is taken as UTC."""
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return math.floor(moment.timestamp())
+    return math.floor(value)
+
+
+def _stored_payload(kind: Kind, tenant: str, point: Point) -> dict[str, Any]:
+    if not point.doc_id:
+        raise InvalidArgument("must not be empty", field="doc_id")
+    if kind == "articles" and point.passage_index != ARTICLE_INDEX:
+        raise InvalidArgument(
+            f"an article has passage_index {ARTICLE_INDEX}", field="passage_index"
+        )
+    if kind == "passages" and point.passage_index < 0:
+        raise InvalidArgument("a passage index is >= 0", field="passage_index")
+    payload = dict(point.payload)
+    own = {"tenant": tenant, "doc_id": point.doc_id, "passage_index": point.passage_index}
+    for key, value in own.items():
+        if key in payload and payload[key] != value:
+            raise InvalidArgument(f"payload {key} {payload[key]!r} contradicts the point's")
+    payload.update(own)
+    if "organizations" in payload:
+        payload["organizations"] = [str(o).casefold() for o in payload["organizations"]]
+    if "entity_ids" in payload:
+        payload["entity_ids"] = [str(e) for e in payload["entity_ids"]]
+    published = payload.get(DATE_FIELD)
+    if published is None:
+        payload.pop(DATE_FIELD, None)
+    elif isinstance(published, datetime | int | float) and not isinstance(published, bool):
+        payload[DATE_FIELD] = epoch_seconds(published)
+    else:
+        raise InvalidArgument("must be a datetime or epoch seconds", field=DATE_FIELD)
+    return payload
+
+
+def _read_payload(raw: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict(raw or {})
+
+
+def _point_from(raw_payload: Mapping[str, Any] | None, vector: Any) -> Point:
+    payload = _read_payload(raw_payload)
+    return Point(
+        doc_id=str(payload["doc_id"]),
+        passage_index=int(payload["passage_index"]),
+        vector=np.asarray(vector, dtype=np.float32),
+        payload=payload,
+    )
+
+
+def _scored(raw_payload: Mapping[str, Any] | None, score: float) -> ScoredPoint:
+    payload = _read_payload(raw_payload)
+    return ScoredPoint(
+        doc_id=str(payload["doc_id"]),
+        passage_index=int(payload["passage_index"]),
+        score=float(score),
+        payload=payload,
+    )
+
+
+@dataclass(frozen=True)
+class _Conditions:
+    """A VectorFilter checked and normalised, before it becomes an engine filter."""
+
+    tenant: str
+    organizations: list[str]
+    entity_ids: list[str]
+    published_from: int | None
+    published_to: int | None
+
+
+def _conditions(flt: VectorFilter) -> _Conditions:
+    _check_tenant(flt.tenant)
+    lo = epoch_seconds(flt.published_from) if flt.published_from is not None else None
+    hi = epoch_seconds(flt.published_to) if flt.published_to is not None else None
+    if lo is not None and hi is not None and lo > hi:
+        raise InvalidArgument("published_from is after published_to", field="published_from")
+    return _Conditions(
+        tenant=flt.tenant,
+        organizations=[o.casefold() for o in flt.organizations],
+        entity_ids=list(flt.entity_ids),
+        published_from=lo,
+        published_to=hi,
+    )
+
+
+def _check_doc_ids(doc_ids: Sequence[str]) -> list[str]:
+    ids = list(dict.fromkeys(doc_ids))
+    if any(not d for d in ids):
+        raise InvalidArgument("must not contain empty ids", field="doc_ids")
+    return ids
+
+
+def _batches(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
+    for lo in range(0, len(items), size):
+        yield items[lo : lo + size]
+
+
+# -- qdrant-edge: the embedded default ------------------------------------------
+
+
+def _edge_filter(c: _Conditions) -> qe.Filter:
+    must: list[qe.FieldCondition | qe.Filter] = [
+        qe.FieldCondition("tenant", match=qe.MatchValue(c.tenant))
+    ]
+    if c.organizations:
+        must.append(qe.FieldCondition("organizations", match=qe.MatchAny(c.organizations)))
+    if c.entity_ids:
+        must.append(qe.FieldCondition("entity_ids", match=qe.MatchAny(c.entity_ids)))
+    if c.published_from is not None or c.published_to is not None:
+        window = qe.RangeFloat(gte=c.published_from, lte=c.published_to)
+        must.append(qe.FieldCondition(DATE_FIELD, range=window))
+    return qe.Filter(must=list(must))
+
+
+def _edge_tenant_filter(tenant: str, doc_ids: Sequence[str] = ()) -> qe.Filter:
+    must = [qe.FieldCondition("tenant", match=qe.MatchValue(tenant))]
+    if doc_ids:
+        must.append(qe.FieldCondition("doc_id", match=qe.MatchAny(list(doc_ids))))
+    return qe.Filter(must=list(must))
+
+
+class EdgeVectorStore:
+    """Qdrant's embedded engine: one on-disk shard per collection under ``path``.
+
+    Qdrant Edge has no background optimizer: points land in an appendable
+    segment that is searched by brute force until ``optimize`` builds its HNSW
+    graph. The store runs it when a shard holds ``index_after`` or more
+    unindexed points (after an upsert and at warm-up), and the benchmark's
+    build time includes it. qdrant-edge 0.9 keeps the GIL while it optimizes,
+    so the event loop stalls for the build (seconds per ``index_after``
+    points); searches are never served from a half-built graph.
+    """
+
+    name = "edge"
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        collection_prefix: str,
+        dimension: int,
+        hnsw: HnswParams | None = None,
+        index_after: int = 10_000,
+    ) -> None:
+        self._path = Path(path)
+        self._names = collection_names(collection_prefix)
+        self._dimension = dimension
+        self.hnsw = hnsw or HnswParams()
+        self._index_after = index_after
+        self._shards: dict[Kind, qe.EdgeShard] = {}
+        self._optimizing = asyncio.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _config(self) -> qe.EdgeConfig:
+        vector_kb = self._dimension * 4 / 1024
+        return qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=self._dimension, distance=qe.Distance.Cosine),
+            hnsw_config=qe.HnswIndexConfig(
+                m=self.hnsw.m,
+                ef_construct=self.hnsw.ef_construct,
+                # Below this many KB of matching vectors a filtered search
+                # scores the matches exactly instead of walking the graph.
+                full_scan_threshold=10_000,
+            ),
+            optimizers=qe.EdgeOptimizersConfig(
+                indexing_threshold=max(1, math.ceil(self._index_after * vector_kb)),
+            ),
+        )
+
+    def _open(self, kind: Kind) -> qe.EdgeShard:
+        directory = self._path / self._names[kind]
+        config = self._config()
+        try:
+            if (directory / "edge_config.json").is_file():
+                shard = qe.EdgeShard.load(str(directory), config)
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                shard = qe.EdgeShard.create(str(directory), config)
+        except Exception as exc:
+            text = str(exc)
+            if "WouldBlock" in text:
+                raise FailedPrecondition(
+                    f"vector store {directory} is open in another process"
+                ) from exc
+            if "incompatible" in text.lower():
+                raise FailedPrecondition(
+                    f"vector store {directory} was created with other vector settings "
+                    f"(this service uses dimension {self._dimension}): {text}"
+                ) from exc
+            raise
+        present = set(shard.info().payload_schema)
+        for name, schema in self._index_schema().items():
+            if name not in present:
+                shard.update(qe.UpdateOperation.create_field_index(name, schema))
+        return shard
+
+    @staticmethod
+    def _index_schema() -> dict[str, qe.PayloadSchemaType | qe.PayloadSchemaParams]:
+        schema: dict[str, qe.PayloadSchemaType | qe.PayloadSchemaParams] = {
+            "tenant": qe.KeywordIndexParams(is_tenant=True),
+            "doc_id": qe.PayloadSchemaType.Keyword,
+            "organizations": qe.PayloadSchemaType.Keyword,
+            "entity_ids": qe.PayloadSchemaType.Keyword,
+            DATE_FIELD: qe.IntegerIndexParams(lookup=False, range=True),
+        }
+        return schema
+
+    async def warm_up(self) -> None:
+        if self._shards:
+            return
+        try:
+            for kind in KINDS:
+                self._shards[kind] = await asyncio.to_thread(self._open, kind)
+        except Exception as exc:
+            await self.close()
+            raise self._translate(exc, "open") from exc
+        for kind in KINDS:
+            await self._maybe_optimize(kind)
+        log.info("opened edge vector store %s", self._path)
+
+    async def close(self) -> None:
+        shards, self._shards = self._shards, {}
+        for kind, shard in shards.items():
+            try:
+                await asyncio.to_thread(_flush_and_close, shard)
+            except Exception as exc:  # noqa: BLE001 - closing goes on; the failure is logged
+                log.error("closing edge shard %s failed: %r", self._names[kind], exc)
+
+    # -- helpers -----------------------------------------------------------------
+
+    def _shard(self, kind: Kind) -> qe.EdgeShard:
+        if kind not in KINDS:
+            raise InvalidArgument(f"unknown collection kind {kind!r}", field="kind")
+        shard = self._shards.get(kind)
+        if shard is None:
+            raise FailedPrecondition("the vector store is not open; call warm_up() first")
+        return shard
+
+    def _translate(self, exc: Exception, action: str) -> AttestError:
+        if isinstance(exc, AttestError):
+            return exc
+        log.error("edge vector store %s failed: %r", action, exc)
+        return Internal(f"edge vector store {action} failed")
+
+    async def _run(self, action: str, fn: Callable[[], T]) -> T:
+        try:
+            return await asyncio.to_thread(fn)
+        except Exception as exc:
+            raise self._translate(exc, action) from exc
+
+    async def _maybe_optimize(self, kind: Kind) -> None:
+        status = await self.index_status(kind)
+        if status.points - status.indexed_vectors >= self._index_after:
+            await self.optimize(kind)
+
+    async def index_status(self, kind: Kind) -> IndexStatus:
+        info = await self._run("info", self._shard(kind).info)
+        return IndexStatus(info.points_count, info.indexed_vectors_count, info.segments_count)
+
+    async def optimize(self, kind: Kind | None = None) -> None:
+        """Build the HNSW graphs of unindexed segments (all collections when None)."""
+        async with self._optimizing:
+            for k in (kind,) if kind else KINDS:
+                await self._run("optimize", self._shard(k).optimize)
+
+    # -- operations ----------------------------------------------------------------
+
+    async def upsert(self, kind: Kind, tenant: str, points: Sequence[Point]) -> None:
+        _check_tenant(tenant)
+        shard = self._shard(kind)
+        edge_points = [
+            qe.Point(
+                point_id(tenant, p.doc_id, p.passage_index),
+                _check_vector(p.vector, self._dimension),
+                _stored_payload(kind, tenant, p),
+            )
+            for p in points
+        ]
+        # Small batches let the event loop run between them: the binding
+        # holds the GIL for a whole update.
+        for batch in _batches(edge_points, _UPSERT_BATCH):
+            op = qe.UpdateOperation.upsert_points(list(batch))
+            await self._run("upsert", functools.partial(shard.update, op))
+        if edge_points:
+            await self._maybe_optimize(kind)
+
+    async def delete_documents(self, tenant: str, doc_ids: Sequence[str]) -> int:
+        _check_tenant(tenant)
+        ids = _check_doc_ids(doc_ids)
+        if not ids:
+            return 0
+        flt = _edge_tenant_filter(tenant, ids)
+        articles = self._shard("articles")
+        existed = await self._run(
+            "count", functools.partial(articles.count, qe.CountRequest(exact=True, filter=flt))
+        )
+        op = qe.UpdateOperation.delete_points_by_filter(flt)
+        for kind in KINDS:
+            await self._run("delete", functools.partial(self._shard(kind).update, op))
+        return existed
+
+    async def search(
+        self, kind: Kind, vector: npt.NDArray[np.float32], limit: int, flt: VectorFilter
+    ) -> list[ScoredPoint]:
+        if limit < 1:
+            raise InvalidArgument("must be at least 1", field="limit")
+        request = qe.QueryRequest(
+            query=qe.Query.Nearest(_check_vector(vector, self._dimension)),
+            limit=limit,
+            filter=_edge_filter(_conditions(flt)),
+            params=qe.SearchParams(hnsw_ef=max(self.hnsw.ef, limit)),
+            with_payload=True,
+        )
+        shard = self._shard(kind)
+        hits = await self._run("search", functools.partial(shard.query, request))
+        return [_scored(h.payload, h.score) for h in hits]
+
+    async def count(self, kind: Kind, tenant: str) -> int:
+        _check_tenant(tenant)
+        shard = self._shard(kind)
+        request = qe.CountRequest(exact=True, filter=_edge_tenant_filter(tenant))
+        return await self._run("count", functools.partial(shard.count, request))
+
+    async def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
+        if tenant is not None:
+            _check_tenant(tenant)
+        shard = self._shard(kind)
+        flt = _edge_tenant_filter(tenant) if tenant is not None else None
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset,
+                limit=_SCROLL_PAGE,
+                filter=flt,
+                with_payload=True,
+                with_vector=True,
+            )
+            records, offset = await self._run("scroll", functools.partial(shard.scroll, request))
+            for record in records:
+                yield _point_from(record.payload, record.vector)
+            if offset is None:
+                return
+
+
+def _flush_and_close(shard: qe.EdgeShard) -> None:
+    shard.flush()
+    shard.close()
+
+
+# -- Qdrant server through qdrant-client ----------------------------------------------
+
+
+def _client_filter(c: _Conditions) -> qm.Filter:
+    must: list[qm.Condition] = [
+        qm.FieldCondition(key="tenant", match=qm.MatchValue(value=c.tenant))
+    ]
+    if c.organizations:
+        must.append(qm.FieldCondition(key="organizations", match=qm.MatchAny(any=c.organizations)))
+    if c.entity_ids:
+        must.append(qm.FieldCondition(key="entity_ids", match=qm.MatchAny(any=c.entity_ids)))
+    if c.published_from is not None or c.published_to is not None:
+        window = qm.Range(gte=c.published_from, lte=c.published_to)
+        must.append(qm.FieldCondition(key=DATE_FIELD, range=window))
+    return qm.Filter(must=must)
+
+
+def _client_tenant_filter(tenant: str, doc_ids: Sequence[str] = ()) -> qm.Filter:
+    must: list[qm.Condition] = [qm.FieldCondition(key="tenant", match=qm.MatchValue(value=tenant))]
+    if doc_ids:
+        must.append(qm.FieldCondition(key="doc_id", match=qm.MatchAny(any=list(doc_ids))))
+    return qm.Filter(must=must)
+
+
+class QdrantVectorStore:
+    """A Qdrant server by URL, or qdrant-client's local mode (``location``/``path``).
+
+    Local mode searches by brute force in Python and ignores payload indexes;
+    it is for tests, never for the embedded default.
+    """
+
+    name = "qdrant"
+
+    def __init__(
+        self,
+        *,
+        collection_prefix: str,
+        dimension: int,
+        url: str | None = None,
+        api_key: SecretStr | str | None = None,
+        location: str | None = None,
+        path: Path | None = None,
+        timeout_seconds: float = 5.0,
+        hnsw: HnswParams | None = None,
+    ) -> None:
+        if sum(x is not None for x in (url, location, path)) != 1:
+            raise ValueError("give exactly one of url, location or path")
+        self._url = url
+        self._api_key = SecretStr(api_key) if isinstance(api_key, str) else api_key
+        self._location = location
+        self._path = path
+        self._local = url is None
+        self._timeout = timeout_seconds
+        self._names = collection_names(collection_prefix)
+        self._dimension = dimension
+        self.hnsw = hnsw or HnswParams()
+        self._client: AsyncQdrantClient | None = None
+
+    # -- the client edge -----------------------------------------------------------
+
+    def translate(self, exc: BaseException, action: str) -> AttestError:
+        """Map a qdrant-client exception to a typed error."""
+        if isinstance(exc, AttestError):
+            return exc
+        where = f"qdrant {action}"
+        source = exc.source if isinstance(exc, ResponseHandlingException) else exc
+        if isinstance(exc, ResourceExhaustedResponse):
+            return ResourceExhausted(f"{where}: qdrant is overloaded; retry later")
+        if isinstance(source, httpx.TimeoutException | TimeoutError):
+            left = remaining_seconds()
+            if left is not None and left <= 0.05:
+                return DeadlineExceeded(f"{where} did not finish before the deadline")
+            return Unavailable(f"{where} timed out")
+        if isinstance(source, httpx.TransportError | ConnectionError):
+            return Unavailable(f"{where}: qdrant is unreachable")
+        if isinstance(exc, UnexpectedResponse):
+            status = exc.status_code
+            if status == 429:
+                return ResourceExhausted(f"{where}: qdrant is overloaded; retry later")
+            if status in (502, 503, 504):
+                return Unavailable(f"{where}: qdrant answered {status}")
+            log.error("%s failed: %s", where, exc)
+            return Internal(f"{where} failed with status {status}")
+        log.error("%s failed: %r", where, exc)
+        return Internal(f"{where} failed")
+
+    def _c(self) -> AsyncQdrantClient:
+        if self._client is None:
+            raise FailedPrecondition("the vector store is not open; call warm_up() first")
+        return self._client
+
+    def _collection(self, kind: Kind) -> str:
+        if kind not in KINDS:
+            raise InvalidArgument(f"unknown collection kind {kind!r}", field="kind")
+        return self._names[kind]
+
+    async def _call(
+        self, action: str, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """One client call, bounded by the timeout and the request's deadline."""
+        try:
+            async with asyncio.timeout(budget(self._timeout)):
+                return await fn(*args, **kwargs)
+        except AttestError:
+            raise
+        except Exception as exc:
+            raise self.translate(exc, action) from exc
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def _make_client(self) -> AsyncQdrantClient:
+        if self._url is not None:
+            return AsyncQdrantClient(
+                url=self._url,
+                api_key=self._api_key.get_secret_value() if self._api_key else None,
+                timeout=max(1, math.ceil(self._timeout)),
+                # The version probe is a blocking request on a thread of its own.
+                check_compatibility=False,
+            )
+        if self._path is not None:
+            return AsyncQdrantClient(path=str(self._path))
+        return AsyncQdrantClient(location=self._location)
+
+    async def warm_up(self) -> None:
+        if self._client is not None:
+            return
+        # Local mode with a path reads every stored point here.
+        self._client = await asyncio.to_thread(self._make_client)
+        try:
+            for kind in KINDS:
+                await self._ensure_collection(self._names[kind])
+        except BaseException:
+            await self.close()
+            raise
+        log.info("qdrant vector store ready (%s)", self._url or self._path or self._location)
+
+    async def _ensure_collection(self, name: str) -> None:
+        client = self._c()
+        if await self._call("collection check", client.collection_exists, name):
+            info = await self._call("collection info", client.get_collection, name)
+            vectors = info.config.params.vectors
+            size = vectors.size if isinstance(vectors, qm.VectorParams) else None
+            if size != self._dimension:
+                raise FailedPrecondition(
+                    f"qdrant collection {name} holds vectors of size {size}, "
+                    f"this service uses {self._dimension}"
+                )
+        else:
+            try:
+                await self._call(
+                    "collection creation",
+                    client.create_collection,
+                    name,
+                    vectors_config=qm.VectorParams(
+                        size=self._dimension, distance=qm.Distance.COSINE
+                    ),
+                    hnsw_config=qm.HnswConfigDiff(
+                        m=self.hnsw.m, ef_construct=self.hnsw.ef_construct
+                    ),
+                )
+                log.info("created qdrant collection %s", name)
+            except Internal:
+                # Another replica may have created it between the check and here.
+                if not await self._call("collection check", client.collection_exists, name):
+                    raise
+        if self._local:
+            return  # local mode has no payload indexes (and warns about each)
+        schemas: dict[str, qm.PayloadSchemaType | qm.PayloadSchemaParams] = {
+            "tenant": qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True),
+            "doc_id": qm.PayloadSchemaType.KEYWORD,
+            "organizations": qm.PayloadSchemaType.KEYWORD,
+            "entity_ids": qm.PayloadSchemaType.KEYWORD,
+            DATE_FIELD: qm.IntegerIndexParams(
+                type=qm.IntegerIndexType.INTEGER, lookup=False, range=True
+            ),
+        }
+        for key, schema in schemas.items():
+            await self._call(
+                "payload index creation",
+                client.create_payload_index,
+                name,
+                field_name=key,
+                field_schema=schema,
+                wait=True,
+            )
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                await client.close()
+            except Exception as exc:  # noqa: BLE001 - closing goes on; the failure is logged
+                log.warning("closing the qdrant client failed: %r", exc)
+
+    # -- operations ----------------------------------------------------------------
+
+    async def upsert(self, kind: Kind, tenant: str, points: Sequence[Point]) -> None:
+        _check_tenant(tenant)
+        name = self._collection(kind)
+        structs = [
+            qm.PointStruct(
+                id=point_id(tenant, p.doc_id, p.passage_index),
+                vector=_check_vector(p.vector, self._dimension),
+                payload=_stored_payload(kind, tenant, p),
+            )
+            for p in points
+        ]
+        client = self._c()
+        for batch in _batches(structs, _UPSERT_BATCH):
+            await self._call("upsert", client.upsert, name, points=list(batch), wait=True)
+
+    async def delete_documents(self, tenant: str, doc_ids: Sequence[str]) -> int:
+        _check_tenant(tenant)
+        ids = _check_doc_ids(doc_ids)
+        if not ids:
+            return 0
+        client = self._c()
+        flt = _client_tenant_filter(tenant, ids)
+        result = await self._call(
+            "count", client.count, self._names["articles"], count_filter=flt, exact=True
+        )
+        for kind in KINDS:
+            await self._call(
+                "delete",
+                client.delete,
+                self._names[kind],
+                points_selector=qm.FilterSelector(filter=flt),
+                wait=True,
+            )
+        return int(result.count)
+
+    async def search(
+        self, kind: Kind, vector: npt.NDArray[np.float32], limit: int, flt: VectorFilter
+    ) -> list[ScoredPoint]:
+        if limit < 1:
+            raise InvalidArgument("must be at least 1", field="limit")
+        name = self._collection(kind)
+        query = _check_vector(vector, self._dimension)
+        query_filter = _client_filter(_conditions(flt))
+        client = self._c()
+        response = await self._call(
+            "search",
+            client.query_points,
+            name,
+            query=query,
+            query_filter=query_filter,
+            limit=limit,
+            with_payload=True,
+            # Local mode searches exactly and warns about search params.
+            search_params=None
+            if self._local
+            else qm.SearchParams(hnsw_ef=max(self.hnsw.ef, limit)),
+        )
+        return [_scored(p.payload, p.score) for p in response.points]
+
+    async def count(self, kind: Kind, tenant: str) -> int:
+        _check_tenant(tenant)
+        name = self._collection(kind)
+        client = self._c()
+        result = await self._call(
+            "count", client.count, name, count_filter=_client_tenant_filter(tenant), exact=True
+        )
+        return int(result.count)
+
+    async def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
+        if tenant is not None:
+            _check_tenant(tenant)
+        name = self._collection(kind)
+        client = self._c()
+        flt = _client_tenant_filter(tenant) if tenant is not None else None
+        offset: Any = None
+        while True:
+            records, offset = await self._call(
+                "scroll",
+                client.scroll,
+                name,
+                scroll_filter=flt,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=True,
+                with_vectors=True,
+            )
+            for record in records:
+                yield _point_from(record.payload, record.vector)
+            if offset is None:
+                return
+
+
+def create_store(
+    kind: Literal["edge", "qdrant"],
+    *,
+    path: Path | None,
+    url: str | None,
+    api_key: SecretStr | str | None,
+    collection_prefix: str,
+    dimension: int,
+    timeout_seconds: float,
+    hnsw: HnswParams | None = None,
+) -> VectorStore:
+    """The configured store; cheap (nothing is opened before ``warm_up``)."""
+    if kind == "edge":
+        if path is None:
+            raise FailedPrecondition("the edge vector store needs a data directory (path)")
+        return EdgeVectorStore(
+            path, collection_prefix=collection_prefix, dimension=dimension, hnsw=hnsw
+        )
+    if kind == "qdrant":
+        if url is None:
+            raise FailedPrecondition("the qdrant vector store needs a server url")
+        return QdrantVectorStore(
+            collection_prefix=collection_prefix,
+            dimension=dimension,
+            url=url,
+            api_key=api_key,
+            timeout_seconds=timeout_seconds,
+            hnsw=hnsw,
+        )
+    raise FailedPrecondition(f"unknown vector store {kind!r}")

@@ -1,0 +1,319 @@
+"""Both vector stores behind the same tests: qdrant-edge on disk, qdrant-client in local mode.
+
+Local mode is qdrant-client's in-process engine, so these stay unit tests (no
+sockets); the server path shares all of QdrantVectorStore's code but the client
+constructor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attest.core.errors import FailedPrecondition, InvalidArgument
+from attest.semantic.store import (
+    EdgeVectorStore,
+    Point,
+    QdrantVectorStore,
+    VectorFilter,
+    VectorStore,
+    create_store,
+    point_id,
+)
+
+DIM = 8
+StoreFactory = Callable[[], VectorStore]
+
+
+def unit(*components: float) -> np.ndarray:
+    v = np.zeros(DIM, dtype=np.float32)
+    v[: len(components)] = components
+    return v / np.linalg.norm(v)
+
+
+def axis(i: int, tilt: float = 0.0) -> np.ndarray:
+    """Unit vector near axis ``i``, tilted towards the last axis by ``tilt``."""
+    v = np.zeros(DIM, dtype=np.float32)
+    v[i] = 1.0
+    v[DIM - 1] += tilt
+    return v / np.linalg.norm(v)
+
+
+def article(doc_id: str, vector: np.ndarray, **payload: object) -> Point:
+    return Point(doc_id=doc_id, passage_index=-1, vector=vector, payload=dict(payload))
+
+
+def passage(doc_id: str, index: int, vector: np.ndarray, **payload: object) -> Point:
+    return Point(doc_id=doc_id, passage_index=index, vector=vector, payload=dict(payload))
+
+
+def make_factory(kind: str, tmp_path: Path) -> StoreFactory:
+    if kind == "edge":
+        return lambda: EdgeVectorStore(tmp_path / "vectors", collection_prefix="t", dimension=DIM)
+    return lambda: QdrantVectorStore(
+        collection_prefix="t", dimension=DIM, path=tmp_path / "qdrant-local"
+    )
+
+
+@pytest.fixture(params=["edge", "qdrant-local"])
+def factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    return make_factory(request.param, tmp_path)
+
+
+@pytest.fixture
+async def store(factory: StoreFactory) -> AsyncIterator[VectorStore]:
+    s = factory()
+    await s.warm_up()
+    yield s
+    await s.close()
+
+
+async def test_search_ranks_the_nearest_first(store: VectorStore):
+    await store.upsert(
+        "passages",
+        "acme",
+        [passage("d1", i, axis(i, tilt=0.1 * i), text=f"p{i}") for i in range(5)],
+    )
+    hits = await store.search("passages", axis(2), 3, VectorFilter(tenant="acme"))
+    assert hits[0].passage_index == 2
+    assert hits[0].score == pytest.approx(float(axis(2) @ axis(2, tilt=0.2)), abs=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert len(hits) == 3
+    top = hits[0]
+    assert top.doc_id == "d1"
+    assert top.payload["text"] == "p2"
+    assert top.payload["tenant"] == "acme"
+    assert top.payload["doc_id"] == "d1"
+    assert top.payload["passage_index"] == 2
+
+
+async def test_tenants_are_isolated(store: VectorStore):
+    await store.upsert("articles", "acme", [article("d1", axis(0)), article("d2", axis(1))])
+    await store.upsert("articles", "globex", [article("d1", axis(0))])
+    hits = await store.search("articles", axis(0), 10, VectorFilter(tenant="globex"))
+    assert [(h.doc_id, h.payload["tenant"]) for h in hits] == [("d1", "globex")]
+    assert await store.count("articles", "acme") == 2
+    assert await store.count("articles", "globex") == 1
+    assert await store.count("articles", "initech") == 0
+    assert await store.count("passages", "acme") == 0
+    # Same doc id, different tenant: distinct points.
+    assert point_id("acme", "d1", -1) != point_id("globex", "d1", -1)
+
+
+async def test_filters_by_organization_entity_and_date(store: VectorStore):
+    await store.upsert(
+        "articles",
+        "acme",
+        [
+            article(
+                "water",
+                axis(0),
+                organizations=["Brightwater Utilities"],
+                entity_ids=["gri-303"],
+                published_at=datetime(2025, 3, 1, tzinfo=UTC),
+            ),
+            article(
+                "emissions",
+                axis(0, tilt=0.3),
+                organizations=["Norvale Copper", "Brightwater Utilities"],
+                entity_ids=["gri-305"],
+                published_at=int(datetime(2026, 1, 22, tzinfo=UTC).timestamp()),
+            ),
+            article(
+                "labour",
+                axis(0, tilt=0.6),
+                organizations=["Halvorsen Textiles"],
+                entity_ids=["gri-408", "gri-303"],
+                published_at=datetime(2025, 4, 8, 12, 30),  # naive: UTC
+            ),
+            article("undated", axis(0, tilt=0.9)),
+        ],
+    )
+
+    async def ids(**conditions: object) -> list[str]:
+        flt = VectorFilter(tenant="acme", **conditions)  # type: ignore[arg-type]
+        return [h.doc_id for h in await store.search("articles", axis(0), 10, flt)]
+
+    assert await ids() == ["water", "emissions", "labour", "undated"]
+    # Organizations match case-insensitively, any of the given values.
+    assert await ids(organizations=("BRIGHTWATER utilities",)) == ["water", "emissions"]
+    assert await ids(organizations=("halvorsen textiles", "norvale copper")) == [
+        "emissions",
+        "labour",
+    ]
+    assert await ids(entity_ids=("gri-303",)) == ["water", "labour"]
+    assert await ids(entity_ids=("gri-999",)) == []
+    # Date bounds are inclusive; points without a date never match a date filter.
+    assert await ids(
+        published_from=datetime(2025, 3, 1, tzinfo=UTC),
+        published_to=datetime(2025, 4, 8, 12, 30, tzinfo=UTC),
+    ) == ["water", "labour"]
+    assert await ids(published_from=datetime(2025, 3, 2, tzinfo=UTC)) == ["emissions", "labour"]
+    assert await ids(published_to=datetime(2025, 12, 31, tzinfo=UTC)) == ["water", "labour"]
+    # Conditions combine with AND.
+    assert await ids(
+        organizations=("brightwater utilities",), published_from=datetime(2026, 1, 1, tzinfo=UTC)
+    ) == ["emissions"]
+    stored = (await store.search("articles", axis(0), 1, VectorFilter(tenant="acme")))[0]
+    assert stored.payload["organizations"] == ["brightwater utilities"]
+    assert stored.payload["published_at"] == int(datetime(2025, 3, 1, tzinfo=UTC).timestamp())
+
+
+async def test_upsert_of_the_same_point_overwrites_it(store: VectorStore):
+    await store.upsert("passages", "acme", [passage("d1", 0, axis(0), text="old")])
+    await store.upsert("passages", "acme", [passage("d1", 1, axis(1), text="other")])
+    await store.upsert("passages", "acme", [passage("d1", 0, axis(3), text="new")])
+    assert await store.count("passages", "acme") == 2
+    hits = await store.search("passages", axis(3), 1, VectorFilter(tenant="acme"))
+    assert (hits[0].doc_id, hits[0].passage_index, hits[0].payload["text"]) == ("d1", 0, "new")
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_delete_documents_removes_articles_and_passages(store: VectorStore):
+    for tenant in ("acme", "globex"):
+        await store.upsert("articles", tenant, [article("d1", axis(0)), article("d2", axis(1))])
+        await store.upsert(
+            "passages",
+            tenant,
+            [passage("d1", 0, axis(0)), passage("d1", 1, axis(2)), passage("d2", 0, axis(1))],
+        )
+    assert await store.delete_documents("acme", ["d1", "missing"]) == 1
+    assert await store.count("articles", "acme") == 1
+    assert await store.count("passages", "acme") == 1
+    hits = await store.search("passages", axis(0), 10, VectorFilter(tenant="acme"))
+    assert {h.doc_id for h in hits} == {"d2"}
+    # The other tenant's copy of d1 is untouched.
+    assert await store.count("articles", "globex") == 2
+    assert await store.count("passages", "globex") == 3
+    assert await store.delete_documents("acme", ["d1"]) == 0
+    assert await store.delete_documents("acme", []) == 0
+
+
+async def test_scroll_returns_every_point_with_its_vector(store: VectorStore):
+    written = {
+        ("acme", f"d{i}", j): unit(1.0, i + 1.0, j + 0.5) for i in range(30) for j in range(3)
+    }
+    written[("globex", "g1", 0)] = axis(4)
+    for (tenant, doc_id, j), vector in written.items():
+        await store.upsert("passages", tenant, [passage(doc_id, j, vector)])
+    seen = {}
+    async for p in store.scroll("passages", None):
+        seen[(p.payload["tenant"], p.doc_id, p.passage_index)] = p.vector
+    assert seen.keys() == written.keys()
+    for key, vector in written.items():
+        np.testing.assert_allclose(seen[key], vector, atol=1e-6)
+    acme = [p async for p in store.scroll("passages", "acme")]
+    assert len(acme) == 90
+    assert {p.payload["tenant"] for p in acme} == {"acme"}
+    assert [p async for p in store.scroll("articles", None)] == []
+
+
+async def test_data_survives_a_reopen(factory: StoreFactory):
+    first = factory()
+    await first.warm_up()
+    await first.upsert("articles", "acme", [article("d1", axis(0), title="kept")])
+    await first.upsert("passages", "acme", [passage("d1", 0, axis(1))])
+    await first.close()
+
+    second = factory()
+    await second.warm_up()
+    try:
+        assert await second.count("articles", "acme") == 1
+        assert await second.count("passages", "acme") == 1
+        hits = await second.search("articles", axis(0), 1, VectorFilter(tenant="acme"))
+        assert hits[0].payload["title"] == "kept"
+    finally:
+        await second.close()
+
+
+async def test_bad_input_is_an_invalid_argument(store: VectorStore):
+    flt = VectorFilter(tenant="acme")
+    with pytest.raises(InvalidArgument, match="dimension"):
+        await store.search("articles", np.ones(DIM + 1, dtype=np.float32), 3, flt)
+    with pytest.raises(InvalidArgument, match="dimension"):
+        await store.upsert("articles", "acme", [article("d1", np.ones(3, dtype=np.float32))])
+    with pytest.raises(InvalidArgument, match="non-zero"):
+        await store.search("articles", np.zeros(DIM, dtype=np.float32), 3, flt)
+    with pytest.raises(InvalidArgument, match="tenant"):
+        await store.count("articles", "")
+    with pytest.raises(InvalidArgument, match="passage_index"):
+        await store.upsert("articles", "acme", [passage("d1", 0, axis(0))])
+    with pytest.raises(InvalidArgument, match="passage_index"):
+        await store.upsert("passages", "acme", [article("d1", axis(0))])
+    with pytest.raises(InvalidArgument, match="limit"):
+        await store.search("articles", axis(0), 0, flt)
+    backwards = VectorFilter(
+        tenant="acme",
+        published_from=datetime(2026, 1, 1, tzinfo=UTC),
+        published_to=datetime(2025, 1, 1, tzinfo=UTC),
+    )
+    with pytest.raises(InvalidArgument, match="published_from"):
+        await store.search("articles", axis(0), 3, backwards)
+    with pytest.raises(InvalidArgument, match="tenant"):
+        await store.upsert("articles", "acme", [article("d1", axis(0), tenant="globex")])
+    assert await store.count("articles", "acme") == 0
+
+
+async def test_edge_builds_the_hnsw_graph_once_enough_points_wait(tmp_path: Path):
+    store = EdgeVectorStore(tmp_path, collection_prefix="t", dimension=DIM, index_after=200)
+    await store.warm_up()
+    try:
+        rng = np.random.default_rng(7)
+        vectors = rng.standard_normal((500, DIM)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        points = [passage(f"d{i}", 0, v) for i, v in enumerate(vectors)]
+        await store.upsert("passages", "acme", points[:100])
+        assert (await store.index_status("passages")).indexed_vectors == 0
+        await store.upsert("passages", "acme", points[100:])
+        status = await store.index_status("passages")
+        assert status.points == 500
+        assert status.indexed_vectors >= 400
+        # The graph answers like exact search on this easy case.
+        hits = await store.search("passages", vectors[123], 5, VectorFilter(tenant="acme"))
+        assert hits[0].doc_id == "d123"
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    finally:
+        await store.close()
+
+
+async def test_edge_refuses_a_second_opener_and_another_dimension(tmp_path: Path):
+    first = EdgeVectorStore(tmp_path, collection_prefix="t", dimension=DIM)
+    await first.warm_up()
+    try:
+        with pytest.raises(FailedPrecondition, match="another process"):
+            await EdgeVectorStore(tmp_path, collection_prefix="t", dimension=DIM).warm_up()
+    finally:
+        await first.close()
+    with pytest.raises(FailedPrecondition, match="dimension 16"):
+        await EdgeVectorStore(tmp_path, collection_prefix="t", dimension=16).warm_up()
+
+
+async def test_qdrant_local_refuses_another_dimension(tmp_path: Path):
+    first = QdrantVectorStore(collection_prefix="t", dimension=DIM, path=tmp_path)
+    await first.warm_up()
+    await first.close()
+    with pytest.raises(FailedPrecondition, match="size 8"):
+        await QdrantVectorStore(collection_prefix="t", dimension=16, path=tmp_path).warm_up()
+
+
+async def test_operations_before_warm_up_fail_clearly(tmp_path: Path):
+    for s in make_factory("edge", tmp_path)(), make_factory("qdrant", tmp_path)():
+        with pytest.raises(FailedPrecondition, match="warm_up"):
+            await s.count("articles", "acme")
+
+
+def test_create_store_picks_the_configured_kind(tmp_path: Path):
+    common = {"collection_prefix": "t", "dimension": DIM, "timeout_seconds": 1.0}
+    edge = create_store("edge", path=tmp_path, url=None, api_key=None, **common)
+    assert isinstance(edge, EdgeVectorStore)
+    remote = create_store("qdrant", path=None, url="http://qdrant:6333", api_key="secret", **common)
+    assert isinstance(remote, QdrantVectorStore)
+    assert "secret" not in repr(vars(remote))
+    with pytest.raises(FailedPrecondition):
+        create_store("edge", path=None, url=None, api_key=None, **common)
+    with pytest.raises(FailedPrecondition):
+        create_store("qdrant", path=tmp_path, url=None, api_key=None, **common)
