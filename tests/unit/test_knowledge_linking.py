@@ -381,7 +381,6 @@ def test_unrelated_text_stays_unlinked(linker: EntityLinker) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SAMPLE_CORPUS.is_file(), reason="demo corpus not present")
 def test_sample_corpus_articles_link_to_their_topics(linker: EntityLinker) -> None:
     articles = {
         doc["id"]: doc
