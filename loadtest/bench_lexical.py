@@ -20,7 +20,7 @@ are reported beside the latencies, because on a machine with other load the
 latency includes waiting for a CPU.
 
     python loadtest/bench_lexical.py --docs 20000 --backend tantivy --backend opensearch \\
-        --opensearch-url http://127.0.0.1:9251
+        --opensearch-url http://127.0.0.1:9200
 
 Exits 1 when the concurrency-1 p50 overhead of a backend exceeds
 ``--max-overhead-ms``. This is a benchmark command, not a test.
@@ -73,7 +73,8 @@ LEXICAL = "attest.lexical.v1.LexicalService"
 TENANT = "default"  # the tenant the service's interceptor assigns to every caller
 TOP_K = 10
 HERE = Path(__file__).resolve().parent
-DEFAULT_CORPUS = Path("/work/shared/data/news/reuters21578.jsonl")
+# The public data folder lies beside the repository.
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared/data/news/reuters21578.jsonl"
 DEFAULT_OUTPUT = HERE / "reports" / "lexical-overhead.json"
 
 # One query: index into the query set; the coroutine returns the hit doc ids.
@@ -779,7 +780,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="backend to measure; repeat for several (default: tantivy)",
     )
     parser.add_argument(
-        "--opensearch-url", default="http://127.0.0.1:9251", help="OpenSearch node (opensearch)"
+        "--opensearch-url", default="http://127.0.0.1:9200", help="OpenSearch node (opensearch)"
     )
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="Reuters JSONL")
     parser.add_argument("--queries", type=int, default=400, help="size of the query set")
