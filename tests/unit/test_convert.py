@@ -8,12 +8,12 @@ import pytest
 
 from attest.common.v1 import common_pb2
 from attest.core.errors import InvalidArgument
+from attest.core.settings import RequestLimits
 from attest.lexical import convert
 from attest.lexical.models import Level
-from attest.lexical.settings import Limits
 from attest.lexical.v1 import lexical_pb2
 
-LIMITS = Limits()
+LIMITS = RequestLimits()
 
 
 def search(**kw: object) -> lexical_pb2.SearchRequest:
@@ -149,7 +149,7 @@ def test_index_rejections_name_the_field(documents, field, reason):
 
 
 def test_batch_limit_is_enforced():
-    limits = Limits(max_batch=2)
+    limits = RequestLimits(max_batch=2)
     with pytest.raises(InvalidArgument) as info:
         convert.index_from_proto(
             lexical_pb2.IndexRequest(documents=[doc(id=str(i)) for i in range(3)]), limits

@@ -58,6 +58,29 @@ class ClientSettings(StrictModel):
     max_message_bytes: int = Field(default=64 * MiB, ge=1024)
 
 
+class RequestLimits(StrictModel):
+    """Bounds on what one request may carry; every index service enforces them."""
+
+    max_query_chars: int = Field(default=4096, ge=1)
+    max_top_k: int = Field(default=1000, ge=1)
+    max_batch: int = Field(default=1000, ge=1)
+    max_id_chars: int = Field(default=256, ge=1)
+    max_text_chars: int = Field(default=2_000_000, ge=1)
+    max_filters: int = Field(default=16, ge=1)
+    max_filter_values: int = Field(default=256, ge=1)
+
+
+def service_config(env_prefix: str) -> SettingsConfigDict:
+    """The settings configuration every service shares, under its own prefix."""
+    return SettingsConfigDict(
+        env_prefix=env_prefix,
+        extra="forbid",
+        env_nested_delimiter="__",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+
 class ServiceSettings(BaseSettings):
     """Base of every service's settings."""
 

@@ -10,6 +10,7 @@ from attest.common.v1 import common_pb2
 from attest.core import common
 from attest.core.common import Filters, from_timestamp, to_timestamp
 from attest.core.errors import InvalidArgument
+from attest.core.settings import RequestLimits
 from attest.lexical.models import (
     Counts,
     DocumentIn,
@@ -19,17 +20,16 @@ from attest.lexical.models import (
     PassageIn,
     SearchQuery,
 )
-from attest.lexical.settings import Limits
 from attest.lexical.v1 import lexical_pb2
 
 
-def filters_from_proto(filters: list[common_pb2.Filter], limits: Limits) -> Filters:
+def filters_from_proto(filters: list[common_pb2.Filter], limits: RequestLimits) -> Filters:
     return common.filters_from_proto(
         filters, max_filters=limits.max_filters, max_values=limits.max_filter_values
     )
 
 
-def search_from_proto(request: lexical_pb2.SearchRequest, limits: Limits) -> SearchQuery:
+def search_from_proto(request: lexical_pb2.SearchRequest, limits: RequestLimits) -> SearchQuery:
     text = request.query.strip()
     if not text:
         raise InvalidArgument("must not be empty", field="query")
@@ -54,7 +54,7 @@ def search_from_proto(request: lexical_pb2.SearchRequest, limits: Limits) -> Sea
     )
 
 
-def _check_id(value: str, field: str, limits: Limits) -> str:
+def _check_id(value: str, field: str, limits: RequestLimits) -> str:
     if not value or not value.strip():
         raise InvalidArgument("must not be empty", field=field)
     if len(value) > limits.max_id_chars:
@@ -62,7 +62,7 @@ def _check_id(value: str, field: str, limits: Limits) -> str:
     return value
 
 
-def document_from_proto(doc: common_pb2.Document, where: str, limits: Limits) -> DocumentIn:
+def document_from_proto(doc: common_pb2.Document, where: str, limits: RequestLimits) -> DocumentIn:
     _check_id(doc.id, f"{where}.id", limits)
     for name in ("title", "body"):
         if len(getattr(doc, name)) > limits.max_text_chars:
@@ -103,7 +103,7 @@ def document_from_proto(doc: common_pb2.Document, where: str, limits: Limits) ->
     )
 
 
-def index_from_proto(request: lexical_pb2.IndexRequest, limits: Limits) -> list[DocumentIn]:
+def index_from_proto(request: lexical_pb2.IndexRequest, limits: RequestLimits) -> list[DocumentIn]:
     if not request.documents:
         raise InvalidArgument("must contain at least one document", field="documents")
     if len(request.documents) > limits.max_batch:
@@ -121,7 +121,7 @@ def index_from_proto(request: lexical_pb2.IndexRequest, limits: Limits) -> list[
     return docs
 
 
-def delete_from_proto(request: lexical_pb2.DeleteRequest, limits: Limits) -> list[str]:
+def delete_from_proto(request: lexical_pb2.DeleteRequest, limits: RequestLimits) -> list[str]:
     if not request.doc_ids:
         raise InvalidArgument("must contain at least one id", field="doc_ids")
     if len(request.doc_ids) > limits.max_batch:

@@ -6,9 +6,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
-from attest.core.settings import ServerSettings, ServiceSettings, StrictModel
+from attest.core.settings import (
+    RequestLimits,
+    ServerSettings,
+    ServiceSettings,
+    StrictModel,
+    service_config,
+)
 
 
 class OpenSearchSettings(StrictModel):
@@ -31,24 +36,8 @@ class ElasticsearchSettings(StrictModel):
     timeout_seconds: float = Field(default=10.0, gt=0)
 
 
-class Limits(StrictModel):
-    max_query_chars: int = Field(default=4096, ge=1)
-    max_top_k: int = Field(default=1000, ge=1)
-    max_batch: int = Field(default=1000, ge=1)
-    max_id_chars: int = Field(default=256, ge=1)
-    max_text_chars: int = Field(default=2_000_000, ge=1)
-    max_filters: int = Field(default=16, ge=1)
-    max_filter_values: int = Field(default=256, ge=1)
-
-
 class LexicalSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="ATTEST_LEXICAL_",
-        extra="forbid",
-        env_nested_delimiter="__",
-        frozen=True,
-        populate_by_name=True,
-    )
+    model_config = service_config("ATTEST_LEXICAL_")
 
     server: ServerSettings = ServerSettings(port=50052)
     backend: Literal["tantivy", "opensearch", "elasticsearch"] = "tantivy"
@@ -70,5 +59,5 @@ class LexicalSettings(ServiceSettings):
     )
     opensearch: OpenSearchSettings = OpenSearchSettings()
     elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
-    limits: Limits = Limits()
+    limits: RequestLimits = RequestLimits()
     writer_heap_bytes: int = Field(default=128 * 1024 * 1024, ge=16 * 1024 * 1024)

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from pydantic import Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
-from attest.core.settings import ClientSettings, ServiceSettings
+from attest.core.settings import ClientSettings, ServiceSettings, service_config
 
 
 class PipelineSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="ATTEST_PIPELINE_",
-        extra="forbid",
-        env_nested_delimiter="__",
-        frozen=True,
-        populate_by_name=True,
-    )
+    model_config = service_config("ATTEST_PIPELINE_")
 
     broker_url: SecretStr = Field(
         default=SecretStr("redis://localhost:6379/0"),

@@ -6,9 +6,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import SettingsConfigDict
 
-from attest.core.settings import ServerSettings, ServiceSettings, StrictModel
+from attest.core.settings import (
+    RequestLimits,
+    ServerSettings,
+    ServiceSettings,
+    StrictModel,
+    service_config,
+)
 from attest.semantic.embedding import PACKAGED_MINILM
 
 
@@ -18,25 +23,12 @@ class QdrantSettings(StrictModel):
     timeout_seconds: float = Field(default=10.0, gt=0)
 
 
-class SemanticLimits(StrictModel):
-    max_query_chars: int = Field(default=4096, ge=1)
-    max_top_k: int = Field(default=1000, ge=1)
-    max_batch: int = Field(default=1000, ge=1)
-    max_id_chars: int = Field(default=256, ge=1)
-    max_text_chars: int = Field(default=2_000_000, ge=1)
-    max_filters: int = Field(default=16, ge=1)
-    max_filter_values: int = Field(default=256, ge=1)
+class SemanticLimits(RequestLimits):
     max_paths: int = Field(default=64, ge=1)
 
 
 class SemanticSettings(ServiceSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="ATTEST_SEMANTIC_",
-        extra="forbid",
-        env_nested_delimiter="__",
-        frozen=True,
-        populate_by_name=True,
-    )
+    model_config = service_config("ATTEST_SEMANTIC_")
 
     server: ServerSettings = ServerSettings(port=50053)
     store: Literal["edge", "qdrant"] = Field(
