@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -104,15 +105,22 @@ async def test_health_is_not_serving_until_the_backend_is_ready(controlled):
         await server.stop(grace=1)
 
 
-async def test_in_flight_search_finishes_during_graceful_shutdown(controlled):
-    server, backend = controlled
+@contextlib.asynccontextmanager
+async def warm(server, backend, **channel_options):
+    """Start the server with a ready backend; yield a stub on a fresh channel."""
     backend.warm_gate.set()
     port = await server.start()
     await asyncio.wait_for(server.ready.wait(), 10)
-    channel = create_channel(f"127.0.0.1:{port}")
-    stub = lexical_pb2_grpc.LexicalServiceStub(channel)
-    watcher = create_channel(f"127.0.0.1:{port}")
+    channel = create_channel(f"127.0.0.1:{port}", **channel_options)
     try:
+        yield lexical_pb2_grpc.LexicalServiceStub(channel)
+    finally:
+        await channel.close()
+
+
+async def test_in_flight_search_finishes_during_graceful_shutdown(controlled):
+    server, backend = controlled
+    async with warm(server, backend) as stub:
         doc = common_pb2.Document(id="d1", title="Water report", body="Water withdrawal fell.")
         await stub.Index(lexical_pb2.IndexRequest(documents=[doc], refresh=True))
         backend.search_gate.clear()
@@ -134,19 +142,11 @@ async def test_in_flight_search_finishes_during_graceful_shutdown(controlled):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.Search(lexical_pb2.SearchRequest(query="water", top_k=1), timeout=2)
         assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-    finally:
-        await channel.close()
-        await watcher.close()
 
 
 async def test_unexpected_errors_become_internal_without_details(controlled):
     server, backend = controlled
-    backend.warm_gate.set()
-    port = await server.start()
-    await asyncio.wait_for(server.ready.wait(), 10)
-    channel = create_channel(f"127.0.0.1:{port}")
-    stub = lexical_pb2_grpc.LexicalServiceStub(channel)
-    try:
+    async with warm(server, backend) as stub:
         backend.fail_with = RuntimeError("secret path /etc/attest exploded")
         backend.fail_times = -1
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -156,27 +156,15 @@ async def test_unexpected_errors_become_internal_without_details(controlled):
         request_ids = [v for k, v in info.value.trailing_metadata() if k == "x-request-id"]
         assert len(request_ids) == 1
         assert len(request_ids[0]) == 32
-    finally:
-        await channel.close()
-        await server.stop(grace=1)
 
 
 async def test_deadline_is_enforced_downstream(controlled):
     server, backend = controlled
-    backend.warm_gate.set()
-    port = await server.start()
-    await asyncio.wait_for(server.ready.wait(), 10)
-    channel = create_channel(f"127.0.0.1:{port}")
-    stub = lexical_pb2_grpc.LexicalServiceStub(channel)
-    try:
+    async with warm(server, backend) as stub:
         backend.search_gate.clear()
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await stub.Search(lexical_pb2.SearchRequest(query="water", top_k=1), timeout=0.3)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    finally:
-        backend.search_gate.set()
-        await channel.close()
-        await server.stop(grace=1)
 
 
 async def test_no_rpc_answers_unknown(tmp_path):
