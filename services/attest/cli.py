@@ -39,8 +39,17 @@ def _semantic() -> tuple[Servicer, ServerSettings, LoggingSettings]:
     return SemanticServicer(settings), settings.server, settings.logging
 
 
+def _rerank() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.rerank.servicer import RerankServicer
+    from attest.rerank.settings import RerankSettings
+
+    settings = RerankSettings()
+    return RerankServicer(settings), settings.server, settings.logging
+
+
 SERVICES["lexical"] = _lexical
 SERVICES["semantic"] = _semantic
+SERVICES["rerank"] = _rerank
 
 
 @click.group()
@@ -64,7 +73,12 @@ def serve(service: str, host: str | None, port: int | None, data_dir: Path | Non
     if data_dir is not None:
         os.environ["ATTEST_DATA_DIR"] = str(data_dir)
     names = list(SERVICES) if service == "all" else [service]
-    built = [SERVICES[name]() for name in names]
+    from pydantic import ValidationError
+
+    try:
+        built = [SERVICES[name]() for name in names]
+    except ValidationError as exc:
+        raise click.ClickException(f"invalid settings: {exc}") from exc
     servicers = [b[0] for b in built]
     server_settings, log_settings = built[0][1], built[0][2]
     overrides: dict[str, Any] = {}
@@ -201,6 +215,15 @@ def demo(data_dir: Path | None, top_k: int) -> None:
     configure_logging(LoggingSettings(level="WARNING", json=False))
     root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
     asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
+
+
+def _register_pfid() -> None:
+    from attest.rerank.commands import pfid
+
+    main.add_command(pfid)
+
+
+_register_pfid()
 
 
 if __name__ == "__main__":

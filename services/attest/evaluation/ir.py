@@ -115,3 +115,37 @@ def evaluate(qrels: dict[str, dict[str, int]], run: Run) -> dict[str, float]:
         "recall@100": sum(per_query[q]["recall_100"] for q in judged) / n,
         "queries": float(n),
     }
+
+
+def cutoff_metrics(
+    qrels: dict[str, dict[str, int]],
+    run: Run,
+    *,
+    mrr_at: int = 10,
+    recall_at: tuple[int, ...] = (),
+    ndcg_at: tuple[int, ...] = (),
+) -> dict[str, float]:
+    """MRR@k, Recall@k and nDCG@k averaged over queries with a positive judgment.
+
+    Ties in a run are broken by id, the same way pytrec_eval does, and a judged
+    query missing from the run counts as zero.
+    """
+    judged = [q for q, rels in qrels.items() if any(v > 0 for v in rels.values())]
+    if not judged:
+        raise DatasetError("no query has a positive judgment")
+    full = {q: run.get(q) or {"\x00none": 0.0} for q in judged}
+    top = {q: dict(sorted(d.items(), key=lambda kv: -kv[1])[:mrr_at]) for q, d in full.items()}
+    out: dict[str, float] = {}
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top)
+    out[f"mrr@{mrr_at}"] = sum(rr[q]["recip_rank"] for q in judged) / len(judged)
+    measures = {f"recall.{','.join(map(str, recall_at))}"} if recall_at else set()
+    if ndcg_at:
+        measures.add(f"ndcg_cut.{','.join(map(str, ndcg_at))}")
+    if measures:
+        per_query = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(full)
+        for k in recall_at:
+            out[f"recall@{k}"] = sum(per_query[q][f"recall_{k}"] for q in judged) / len(judged)
+        for k in ndcg_at:
+            out[f"ndcg@{k}"] = sum(per_query[q][f"ndcg_cut_{k}"] for q in judged) / len(judged)
+    out["queries"] = float(len(judged))
+    return out
