@@ -52,6 +52,17 @@ SERVICES["semantic"] = _semantic
 SERVICES["rerank"] = _rerank
 
 
+def _generate() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.generate.servicer import GenerateServicer
+    from attest.generate.settings import GenerateSettings
+
+    settings = GenerateSettings()
+    return GenerateServicer(settings), settings.server, settings.logging
+
+
+SERVICES["generate"] = _generate
+
+
 @click.group()
 @click.version_option(package_name="attest")
 def main() -> None:
@@ -224,6 +235,16 @@ def _register_pfid() -> None:
 
 
 _register_pfid()
+
+
+def _register_generate() -> None:
+    from attest.generate.commands import convert_rgb_command, eval_qa
+
+    eval_group.add_command(eval_qa)
+    eval_group.add_command(convert_rgb_command)
+
+
+_register_generate()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,301 @@
+"""Extractive generation with no LLM: the embedded default.
+
+Every step is a selection of sentences that exist in the sources, so nothing
+is invented and every answer sentence has a passage it came from.
+
+* Summaries: maximal marginal relevance (MMR) over a source's sentences,
+  relevance being MiniLM cosine similarity to the question (to the source's
+  centroid when there is no question), kept in document order.
+* Answer: candidates are the sentences of all sources, except questions and
+  sentences that add nothing to the question's own words. A candidate's
+  score averages its relevance to the question with its corroboration, the
+  mean of (a) how much of what it adds beyond the question (its names,
+  numbers and dates, IDF-weighted over the sources) the three most agreeing
+  other sources also state, and (b) answer redundancy: the share of the
+  other sources' relevance that backs its best fact of the kind the question
+  asks for (a date for "when", a name for "who", a number for "how many").
+  A claim several independent sources repeat is more likely the answer than
+  one a single source makes. Sentences without a fact of the asked-for kind
+  (datelines do not count: when a text was published is not what it states)
+  are ranked behind those with one. MMR then picks the sentences, so the
+  answer does not repeat itself.
+* Citation and confidence: the support of a source for a sentence is the
+  geometric mean of the best MiniLM similarity between the sentence and a
+  sentence of the source (mapped from [floor, 1] onto [0, 1]) and the
+  IDF-weighted share of the sentence's facts found in the source: both must
+  hold. Confidence is round(10 × support); a sentence taken from a source
+  scores 10 against it. Other sources at or above ``min_confidence``
+  corroborate it.
+
+The numeric choices are fixed by what the scores mean, not fitted to an
+evaluation set; they are settings so that a deployment can calibrate them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from attest.core.settings import StrictModel
+from attest.generate.models import Proposal, Source
+from attest.generate.text import (
+    answer_type,
+    content_tokens,
+    has_answer_type,
+    key_terms,
+    split_sentences,
+    strip_dateline,
+    tokens,
+    typed_terms,
+)
+from attest.semantic.embedding import Embedder
+
+Matrix = npt.NDArray[np.float32]
+
+
+class ExtractiveSettings(StrictModel):
+    answer_sentences: int = 3
+    mmr_lambda: float = 0.7
+    corroboration_weight: float = 0.5
+    corroborating_sources: int = 3
+    min_relevance: float = 0.15
+    min_confidence: int = 5
+    cosine_floor: float = 0.2
+    min_fragment_words: int = 5
+    untyped_penalty: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    text: str
+    source_index: int
+
+
+def fragments(text: str, min_words: int) -> list[str]:
+    """Sentences, with short pieces (datelines, "Feb 7, 2021 ...") joined to the next."""
+    out: list[str] = []
+    carry = ""
+    for sentence in split_sentences(text):
+        piece = f"{carry} {sentence}".strip() if carry else sentence
+        if len(tokens(piece)) < min_words:
+            carry = piece
+            continue
+        out.append(piece)
+        carry = ""
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
+def mmr(scores: Sequence[float], similarity: Matrix, k: int, lam: float) -> list[int]:
+    """Indices chosen by maximal marginal relevance, best first."""
+    chosen: list[int] = []
+    remaining = set(range(len(scores)))
+    while remaining and len(chosen) < k:
+
+        def value(i: int) -> float:
+            redundancy = max((float(similarity[i, j]) for j in chosen), default=0.0)
+            return lam * scores[i] - (1 - lam) * redundancy
+
+        best = max(sorted(remaining), key=value)
+        chosen.append(best)
+        remaining.discard(best)
+    return chosen
+
+
+class ExtractiveEngine:
+    """Selection, citation and confidence from embeddings and word overlap."""
+
+    def __init__(self, embedder: Embedder, settings: ExtractiveSettings | None = None) -> None:
+        self.embedder = embedder
+        self.settings = settings or ExtractiveSettings()
+
+    def warm_up(self) -> None:
+        # One encode as well: the first one pays torch's lazy set-up (seconds).
+        self.embedder.encode(["warm up"])
+
+    # -- summaries -----------------------------------------------------------------
+
+    async def summarize(self, source: Source, query: str, max_sentences: int) -> str:
+        return await asyncio.to_thread(self._summarize, source.text, query, max_sentences)
+
+    def _summarize(self, text: str, query: str, max_sentences: int) -> str:
+        parts = fragments(text, self.settings.min_fragment_words)
+        if len(parts) <= max_sentences:
+            return " ".join(parts)
+        vectors = self.embedder.encode([*parts, query] if query else parts)
+        if query:
+            relevance = vectors[:-1] @ vectors[-1]
+            vectors = vectors[:-1]
+        else:
+            centroid = vectors.mean(axis=0)
+            relevance = vectors @ (centroid / max(float(np.linalg.norm(centroid)), 1e-9))
+        chosen = mmr(
+            relevance.tolist(), vectors @ vectors.T, max_sentences, self.settings.mmr_lambda
+        )
+        return " ".join(parts[i] for i in sorted(chosen))
+
+    # -- answer ----------------------------------------------------------------------
+
+    async def answer(
+        self, question: str, sources: Sequence[Source], max_sentences: int
+    ) -> list[Candidate]:
+        """Answer sentences taken from the sources; empty when none is relevant."""
+        return await asyncio.to_thread(self._answer, question, sources, max_sentences)
+
+    def _answer(
+        self, question: str, sources: Sequence[Source], max_sentences: int
+    ) -> list[Candidate]:
+        # A question states no fact, and a sentence that only repeats the
+        # question's words adds none, so neither can be an answer sentence.
+        asked = content_tokens(question)
+        cands = [
+            Candidate(text, i)
+            for i, s in enumerate(sources)
+            for text in fragments(s.text, self.settings.min_fragment_words)
+            if not text.rstrip(" .…").endswith("?") and content_tokens(strip_dateline(text)) - asked
+        ]
+        if not cands:
+            return []
+        vectors = self.embedder.encode([question, *(c.text for c in cands)])
+        relevance = vectors[1:] @ vectors[0]
+        if float(relevance.max()) < self.settings.min_relevance:
+            return []
+        scorer = _Overlap([s.text for s in sources], question)
+        corroboration = np.zeros(len(cands), dtype=np.float32)
+        n_top = self.settings.corroborating_sources
+        for i, cand in enumerate(cands):
+            others = sorted(
+                (scorer.share(cand.text, j) for j in range(len(sources)) if j != cand.source_index),
+                reverse=True,
+            )[:n_top]
+            corroboration[i] = float(np.mean(others)) if others else 0.0
+        # Answer redundancy: how much of the other sources' relevance backs the
+        # sentence's best fact of the asked-for kind.
+        kind = answer_type(question)
+        owner = np.array([c.source_index for c in cands])
+        weight = np.array(
+            [
+                max(0.0, float(relevance[owner == j].max())) if (owner == j).any() else 0.0
+                for j in range(len(sources))
+            ]
+        )
+        votes = np.zeros(len(cands), dtype=np.float32)
+        for i, cand in enumerate(cands):
+            backing = float(weight.sum() - weight[cand.source_index])
+            terms = typed_terms(cand.text, kind, question)
+            if backing <= 0 or not terms:
+                continue
+            votes[i] = (
+                max(
+                    sum(
+                        weight[j]
+                        for j in range(len(sources))
+                        if j != cand.source_index and t in scorer.tokens[j]
+                    )
+                    for t in terms
+                )
+                / backing
+            )
+        corroboration = 0.5 * corroboration + 0.5 * votes
+        w = self.settings.corroboration_weight
+        score = (1 - w) * relevance + w * corroboration
+        # Sentences that state the kind of fact asked for (a date for "when", a
+        # name for "who", ...) come before those that do not.
+        typed = np.array([has_answer_type(c.text, kind, question) for c in cands])
+        score = score * np.where(typed, 1.0, self.settings.untyped_penalty)
+        k = min(max_sentences, self.settings.answer_sentences)
+        sims = vectors[1:] @ vectors[1:].T
+        chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
+        return [cands[i] for i in chosen if relevance[i] >= self.settings.min_relevance]
+
+    # -- support ------------------------------------------------------------------------
+
+    async def support(
+        self, sentences: Sequence[str], sources: Sequence[str], question: str = ""
+    ) -> npt.NDArray[np.float64]:
+        """Support in [0, 1] of each source (columns) for each sentence (rows)."""
+        return await asyncio.to_thread(self._support, sentences, sources, question)
+
+    def _support(
+        self, sentences: Sequence[str], sources: Sequence[str], question: str
+    ) -> npt.NDArray[np.float64]:
+        if not sentences or not sources:
+            return np.zeros((len(sentences), len(sources)))
+        parts = [fragments(s, 1) or [s] for s in sources]
+        flat = [p for ps in parts for p in ps]
+        vectors = self.embedder.encode([*sentences, *flat])
+        sims = vectors[: len(sentences)] @ vectors[len(sentences) :].T
+        owner = np.repeat(np.arange(len(sources)), [len(p) for p in parts])
+        best = np.full((len(sentences), len(sources)), -1.0)
+        for j in range(len(sources)):
+            best[:, j] = sims[:, owner == j].max(axis=1)
+        floor = self.settings.cosine_floor
+        semantic = np.clip((best - floor) / (1 - floor), 0.0, 1.0)
+        scorer = _Overlap(list(sources), question)
+        lexical = np.array([[scorer.share(s, j) for j in range(len(sources))] for s in sentences])
+        # Both must hold: on the same subject and stating the same facts.
+        return np.asarray(np.sqrt(semantic * lexical), dtype=np.float64)
+
+    async def cite(
+        self,
+        question: str,
+        sentences: Sequence[str],
+        sources: Sequence[Source],
+        max_citations: int,
+        origins: Sequence[int | None] | None = None,
+    ) -> list[list[Proposal]]:
+        """Proposals per sentence (0-based source indices into ``sources``)."""
+        support = await self.support(sentences, [s.text for s in sources], question)
+        out: list[list[Proposal]] = []
+        for i in range(len(sentences)):
+            confidence = [to_confidence(x) for x in support[i]]
+            origin = origins[i] if origins is not None else None
+            if origin is not None:
+                confidence[origin] = 10
+            ranked = sorted(range(len(sources)), key=lambda j: (-confidence[j], j))
+            picked = [j for j in ranked if confidence[j] >= self.settings.min_confidence][
+                :max_citations
+            ]
+            out.append([Proposal(sentence=i, source=j, confidence=confidence[j]) for j in picked])
+        return out
+
+
+def to_confidence(support: float) -> int:
+    return round(10 * min(1.0, max(0.0, support)))
+
+
+class _Overlap:
+    """IDF-weighted share of a sentence's novel content words found in each source."""
+
+    def __init__(self, sources: Sequence[str], question: str) -> None:
+        self.tokens = [content_tokens(s) for s in sources]
+        self.question = content_tokens(question)
+        df: dict[str, int] = {}
+        for toks in self.tokens:
+            for t in toks:
+                df[t] = df.get(t, 0) + 1
+        self.df = df
+        self.n = len(sources)
+
+    def idf(self, token: str) -> float:
+        return math.log(1 + (self.n + 1) / (self.df.get(token, 0) + 1))
+
+    def share(self, sentence: str, source: int) -> float:
+        # The facts the sentence adds to the question; its other content words
+        # only when it states no such fact.
+        words = content_tokens(sentence)
+        novel = (key_terms(sentence) & words) - self.question or words - self.question or words
+        if not novel:
+            return 0.0
+        total = sum(self.idf(w) for w in novel)
+        found = sum(self.idf(w) for w in novel if w in self.tokens[source])
+        return found / total if total else 0.0

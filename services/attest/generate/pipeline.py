@@ -1,0 +1,538 @@
+"""The answer pipeline, written once for both modes.
+
+summarize every source (concurrently) → answer from the summaries → split
+into sentences → cite each sentence with a 0-10 confidence (batched) →
+re-search sentences below the threshold, summarize what the search found,
+re-cite and emit a revision → final event with timings and LLM call counts.
+
+The LLM mode and the extractive mode differ only in the ``_Engine`` behind
+each step. Guarantees live here, not in the engines: every proposal is
+validated against the sources actually given (unknown source, confidence
+outside 0-10 or not an integer, unreadable output → discarded and counted),
+and every sentence leaves with citations or marked unsupported.
+
+LLM calls per answer are bounded: N summaries + 1 answer + ⌈S / batch⌉
+citation calls + R × (K + 1) for R re-searches of K sources each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from attest.core.errors import AttestError, InvalidArgument, Unavailable
+from attest.core.settings import StrictModel
+from attest.generate import prompts
+from attest.generate.extractive import ExtractiveEngine, to_confidence
+from attest.generate.llm import JsonSchema, LLMClient
+from attest.generate.models import (
+    INSUFFICIENT,
+    Citation,
+    Event,
+    FinalEvent,
+    Judgement,
+    Mode,
+    Proposal,
+    RevisionEvent,
+    Sentence,
+    SentenceEvent,
+    Source,
+    Step,
+    StepTiming,
+    SummaryEvent,
+)
+from attest.generate.text import split_sentences
+
+log = logging.getLogger(__name__)
+
+# Re-search: (query, top_k) → sources found, best first.
+SearchFn = Callable[[str, int], Awaitable[Sequence[Source]]]
+
+
+class PipelineSettings(StrictModel):
+    confidence_threshold: int = 5
+    max_researches: int = 3
+    research_top_k: int = 3
+    max_sentences: int = 10
+    max_citations: int = 3
+    summary_sentences: int = 3
+    cite_batch_size: int = 8
+    fallback_to_extractive: bool = True
+
+
+@dataclass(slots=True)
+class AnswerOptions:
+    confidence_threshold: int = 5
+    max_researches: int = 3
+    research_top_k: int = 3
+    max_sentences: int = 10
+    mode: Mode | None = None
+
+
+@dataclass(slots=True)
+class _Run:
+    """Mutable state of one call: the engine in use, counters and timings."""
+
+    mode: Mode
+    degraded_reason: str = ""
+    llm_calls: int = 0
+    discarded: int = 0
+    seconds: dict[Step, float] = field(default_factory=dict)
+    calls: dict[Step, int] = field(default_factory=dict)
+
+    def timings(self) -> tuple[StepTiming, ...]:
+        return tuple(
+            StepTiming(step, self.seconds[step], self.calls.get(step, 0))
+            for step in Step
+            if step in self.seconds
+        )
+
+
+class _Timer:
+    def __init__(self, run: _Run, step: Step) -> None:
+        self.run, self.step = run, step
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+        self.calls_before = self.run.llm_calls
+
+    def __exit__(self, *exc: object) -> None:
+        r = self.run
+        r.seconds[self.step] = r.seconds.get(self.step, 0.0) + time.perf_counter() - self.start
+        r.calls[self.step] = r.calls.get(self.step, 0) + r.llm_calls - self.calls_before
+
+
+@dataclass(frozen=True, slots=True)
+class CiteResult:
+    sentences: tuple[Sentence, ...]
+    discarded: int
+    mode: Mode
+    degraded_reason: str
+    llm_calls: int
+
+
+class Generator:
+    """Summarize, answer, cite and judge, with an LLM or extractively."""
+
+    def __init__(
+        self,
+        extractive: ExtractiveEngine,
+        llm: LLMClient | None = None,
+        settings: PipelineSettings | None = None,
+    ) -> None:
+        self.extractive = extractive
+        self.llm = llm
+        self.settings = settings or PipelineSettings()
+
+    @property
+    def default_mode(self) -> Mode:
+        return Mode.LLM if self.llm is not None else Mode.EXTRACTIVE
+
+    def _start(self, mode: Mode | None) -> _Run:
+        mode = mode or self.default_mode
+        if mode is Mode.LLM and self.llm is None:
+            return _Run(Mode.EXTRACTIVE, degraded_reason="no LLM is configured")
+        return _Run(mode)
+
+    async def close(self) -> None:
+        if self.llm is not None:
+            await self.llm.close()
+
+    # -- one LLM call, with the switch to extractive mode when the LLM is down --------
+
+    async def _llm(
+        self,
+        run: _Run,
+        system: str,
+        user: str,
+        *,
+        schema: JsonSchema | None = None,
+        max_tokens: int | None = None,
+    ) -> str:
+        assert self.llm is not None
+        run.llm_calls += 1
+        return await self.llm.generate(system, user, schema=schema, max_tokens=max_tokens)
+
+    def _degrade(self, run: _Run, exc: Unavailable) -> None:
+        if not self.settings.fallback_to_extractive:
+            raise exc
+        log.warning("LLM unavailable, answering extractively: %s", exc.message)
+        run.mode = Mode.EXTRACTIVE
+        run.degraded_reason = f"LLM unavailable: {exc.message}"
+
+    # -- summarize ------------------------------------------------------------------
+
+    async def _summarize_one(self, run: _Run, source: Source, query: str, n: int) -> str:
+        if source.summary:
+            return source.summary
+        if run.mode is Mode.LLM:
+            try:
+                text = await self._llm(
+                    run,
+                    prompts.SYSTEM,
+                    prompts.summarize_prompt(source.text, source.title, query, n),
+                )
+                return text.strip() or await self.extractive.summarize(source, query, n)
+            except Unavailable as exc:
+                self._degrade(run, exc)
+        return await self.extractive.summarize(source, query, n)
+
+    async def _summarize_many(
+        self, run: _Run, sources: Sequence[Source], query: str, n: int
+    ) -> list[str]:
+        return list(await asyncio.gather(*(self._summarize_one(run, s, query, n) for s in sources)))
+
+    async def summarize(
+        self,
+        sources: Sequence[Source],
+        query: str = "",
+        max_sentences: int = 3,
+        mode: Mode | None = None,
+    ) -> tuple[list[str], Mode, str, int]:
+        run = self._start(mode)
+        summaries = await self._summarize_many(run, sources, query, max_sentences)
+        return summaries, run.mode, run.degraded_reason, run.llm_calls
+
+    # -- cite -------------------------------------------------------------------------
+
+    async def _cite_llm(
+        self, run: _Run, sentences: Sequence[str], evidence: Sequence[str], max_citations: int
+    ) -> list[list[Proposal]]:
+        """Proposals per sentence, 1-based raw source numbers as the model wrote them."""
+        out: list[list[Proposal]] = [[] for _ in sentences]
+        batch = self.settings.cite_batch_size
+
+        async def one(start: int) -> None:
+            part = sentences[start : start + batch]
+            text = await self._llm(
+                run,
+                prompts.SYSTEM,
+                prompts.cite_prompt(part, evidence, max_citations),
+                schema=prompts.CITE_SCHEMA,
+            )
+            proposals = prompts.parse_cite(text)
+            if proposals is None:
+                run.discarded += 1
+                log.warning("unreadable citation output discarded: %.200s", text)
+                return
+            for p in proposals:
+                index = prompts.valid_number(p.sentence, len(part))
+                if index is None:
+                    run.discarded += 1
+                    continue
+                out[start + index].append(p)
+
+        await asyncio.gather(*(one(s) for s in range(0, len(sentences), batch)))
+        return out
+
+    def _validate(
+        self,
+        run: _Run,
+        proposals: Sequence[Proposal],
+        allowed: Sequence[int],
+        sources: Sequence[Source],
+        *,
+        one_based: bool,
+        max_citations: int,
+    ) -> tuple[Citation, ...]:
+        """Valid citations, best first; everything else is counted as discarded."""
+        best: dict[int, Citation] = {}
+        for p in proposals:
+            local = (
+                prompts.valid_number(p.source, len(allowed))
+                if one_based
+                else (
+                    p.source if isinstance(p.source, int) and 0 <= p.source < len(allowed) else None
+                )
+            )
+            confidence = prompts.valid_confidence(p.confidence)
+            if local is None or confidence is None:
+                run.discarded += 1
+                continue
+            index = allowed[local]
+            source = sources[index]
+            quote = p.quote if isinstance(p.quote, str) else ""
+            citation = Citation(index, source.doc_id, source.passage_index, confidence, quote[:500])
+            if index not in best or best[index].confidence < confidence:
+                best[index] = citation
+        ranked = sorted(best.values(), key=lambda c: (-c.confidence, c.source_index))
+        # A 0 rating says the source does not support the sentence: not a citation.
+        return tuple(c for c in ranked if c.confidence > 0)[:max_citations]
+
+    async def _cite(
+        self,
+        run: _Run,
+        question: str,
+        sentences: Sequence[str],
+        sources: Sequence[Source],
+        allowed: Sequence[int],
+        max_citations: int,
+        origins: Sequence[int | None] | None = None,
+    ) -> list[tuple[Citation, ...]]:
+        """Validated citations per sentence, among the sources ``allowed`` (global indices)."""
+        subset = [sources[i] for i in allowed]
+        if run.mode is Mode.LLM:
+            try:
+                raw = await self._cite_llm(
+                    run, sentences, [s.evidence for s in subset], max_citations
+                )
+                return [
+                    self._validate(
+                        run, ps, allowed, sources, one_based=True, max_citations=max_citations
+                    )
+                    for ps in raw
+                ]
+            except Unavailable as exc:
+                self._degrade(run, exc)
+        local_origins = None
+        if origins is not None:
+            position = {g: k for k, g in enumerate(allowed)}
+            local_origins = [position.get(o) if o is not None else None for o in origins]
+        raw = await self.extractive.cite(question, sentences, subset, max_citations, local_origins)
+        return [
+            self._validate(run, ps, allowed, sources, one_based=False, max_citations=max_citations)
+            for ps in raw
+        ]
+
+    async def cite(
+        self,
+        sentences: Sequence[str],
+        sources: Sequence[Source],
+        question: str = "",
+        max_citations: int = 3,
+        mode: Mode | None = None,
+    ) -> CiteResult:
+        run = self._start(mode)
+        cited = await self._cite(
+            run, question, sentences, sources, list(range(len(sources))), max_citations
+        )
+        out = tuple(
+            Sentence(i, s, c) for i, (s, c) in enumerate(zip(sentences, cited, strict=True))
+        )
+        return CiteResult(out, run.discarded, run.mode, run.degraded_reason, run.llm_calls)
+
+    # -- judge --------------------------------------------------------------------------
+
+    async def judge(
+        self,
+        sentences: Sequence[str],
+        sources: Sequence[Source],
+        pairs: Sequence[tuple[int, int]],
+        mode: Mode | None = None,
+    ) -> tuple[list[Judgement], Mode, str, int]:
+        run = self._start(mode)
+        if run.mode is Mode.LLM:
+            try:
+                return await self._judge_llm(run, sentences, sources, pairs)
+            except Unavailable as exc:
+                self._degrade(run, exc)
+        support = await self.extractive.support(sentences, [s.evidence for s in sources])
+        out = [Judgement(i, j, to_confidence(float(support[i, j]))) for i, j in pairs]
+        return out, run.mode, run.degraded_reason, run.llm_calls
+
+    async def _judge_llm(
+        self,
+        run: _Run,
+        sentences: Sequence[str],
+        sources: Sequence[Source],
+        pairs: Sequence[tuple[int, int]],
+    ) -> tuple[list[Judgement], Mode, str, int]:
+        batch = self.settings.cite_batch_size
+        results: list[Judgement] = []
+
+        async def one(start: int) -> list[Judgement]:
+            part = pairs[start : start + batch]
+            text = await self._llm(
+                run,
+                prompts.SYSTEM,
+                prompts.judge_prompt([(sentences[i], sources[j].evidence) for i, j in part]),
+                schema=prompts.JUDGE_SCHEMA,
+            )
+            ratings = prompts.parse_judge(text)
+            got: dict[int, Judgement] = {}
+            for r in ratings or []:
+                k = prompts.valid_number(r.sentence, len(part))
+                c = prompts.valid_confidence(r.confidence)
+                if k is None or c is None:
+                    continue
+                i, j = part[k]
+                got[k] = Judgement(i, j, c, r.quote if isinstance(r.quote, str) else "")
+            reason = "unreadable output" if ratings is None else "no valid rating"
+            return [
+                got.get(k) or Judgement(i, j, 0, rejected_reason=reason)
+                for k, (i, j) in enumerate(part)
+            ]
+
+        for chunk in await asyncio.gather(*(one(s) for s in range(0, len(pairs), batch))):
+            results.extend(chunk)
+        return results, run.mode, run.degraded_reason, run.llm_calls
+
+    # -- answer -------------------------------------------------------------------------
+
+    async def answer(
+        self,
+        question: str,
+        sources: Sequence[Source],
+        options: AnswerOptions | None = None,
+        search: SearchFn | None = None,
+    ) -> AsyncIterator[Event]:
+        """The events of one answer; the last one is always a FinalEvent."""
+        opts = options or AnswerOptions()
+        if not question.strip():
+            raise InvalidArgument("must not be empty", field="question")
+        if not sources:
+            raise InvalidArgument("must contain at least one source", field="sources")
+        began = time.perf_counter()
+        run = self._start(opts.mode)
+        sources = list(sources)
+
+        # 1. Summaries, emitted in source order once all are done (they run concurrently).
+        with _Timer(run, Step.SUMMARIZE):
+            summaries = await self._summarize_many(
+                run, sources, question, self.settings.summary_sentences
+            )
+        for i, summary in enumerate(summaries):
+            sources[i] = replace(sources[i], summary=summary)
+            yield SummaryEvent(i, summary)
+
+        # 2. The answer, as sentences (with the source each came from, extractively).
+        with _Timer(run, Step.ANSWER):
+            texts, origins, insufficient = await self._answer_sentences(
+                run, question, sources, opts.max_sentences
+            )
+
+        sentences: list[Sentence] = []
+        if insufficient:
+            sentence = Sentence(0, INSUFFICIENT)
+            sentences.append(sentence)
+            yield SentenceEvent(sentence)
+        else:
+            # 3. Citations, in batches; each sentence is emitted once verified.
+            with _Timer(run, Step.CITE):
+                cited = await self._cite(
+                    run,
+                    question,
+                    texts,
+                    sources,
+                    list(range(len(sources))),
+                    self.settings.max_citations,
+                    origins,
+                )
+            for i, (text, citations) in enumerate(zip(texts, cited, strict=True)):
+                sentence = Sentence(i, text, citations)
+                sentences.append(sentence)
+                yield SentenceEvent(sentence)
+
+        # 4. Re-search the weakest sentences below the threshold.
+        researches = 0
+        if search is not None and not insufficient and opts.confidence_threshold > 0:
+            weak = sorted(
+                (s for s in sentences if s.confidence < opts.confidence_threshold),
+                key=lambda s: (s.confidence, s.index),
+            )[: opts.max_researches]
+            for sentence in sorted(weak, key=lambda s: s.index):
+                with _Timer(run, Step.RESEARCH):
+                    revision = await self._research(
+                        run, question, sentence, sources, opts.research_top_k, search
+                    )
+                if revision is None:
+                    continue
+                researches += 1
+                sentences[sentence.index] = revision.sentence
+                yield revision
+
+        unsupported = sum(1 for s in sentences if s.unsupported)
+        yield FinalEvent(
+            answer=" ".join(s.text for s in sentences),
+            sentences=tuple(sentences),
+            insufficient_information=insufficient,
+            researches=researches,
+            unsupported_sentences=unsupported,
+            discarded_citations=run.discarded,
+            timings=run.timings(),
+            total_seconds=time.perf_counter() - began,
+            llm_calls=run.llm_calls,
+            mode=run.mode,
+            degraded_reason=run.degraded_reason,
+            sources=tuple(sources),
+        )
+
+    async def _answer_sentences(
+        self, run: _Run, question: str, sources: Sequence[Source], max_sentences: int
+    ) -> tuple[list[str], list[int | None], bool]:
+        if run.mode is Mode.LLM:
+            try:
+                text = await self._llm(
+                    run,
+                    prompts.SYSTEM,
+                    prompts.answer_prompt(question, [s.evidence for s in sources], max_sentences),
+                )
+                if prompts.is_insufficient(text):
+                    return [], [], True
+                texts = split_sentences(prompts.clean_answer(text))[:max_sentences]
+                if texts:
+                    return texts, [None] * len(texts), False
+                return [], [], True
+            except Unavailable as exc:
+                self._degrade(run, exc)
+        picked = await self.extractive.answer(question, sources, max_sentences)
+        if not picked:
+            return [], [], True
+        return [c.text for c in picked], [c.source_index for c in picked], False
+
+    async def _research(
+        self,
+        run: _Run,
+        question: str,
+        sentence: Sentence,
+        sources: list[Source],
+        top_k: int,
+        search: SearchFn,
+    ) -> RevisionEvent | None:
+        try:
+            found = list(await search(sentence.text, top_k))[:top_k]
+        except AttestError as exc:
+            # The answer stands without the revision; the search failure is logged.
+            log.warning("re-search failed for sentence %d: %s", sentence.index, exc.message)
+            return None
+        known = {s.key: i for i, s in enumerate(sources)}
+        first_added = len(sources)
+        fresh = [s for s in dict((s.key, s) for s in found).values() if s.key not in known]
+        summaries = await self._summarize_many(
+            run, fresh, question, self.settings.summary_sentences
+        )
+        added = [replace(s, summary=m) for s, m in zip(fresh, summaries, strict=True)]
+        sources.extend(added)
+        allowed = sorted(
+            {known[s.key] for s in found if s.key in known} | set(range(first_added, len(sources)))
+        )
+        citations: tuple[Citation, ...] = ()
+        if allowed:
+            (citations,) = await self._cite(
+                run, question, [sentence.text], sources, allowed, self.settings.max_citations
+            )
+        merged: dict[int, Citation] = {c.source_index: c for c in sentence.citations}
+        for c in citations:
+            if c.source_index not in merged or merged[c.source_index].confidence < c.confidence:
+                merged[c.source_index] = c
+        best = sorted(merged.values(), key=lambda c: (-c.confidence, c.source_index))
+        revised = Sentence(
+            sentence.index, sentence.text, tuple(best[: self.settings.max_citations])
+        )
+        return RevisionEvent(
+            sentence=revised,
+            previous_confidence=sentence.confidence,
+            query=sentence.text,
+            added_sources=tuple(added),
+            first_added_source_index=first_added,
+        )
+
+
+def _index(value: object, count: int) -> int | None:
+    """A 0-based index below ``count`` (extractive proposals), else None."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count:
+        return value
+    return None

@@ -1,0 +1,424 @@
+"""gRPC servicer of the generate service: validate, convert, call the Generator."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from attest.answer.fusion import Ranked, reciprocal_rank_fusion
+from attest.common.v1 import common_pb2
+from attest.core.channels import create_channel
+from attest.core.common import from_timestamp, to_timestamp
+from attest.core.context import budget
+from attest.core.errors import InvalidArgument, Unavailable
+from attest.generate.models import (
+    Citation,
+    Event,
+    FinalEvent,
+    Mode,
+    RevisionEvent,
+    Sentence,
+    SentenceEvent,
+    Source,
+    Step,
+    SummaryEvent,
+)
+from attest.generate.pipeline import AnswerOptions, Generator, SearchFn
+from attest.generate.settings import GenerateLimits, GenerateSettings, build_generator
+from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+_MODES = {
+    generate_pb2.GENERATION_MODE_UNSPECIFIED: None,
+    generate_pb2.GENERATION_MODE_LLM: Mode.LLM,
+    generate_pb2.GENERATION_MODE_EXTRACTIVE: Mode.EXTRACTIVE,
+}
+_MODE_OUT = {
+    Mode.LLM: generate_pb2.GENERATION_MODE_LLM,
+    Mode.EXTRACTIVE: generate_pb2.GENERATION_MODE_EXTRACTIVE,
+}
+_STEPS = {
+    Step.SUMMARIZE: generate_pb2.STEP_SUMMARIZE,
+    Step.ANSWER: generate_pb2.STEP_ANSWER,
+    Step.CITE: generate_pb2.STEP_CITE,
+    Step.RESEARCH: generate_pb2.STEP_RESEARCH,
+}
+
+
+# -- conversion with validation ------------------------------------------------------------
+
+
+def _mode(value: int) -> Mode | None:
+    if value not in generate_pb2.GenerationMode.values():
+        raise InvalidArgument(f"unknown value {value}", field="mode")
+    return _MODES[generate_pb2.GenerationMode.ValueType(value)]
+
+
+def _range(value: int, low: int, high: int, field: str) -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(f"must be between {low} and {high}, got {value}", field=field)
+
+
+def _text(value: str, field: str, limit: int, *, required: bool = True) -> str:
+    if required and not value.strip():
+        raise InvalidArgument("must not be empty", field=field)
+    if len(value) > limit:
+        raise InvalidArgument(f"is longer than {limit:,} characters", field=field)
+    return value
+
+
+def sources_from_proto(
+    sources: Sequence[common_pb2.Source], limits: GenerateLimits, *, require_text: bool = True
+) -> list[Source]:
+    if not sources:
+        raise InvalidArgument("must contain at least one source", field="sources")
+    if len(sources) > limits.max_sources:
+        raise InvalidArgument(
+            f"has {len(sources)} sources; the limit is {limits.max_sources}", field="sources"
+        )
+    out = []
+    for i, s in enumerate(sources):
+        where = f"sources[{i}]"
+        if not s.text.strip() and (require_text or not s.summary.strip()):
+            raise InvalidArgument("must not be empty", field=f"{where}.text")
+        _text(s.text, f"{where}.text", limits.max_source_chars, required=False)
+        _text(s.summary, f"{where}.summary", limits.max_source_chars, required=False)
+        out.append(
+            Source(
+                doc_id=s.doc_id,
+                text=s.text or s.summary,
+                passage_index=s.passage_index,
+                title=s.title,
+                source_url=s.source_url,
+                published_at=from_timestamp(s.published_at, s.HasField("published_at")),
+                summary=s.summary,
+            )
+        )
+    return out
+
+
+def _sentences(values: Sequence[str], limits: GenerateLimits) -> list[str]:
+    if not values:
+        raise InvalidArgument("must contain at least one sentence", field="sentences")
+    if len(values) > limits.max_sentences:
+        raise InvalidArgument(f"at most {limits.max_sentences} sentences", field="sentences")
+    return [_text(v, f"sentences[{i}]", limits.max_sentence_chars) for i, v in enumerate(values)]
+
+
+def source_to_proto(s: Source) -> common_pb2.Source:
+    out = common_pb2.Source(
+        doc_id=s.doc_id,
+        passage_index=s.passage_index,
+        title=s.title,
+        text=s.text,
+        source_url=s.source_url,
+        summary=s.summary,
+    )
+    stamp = to_timestamp(s.published_at) if s.published_at is not None else None  # type: ignore[arg-type]
+    if stamp is not None:
+        out.published_at.CopyFrom(stamp)
+    return out
+
+
+def citation_to_proto(c: Citation) -> common_pb2.Citation:
+    return common_pb2.Citation(
+        source_index=c.source_index,
+        doc_id=c.doc_id,
+        passage_index=c.passage_index,
+        confidence=c.confidence,
+        quote=c.quote,
+    )
+
+
+def sentence_to_proto(s: Sentence) -> common_pb2.AnswerSentence:
+    return common_pb2.AnswerSentence(
+        index=s.index,
+        text=s.text,
+        citations=[citation_to_proto(c) for c in s.citations],
+        unsupported=s.unsupported,
+        confidence=s.confidence,
+    )
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def event_to_proto(event: Event) -> generate_pb2.AnswerResponse:
+    if isinstance(event, SummaryEvent):
+        return generate_pb2.AnswerResponse(
+            summary=generate_pb2.SourceSummary(
+                source_index=event.source_index, summary=event.summary
+            )
+        )
+    if isinstance(event, SentenceEvent):
+        return generate_pb2.AnswerResponse(sentence=sentence_to_proto(event.sentence))
+    if isinstance(event, RevisionEvent):
+        return generate_pb2.AnswerResponse(
+            revision=common_pb2.SentenceRevision(
+                sentence_index=event.sentence_index,
+                sentence=sentence_to_proto(event.sentence),
+                previous_confidence=event.previous_confidence,
+                query=event.query,
+                added_sources=[source_to_proto(s) for s in event.added_sources],
+                first_added_source_index=event.first_added_source_index,
+            )
+        )
+    assert isinstance(event, FinalEvent)
+    return generate_pb2.AnswerResponse(
+        final=generate_pb2.AnswerFinal(
+            answer=event.answer,
+            sentences=[sentence_to_proto(s) for s in event.sentences],
+            insufficient_information=event.insufficient_information,
+            researches=event.researches,
+            unsupported_sentences=event.unsupported_sentences,
+            discarded_citations=event.discarded_citations,
+            timings=[
+                generate_pb2.StepTiming(
+                    step=_STEPS[t.step], duration=_duration(t.seconds), llm_calls=t.llm_calls
+                )
+                for t in event.timings
+            ],
+            total=_duration(event.total_seconds),
+            llm_calls=event.llm_calls,
+            mode=_MODE_OUT[event.mode],
+            degraded_reason=event.degraded_reason,
+        )
+    )
+
+
+# -- re-search through the lexical and semantic services -------------------------------------
+
+
+class Researcher:
+    """Searches a sentence through the lexical and semantic services (RRF of both)."""
+
+    def __init__(self, settings: GenerateSettings) -> None:
+        self._settings = settings
+        self._channels: list[grpc.aio.Channel] = []
+        self._lexical: Any = None
+        self._semantic: Any = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(
+            self._settings.research.lexical_address or self._settings.research.semantic_address
+        )
+
+    def _open(self) -> None:
+        from attest.lexical.v1 import lexical_pb2_grpc
+        from attest.semantic.v1 import semantic_pb2_grpc
+
+        r = self._settings.research
+        if r.lexical_address and self._lexical is None:
+            channel = create_channel(r.lexical_address)
+            self._channels.append(channel)
+            self._lexical = lexical_pb2_grpc.LexicalServiceStub(channel)
+        if r.semantic_address and self._semantic is None:
+            channel = create_channel(r.semantic_address)
+            self._channels.append(channel)
+            self._semantic = semantic_pb2_grpc.SemanticServiceStub(channel)
+
+    def search_fn(self, options: common_pb2.RetrievalOptions) -> SearchFn:
+        from attest.lexical.v1 import lexical_pb2
+        from attest.semantic.v1 import semantic_pb2
+
+        self._open()
+        filters = list(options.filters)
+        per = options.top_k_per_retriever or 20
+        timeout = self._settings.research.timeout_seconds
+
+        async def search(query: str, top_k: int) -> list[Source]:
+            calls = []
+            if self._lexical is not None:
+                calls.append(
+                    self._lexical.Search(
+                        lexical_pb2.SearchRequest(
+                            query=query,
+                            top_k=per,
+                            filters=filters,
+                            level=lexical_pb2.SEARCH_LEVEL_PASSAGE,
+                        ),
+                        timeout=budget(timeout),
+                    )
+                )
+            if self._semantic is not None:
+                calls.append(
+                    self._semantic.Search(
+                        semantic_pb2.SearchRequest(
+                            query=query,
+                            top_k=per,
+                            filters=filters,
+                            level=semantic_pb2.SEARCH_LEVEL_PASSAGE,
+                        ),
+                        timeout=budget(timeout),
+                    )
+                )
+            try:
+                responses = await asyncio.gather(*calls)
+            except grpc.aio.AioRpcError as exc:
+                raise Unavailable(f"re-search failed: {exc.code().name}") from None
+            hits: dict[tuple[str, int], Any] = {}
+            lists = []
+            for n, response in enumerate(responses):
+                items = []
+                for h in response.hits:
+                    key = (h.doc_id, h.passage_index)
+                    hits.setdefault(key, h)
+                    items.append((key, float(h.score)))
+                lists.append(Ranked(str(n), items))
+            fused = reciprocal_rank_fusion(lists, top_k=top_k)
+            return [
+                Source(
+                    doc_id=hits[key].doc_id,
+                    passage_index=hits[key].passage_index,
+                    title=hits[key].title,
+                    text=hits[key].text,
+                    source_url=hits[key].source_url,
+                )
+                for key, _ in fused
+                if isinstance(key, tuple) and hits[key].text.strip()
+            ]
+
+        return search
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+
+# -- the servicer ------------------------------------------------------------------------------
+
+
+class GenerateServicer(generate_pb2_grpc.GenerateServiceServicer):
+    service_name = generate_pb2.DESCRIPTOR.services_by_name["GenerateService"].full_name
+
+    def __init__(
+        self,
+        settings: GenerateSettings,
+        generator: Generator | None = None,
+        search: SearchFn | None = None,
+    ) -> None:
+        self.settings = settings
+        self._limits = settings.limits
+        self.generator = generator if generator is not None else build_generator(settings)
+        self._search = search
+        self._researcher = Researcher(settings)
+
+    def register(self, server: grpc.aio.Server) -> None:
+        generate_pb2_grpc.add_GenerateServiceServicer_to_server(self, server)
+
+    async def warm_up(self) -> None:
+        await asyncio.to_thread(self.generator.extractive.warm_up)
+
+    async def close(self) -> None:
+        await self.generator.close()
+        await self._researcher.close()
+
+    async def Summarize(
+        self, request: generate_pb2.SummarizeRequest, context: Context
+    ) -> generate_pb2.SummarizeResponse:
+        sources = sources_from_proto(request.sources, self._limits)
+        _text(request.query, "query", self._limits.max_question_chars, required=False)
+        _range(request.max_sentences, 0, 20, "max_sentences")
+        summaries, mode, reason, calls = await self.generator.summarize(
+            sources, request.query, request.max_sentences or 3, _mode(request.mode)
+        )
+        return generate_pb2.SummarizeResponse(
+            summaries=[
+                generate_pb2.SourceSummary(source_index=i, summary=s)
+                for i, s in enumerate(summaries)
+            ],
+            mode=_MODE_OUT[mode],
+            degraded_reason=reason,
+            llm_calls=calls,
+        )
+
+    async def Cite(
+        self, request: generate_pb2.CiteRequest, context: Context
+    ) -> generate_pb2.CiteResponse:
+        sentences = _sentences(request.sentences, self._limits)
+        sources = sources_from_proto(request.sources, self._limits, require_text=False)
+        _text(request.question, "question", self._limits.max_question_chars, required=False)
+        _range(request.max_citations, 0, 10, "max_citations")
+        result = await self.generator.cite(
+            sentences, sources, request.question, request.max_citations or 3, _mode(request.mode)
+        )
+        return generate_pb2.CiteResponse(
+            sentences=[sentence_to_proto(s) for s in result.sentences],
+            discarded_citations=result.discarded,
+            mode=_MODE_OUT[result.mode],
+            degraded_reason=result.degraded_reason,
+            llm_calls=result.llm_calls,
+        )
+
+    async def Judge(
+        self, request: generate_pb2.JudgeRequest, context: Context
+    ) -> generate_pb2.JudgeResponse:
+        sentences = _sentences(request.sentences, self._limits)
+        sources = sources_from_proto(request.sources, self._limits, require_text=False)
+        if request.pairs:
+            if len(request.pairs) > self._limits.max_pairs:
+                raise InvalidArgument(f"at most {self._limits.max_pairs} pairs", field="pairs")
+            pairs = []
+            for k, p in enumerate(request.pairs):
+                _range(p.sentence_index, 0, len(sentences) - 1, f"pairs[{k}].sentence_index")
+                _range(p.source_index, 0, len(sources) - 1, f"pairs[{k}].source_index")
+                pairs.append((p.sentence_index, p.source_index))
+        else:
+            if len(sentences) * len(sources) > self._limits.max_pairs:
+                raise InvalidArgument(
+                    f"{len(sentences)} sentences × {len(sources)} sources exceed "
+                    f"{self._limits.max_pairs} pairs; list the pairs",
+                    field="pairs",
+                )
+            pairs = [(i, j) for i in range(len(sentences)) for j in range(len(sources))]
+        judgements, mode, reason, calls = await self.generator.judge(
+            sentences, sources, pairs, _mode(request.mode)
+        )
+        return generate_pb2.JudgeResponse(
+            judgements=[
+                generate_pb2.Judgement(
+                    sentence_index=j.sentence_index,
+                    source_index=j.source_index,
+                    confidence=j.confidence,
+                    quote=j.quote,
+                    rejected_reason=j.rejected_reason,
+                )
+                for j in judgements
+            ],
+            mode=_MODE_OUT[mode],
+            degraded_reason=reason,
+            llm_calls=calls,
+        )
+
+    async def Answer(
+        self, request: generate_pb2.AnswerRequest, context: Context
+    ) -> AsyncIterator[generate_pb2.AnswerResponse]:
+        question = _text(request.question, "question", self._limits.max_question_chars)
+        sources = sources_from_proto(request.sources, self._limits)
+        threshold = request.confidence_threshold if request.HasField("confidence_threshold") else 5
+        _range(threshold, 0, 10, "confidence_threshold")
+        researches = request.max_researches if request.HasField("max_researches") else 3
+        _range(researches, 0, 20, "max_researches")
+        _range(request.research_top_k, 0, 20, "research_top_k")
+        _range(request.max_sentences, 0, 50, "max_sentences")
+        options = AnswerOptions(
+            confidence_threshold=threshold,
+            max_researches=researches,
+            research_top_k=request.research_top_k or 3,
+            max_sentences=request.max_sentences or 10,
+            mode=_mode(request.mode),
+        )
+        search = self._search
+        if search is None and self._researcher.enabled:
+            search = self._researcher.search_fn(request.research)
+        async for event in self.generator.answer(question, sources, options, search):
+            yield event_to_proto(event)

@@ -1,0 +1,58 @@
+"""Settings of the generate service (environment prefix ``ATTEST_GENERATE_``).
+
+With no ``llm.url`` the service runs in extractive mode; set for example
+``ATTEST_GENERATE_LLM__URL=http://tgi:8080`` (and ``ATTEST_GENERATE_LLM__KIND=openai``
+for vLLM, SGLang or TGI's Messages API) to generate with an LLM.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from attest.core.settings import ServerSettings, ServiceSettings, StrictModel, service_config
+from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
+from attest.generate.llm import LLMSettings, create_client
+from attest.generate.pipeline import Generator, PipelineSettings
+from attest.semantic.embedding import PACKAGED_MINILM, Embedder
+
+
+class GenerateLimits(StrictModel):
+    max_sources: int = Field(default=100, ge=1)
+    max_source_chars: int = Field(default=100_000, ge=1)
+    max_question_chars: int = Field(default=4096, ge=1)
+    max_sentences: int = Field(default=200, ge=1)
+    max_sentence_chars: int = Field(default=4096, ge=1)
+    max_pairs: int = Field(default=1000, ge=1)
+
+
+class ResearchSettings(StrictModel):
+    """Where weak sentences are searched again; both empty disables re-search."""
+
+    lexical_address: str = Field(default="", description="Lexical service HOST:PORT.")
+    semantic_address: str = Field(default="", description="Semantic service HOST:PORT.")
+    timeout_seconds: float = Field(default=5.0, gt=0)
+
+
+class GenerateSettings(ServiceSettings):
+    model_config = service_config("ATTEST_GENERATE_")
+
+    server: ServerSettings = ServerSettings(port=50057)
+    llm: LLMSettings = LLMSettings()
+    pipeline: PipelineSettings = PipelineSettings()
+    extractive: ExtractiveSettings = ExtractiveSettings()
+    embedding_model: str = Field(
+        default=PACKAGED_MINILM,
+        description="Sentence-transformers directory for extractive mode, or the packaged MiniLM.",
+    )
+    embedding_device: str = "cpu"
+    research: ResearchSettings = ResearchSettings()
+    limits: GenerateLimits = GenerateLimits()
+
+
+def build_generator(
+    settings: GenerateSettings, *, with_llm: bool = True, embedder: Embedder | None = None
+) -> Generator:
+    """A Generator from settings; the LLM client only when a URL is configured."""
+    embedder = embedder or Embedder(settings.embedding_model, device=settings.embedding_device)
+    llm = create_client(settings.llm) if with_llm and settings.llm.url else None
+    return Generator(ExtractiveEngine(embedder, settings.extractive), llm, settings.pipeline)

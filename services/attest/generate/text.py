@@ -1,0 +1,215 @@
+"""Text utilities of the generator: sentence splitting, tokens, answer normalization.
+
+The splitter is rule-based on purpose: it runs on every answer and every
+source, needs no model data, and only has to be right on news prose, where
+the usual traps are abbreviations ("U.S.", "Dec. 1"), initials, decimals and
+the trailing ellipses of search snippets.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Words that end with a period without ending a sentence.
+_ABBREVIATIONS = _words(
+    """
+    mr mrs ms dr prof sr jr st mt ft vs etc inc ltd co corp dept univ gov gen col lt sgt
+    capt cmdr adm rep sen jan feb mar apr jun jul aug sep sept oct nov dec no vol fig
+    approx est e.g i.e u.s u.k u.n e.u a.m p.m d.c
+    """
+)
+# A candidate boundary: sentence punctuation, optional closing quotes or
+# brackets, then whitespace.
+_BOUNDARY = re.compile(r"""([.!?…]+["'”’)\]]*)\s+""")
+_WORD = re.compile(r"[\w][\w'’.-]*[\w]|[\w]", re.UNICODE)
+_SPACE = re.compile(r"\s+")
+
+# Common English function words: they carry no evidence that a source supports
+# a sentence, so token overlap ignores them.
+STOPWORDS = _words(
+    """
+    a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if in
+    into is it its itself just me more most my myself no nor not now of off on once only or
+    other our ours ourselves out over own same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves also says said say one new may might must shall us
+    """
+)
+
+
+def clean(text: str) -> str:
+    """Unicode-normalized text with runs of whitespace made single spaces."""
+    return _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
+
+
+def _ends_with_abbreviation(chunk: str) -> bool:
+    words = chunk.rstrip().split()
+    if not words:
+        return False
+    last = words[-1].rstrip(".\"'”’)]").lower()
+    if last in _ABBREVIATIONS:
+        return True
+    # Initials ("J." in "J. K. Rowling") and dotted acronyms ("U.S.").
+    return (len(last) == 1 and last.isalpha()) or bool(re.fullmatch(r"(?:\w\.)+\w", last))
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` in order; never empty pieces."""
+    text = clean(text)
+    if not text:
+        return []
+    sentences: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        end = match.end(1)
+        following = text[match.end() : match.end() + 1]
+        candidate = text[start:end]
+        punctuation = match.group(1)
+        # A lower-case or numeric continuation means the period was not final
+        # ("Dec. 1", "approx. two"), unless it was a real ! or ?.
+        period = "." in punctuation and "…" not in punctuation and "..." not in punctuation
+        not_final = _ends_with_abbreviation(candidate) or bool(
+            following and not following.isupper()
+        )
+        if period and not_final and not (following and following in "\"'“‘(["):
+            continue
+        sentences.append(candidate.strip())
+        start = match.end()
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return [s for s in sentences if any(ch.isalnum() for ch in s)]
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case word tokens, punctuation stripped."""
+    return [t.strip(".-'’").lower() for t in _WORD.findall(unicodedata.normalize("NFKC", text))]
+
+
+def content_tokens(text: str) -> set[str]:
+    """Tokens that carry meaning: no stopwords, no one-letter tokens."""
+    return {t for t in tokens(text) if t and t not in STOPWORDS and (len(t) > 1 or t.isdigit())}
+
+
+_PUNCT = str.maketrans({c: " " for c in string.punctuation + "“”‘’–—…"})
+
+
+def normalize_answer(text: str) -> str:
+    """Lower case, no punctuation, no articles, single spaces (SQuAD-style)."""
+    text = unicodedata.normalize("NFKC", text).lower().translate(_PUNCT)
+    words = [w for w in text.split() if w not in ("a", "an", "the")]
+    return " ".join(words)
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """True when the normalized ``answer`` appears in ``text`` on word boundaries."""
+    needle = normalize_answer(answer)
+    if not needle:
+        return False
+    return f" {needle} " in f" {normalize_answer(text)} "
+
+
+def key_terms(text: str) -> set[str]:
+    """The facts a sentence states: capitalized words (names, places, months) and
+    tokens with digits (years, amounts, scores), lower-cased, stopwords removed.
+
+    A citation has to support these; generic words say little about whether a
+    source backs a claim.
+    """
+    out = set()
+    for match in _WORD.finditer(unicodedata.normalize("NFKC", text)):
+        word = match.group()
+        if word[0].isupper() or any(ch.isdigit() for ch in word):
+            token = word.strip(".-'’").lower()
+            if token and token not in STOPWORDS:
+                out.add(token)
+    return out
+
+
+_MONTHS = _words(
+    """
+    january february march april may june july august september october november december
+    jan feb mar apr jun jul aug sep sept oct nov dec
+    """
+)
+_NUMBER_HINTS = _words(
+    """
+    revenue revenues price cost sales profit income population number amount salary budget
+    valuation value worth score
+    """
+)
+
+
+def answer_type(question: str) -> str:
+    """The kind of fact a question asks for: "date", "number", "name" or "" (any).
+
+    Classic wh-word typing: when → a date; how many/much and questions about an
+    amount → a number; who/whom/whose and which/what + noun → a name.
+    """
+    words = tokens(question)
+    if not words:
+        return ""
+    head = words[:2]
+    if "when" in words[:3] or ("what" in head and ({"year", "date", "day"} & set(words[1:3]))):
+        return "date"
+    if ("how" in head and ({"many", "much", "long", "old"} & set(words[1:3]))) or (
+        words[0] == "what" and _NUMBER_HINTS & set(words)
+    ):
+        return "number"
+    if words[0] in ("who", "whom", "whose", "which", "where"):
+        return "name"
+    return ""
+
+
+def has_answer_type(sentence: str, kind: str, question: str) -> bool:
+    """Whether ``sentence`` states a fact of that kind that the question does not."""
+    if not kind:
+        return True
+    return bool(typed_terms(sentence, kind, question))
+
+
+_MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+# A leading dateline: "Jul 22, 2020 ...", "22 July 2020 -", "LONDON, May 5 (Reuters) -".
+_DATELINE = re.compile(
+    rf"^\s*(?:[A-Z][A-Za-z .]{{1,30}},\s*)?"
+    rf"(?:{_MONTH_RE}\s+\d{{1,2}}(?:,?\s+\d{{4}})?|\d{{1,2}}\s+{_MONTH_RE}(?:,?\s+\d{{4}})?)"
+    rf"\s*(?:\([^)]{{1,40}}\))?\s*(?:\.\.\.|…|-|–|—|:|\|)\s*"
+)
+
+
+def strip_dateline(text: str) -> str:
+    """``text`` without a leading dateline: when a piece was published is not a
+    fact it states, so it must not count as a date (or number) in answers."""
+    return _DATELINE.sub("", text, count=1)
+
+
+def typed_terms(sentence: str, kind: str, question: str) -> set[str]:
+    """The terms of ``sentence`` of the asked-for kind that the question lacks
+    (lower case), its dateline left out; with no kind, its key terms."""
+    known = set(tokens(question))
+    sentence = strip_dateline(sentence)
+    words = _WORD.findall(unicodedata.normalize("NFKC", sentence))
+    fresh = [w for w in words if w.strip(".-'’").lower() not in known]
+    if kind == "number":
+        hits = [w for w in fresh if any(ch.isdigit() for ch in w)]
+    elif kind == "date":
+        hits = [
+            w
+            for w in fresh
+            if w.strip(".").lower() in _MONTHS or re.fullmatch(r"(1[5-9]|20)\d\d", w)
+        ]
+    elif kind == "name":
+        hits = [w for w in fresh if w[0].isupper() and w.lower() not in STOPWORDS]
+    else:
+        return key_terms(sentence) - known
+    return {w.strip(".-'’").lower() for w in hits} - {""}

@@ -1,0 +1,141 @@
+"""Protocol-level fake LLM servers: real aiohttp HTTP servers on loopback.
+
+``FakeLLM("tgi")`` speaks TGI's native ``POST /generate`` (``generated_text``,
+errors as ``{"error", "error_type"}`` with 422 validation / 429 overloaded);
+``FakeLLM("openai")`` speaks ``POST /v1/chat/completions`` (``choices``,
+errors as ``{"error": {"message", "type"}}``). Replies come from a script
+(one per request, in order) and then from a responder that sees the prompt,
+so a test drives every step of the pipeline: text, malformed output, errors,
+delays and overload.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from aiohttp import web
+
+Flavor = Literal["tgi", "openai"]
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    status: int = 200
+    error_type: str = ""  # "overloaded", "validation", ...
+    delay: float = 0.0
+    retry_after: float | None = None
+    raw: Any = None  # a body sent as is (wrong shapes)
+
+
+@dataclass
+class Request:
+    payload: dict[str, Any]
+    system: str
+    prompt: str
+
+
+Responder = Callable[[str], "Reply | str"]
+
+
+class FakeLLM:
+    def __init__(self, flavor: Flavor, responder: Responder | None = None) -> None:
+        self.flavor = flavor
+        self.script: list[Reply] = []
+        self.responder = responder or (lambda prompt: "ok")
+        self.requests: list[Request] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> FakeLLM:
+        app = web.Application()
+        if self.flavor == "tgi":
+            app.router.add_post("/generate", self._tgi)
+        else:
+            app.router.add_post("/v1/chat/completions", self._openai)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def prompts(self, containing: str = "") -> list[str]:
+        return [r.prompt for r in self.requests if containing in r.prompt]
+
+    async def _reply(self, system: str, prompt: str, payload: dict[str, Any]) -> Reply:
+        self.requests.append(Request(payload, system, prompt))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            reply = self.script.pop(0) if self.script else self.responder(prompt)
+            if isinstance(reply, str):
+                reply = Reply(text=reply)
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            return reply
+        finally:
+            self.in_flight -= 1
+
+    @staticmethod
+    def _headers(reply: Reply) -> dict[str, str]:
+        return {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else {}
+
+    async def _tgi(self, request: web.Request) -> web.Response:
+        payload = await request.json()
+        inputs = payload["inputs"]
+        reply = await self._reply("", inputs, payload)
+        if reply.raw is not None:
+            return web.json_response(reply.raw, status=reply.status)
+        if reply.status >= 400:
+            body = {"error": reply.text or "failed", "error_type": reply.error_type}
+            return web.json_response(body, status=reply.status, headers=self._headers(reply))
+        return web.json_response({"generated_text": reply.text})
+
+    async def _openai(self, request: web.Request) -> web.Response:
+        payload = await request.json()
+        messages = payload["messages"]
+        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+        prompt = next(m["content"] for m in messages if m["role"] == "user")
+        reply = await self._reply(system, prompt, payload)
+        if reply.raw is not None:
+            return web.json_response(reply.raw, status=reply.status)
+        if reply.status >= 400:
+            body = {"error": {"message": reply.text or "failed", "type": reply.error_type}}
+            return web.json_response(body, status=reply.status, headers=self._headers(reply))
+        return web.json_response(
+            {
+                "id": "fake",
+                "object": "chat.completion",
+                "model": payload.get("model", ""),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply.text},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        )
+
+
+def cite_json(*items: tuple[int, Any, Any]) -> str:
+    """A citation reply: (sentence number, source number, confidence) triples."""
+    return json.dumps(
+        {
+            "citations": [
+                {"sentence": s, "source": src, "confidence": c, "quote": "q"} for s, src, c in items
+            ]
+        }
+    )

@@ -1,0 +1,530 @@
+"""The generator against protocol-level fake TGI and OpenAI-compatible servers.
+
+Each test runs twice, once per protocol: citations and confidences per
+sentence, one re-search and revision for a weak sentence, malformed model
+output, retries, bounded concurrency, and upstream failures mapped to typed
+errors (and through gRPC to their status codes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import grpc
+import pytest
+
+from attest.common.v1 import common_pb2
+from attest.core.channels import create_channel
+from attest.core.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    ResourceExhausted,
+    Unavailable,
+)
+from attest.core.server import running
+from attest.core.settings import ServerSettings
+from attest.generate.extractive import ExtractiveEngine
+from attest.generate.llm import LLMSettings, create_client
+from attest.generate.models import (
+    INSUFFICIENT,
+    Event,
+    FinalEvent,
+    Mode,
+    RevisionEvent,
+    SentenceEvent,
+    Source,
+    Step,
+    SummaryEvent,
+)
+from attest.generate.pipeline import AnswerOptions, Generator, PipelineSettings
+from attest.generate.servicer import GenerateServicer
+from attest.generate.settings import GenerateSettings
+from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+from attest.semantic.embedding import Embedder
+from tests.integration.fake_llm import FakeLLM, Reply, cite_json
+
+pytestmark = pytest.mark.integration
+
+EMBEDDER = Embedder()  # loaded only by the tests that fall back to extractive mode
+
+SOURCES = [
+    Source("d1", "Acme Copper cut its carbon emissions by 30% in 2024.", 0),
+    Source("d2", "Acme Copper is based in Chile and mines copper.", 0),
+    Source("d3", "The board of Acme Copper met in May.", 1),
+]
+QUESTION = "How did Acme Copper change its emissions?"
+ANSWER = "Acme Copper cut its emissions by 30% in 2024. The company mines copper in Chile."
+
+
+class Script:
+    """Responds by step: summaries echo the source, answer and citations are set per test."""
+
+    def __init__(self, answer: str = ANSWER, cites: Sequence[str] = ()) -> None:
+        self.answer = answer
+        self.cites = list(cites)
+
+    def __call__(self, prompt: str) -> str:
+        if "Summarize the source" in prompt:
+            body = re.search(r"<source[^>]*>\n(.*)\n</source>", prompt, re.S)
+            return "Summary: " + (body.group(1) if body else "")
+        if "Question:" in prompt:
+            return self.answer
+        if self.cites:
+            return self.cites.pop(0)
+        return cite_json()
+
+
+@pytest.fixture(params=["tgi", "openai"])
+async def fake(request: pytest.FixtureRequest) -> AsyncIterator[FakeLLM]:
+    server = await FakeLLM(request.param).start()
+    yield server
+    await server.stop()
+
+
+def make_generator(url: str, kind: str, *, fallback: bool = False, **llm: object) -> Generator:
+    settings = LLMSettings(
+        kind=kind,  # type: ignore[arg-type]
+        url=url,
+        model="fake-model",
+        timeout_seconds=llm.pop("timeout_seconds", 5.0),  # type: ignore[arg-type]
+        backoff_seconds=0.01,
+        max_backoff_seconds=0.05,
+        **llm,  # type: ignore[arg-type]
+    )
+    return Generator(
+        ExtractiveEngine(EMBEDDER),
+        create_client(settings),
+        PipelineSettings(fallback_to_extractive=fallback),
+    )
+
+
+async def collect(
+    generator: Generator,
+    options: AnswerOptions | None = None,
+    search: Callable[[str, int], object] | None = None,
+) -> list[Event]:
+    events = [e async for e in generator.answer(QUESTION, SOURCES, options, search)]  # type: ignore[arg-type]
+    await generator.close()
+    return events
+
+
+def final_of(events: list[Event]) -> FinalEvent:
+    assert isinstance(events[-1], FinalEvent)
+    return events[-1]
+
+
+async def test_each_sentence_gets_citations_and_confidences(fake: FakeLLM) -> None:
+    fake.responder = Script(cites=[cite_json((1, 1, 9), (1, 2, 4), (2, 2, 8))])
+    events = await collect(make_generator(fake.url, fake.flavor))
+
+    summaries = [e for e in events if isinstance(e, SummaryEvent)]
+    assert [s.source_index for s in summaries] == [0, 1, 2]
+    assert summaries[0].summary.startswith("Summary: Acme Copper cut")
+    sentences = [e.sentence for e in events if isinstance(e, SentenceEvent)]
+    assert [s.text for s in sentences] == [
+        "Acme Copper cut its emissions by 30% in 2024.",
+        "The company mines copper in Chile.",
+    ]
+    first, second = sentences
+    assert [(c.source_index, c.doc_id, c.passage_index, c.confidence) for c in first.citations] == [
+        (0, "d1", 0, 9),
+        (1, "d2", 0, 4),
+    ]
+    assert first.confidence == 9
+    assert not first.unsupported
+    assert [(c.source_index, c.confidence) for c in second.citations] == [(1, 8)]
+
+    final = final_of(events)
+    assert final.mode is Mode.LLM
+    assert final.degraded_reason == ""
+    # 3 summaries + 1 answer + 1 batched citation call for both sentences.
+    assert final.llm_calls == 5 == len(fake.requests)
+    assert [(t.step, t.llm_calls) for t in final.timings] == [
+        (Step.SUMMARIZE, 3),
+        (Step.ANSWER, 1),
+        (Step.CITE, 1),
+    ]
+    assert final.discarded_citations == 0
+    assert final.researches == 0
+    # Sources are delimited as data in the answer prompt.
+    answer_prompt = fake.prompts("Question:")[0]
+    assert '<source id="1">\nSummary: Acme Copper cut' in answer_prompt
+    assert INSUFFICIENT in answer_prompt
+    # The citation call is grammar-constrained JSON.
+    cite_payload = fake.requests[-1].payload
+    if fake.flavor == "tgi":
+        assert cite_payload["parameters"]["grammar"]["type"] == "json"
+    else:
+        assert cite_payload["response_format"]["type"] == "json_schema"
+        assert cite_payload["model"] == "fake-model"
+
+
+async def test_weak_sentence_is_researched_once_and_revised(fake: FakeLLM) -> None:
+    # Sentence 2 gets confidence 3 (< 5); the re-search finds one known and one new source.
+    fake.responder = Script(
+        cites=[cite_json((1, 1, 9), (2, 3, 3)), cite_json((1, 2, 8), (1, 1, 2))]
+    )
+    searched: list[tuple[str, int]] = []
+    found = Source("d9", "Acme Copper operates copper mines in northern Chile.", 2)
+
+    async def search(query: str, top_k: int) -> list[Source]:
+        searched.append((query, top_k))
+        return [SOURCES[1], found]
+
+    events = await collect(
+        make_generator(fake.url, fake.flavor), AnswerOptions(research_top_k=2), search
+    )
+    assert searched == [("The company mines copper in Chile.", 2)]
+    revisions = [e for e in events if isinstance(e, RevisionEvent)]
+    assert len(revisions) == 1
+    rev = revisions[0]
+    assert rev.sentence_index == 1
+    assert rev.previous_confidence == 3
+    assert rev.query == "The company mines copper in Chile."
+    assert [s.doc_id for s in rev.added_sources] == ["d9"]
+    assert rev.added_sources[0].summary.startswith("Summary: Acme Copper operates")
+    assert rev.first_added_source_index == 3
+    # Re-cite numbering was local (1 = known d2, 2 = new d9); indices are global.
+    assert [(c.source_index, c.doc_id, c.confidence) for c in rev.sentence.citations] == [
+        (3, "d9", 8),
+        (2, "d3", 3),
+        (1, "d2", 2),
+    ]
+    # The revision comes after the sentence it revises.
+    kinds = [type(e).__name__ for e in events]
+    assert kinds.index("RevisionEvent") > max(
+        i for i, k in enumerate(kinds) if k == "SentenceEvent"
+    )
+    final = final_of(events)
+    assert final.researches == 1
+    assert final.sentences[1].confidence == 8
+    # 3 + 1 + 1, then 1 summary of the new source + 1 re-cite.
+    assert final.llm_calls == 7 == len(fake.requests)
+    assert dict((t.step, t.llm_calls) for t in final.timings)[Step.RESEARCH] == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "discarded"),
+    [
+        ("this is not JSON {", 1),
+        (cite_json((1, 7, 9)), 1),  # no source 7
+        (cite_json((1, 0, 9)), 1),  # sources are numbered from 1
+        (cite_json((1, 1, 11)), 1),  # confidence above 10
+        (cite_json((1, 1, "high")), 1),  # confidence not a number
+        (cite_json((1, 1, 7.5)), 1),
+        (cite_json((9, 1, 7)), 1),  # no sentence 9
+        ('{"citations": "all of them"}', 1),
+        ('{"citations": [{"sentence": 1, "source": "1; DROP", "confidence": 9}]}', 1),
+    ],
+    ids=[
+        "invalid-json",
+        "source-7",
+        "source-0",
+        "confidence-11",
+        "confidence-high",
+        "confidence-7.5",
+        "sentence-9",
+        "wrong-shape",
+        "source-string",
+    ],
+)
+async def test_malformed_citation_output_never_becomes_a_citation(
+    fake: FakeLLM, reply: str, discarded: int
+) -> None:
+    fake.responder = Script(answer="Acme Copper cut its emissions by 30% in 2024.", cites=[reply])
+    events = await collect(make_generator(fake.url, fake.flavor))
+    final = final_of(events)
+    (sentence,) = final.sentences
+    assert sentence.unsupported
+    assert sentence.citations == ()
+    assert sentence.confidence == 0
+    assert final.unsupported_sentences == 1
+    assert final.discarded_citations == discarded
+
+
+async def test_valid_citations_survive_next_to_malformed_ones(fake: FakeLLM) -> None:
+    fake.responder = Script(
+        cites=[cite_json((1, 1, 8), (1, 5, 9), (1, 2, 11), (2, 2, "high"), (2, 3, 0))]
+    )
+    final = final_of(await collect(make_generator(fake.url, fake.flavor)))
+    first, second = final.sentences
+    assert [(c.source_index, c.confidence) for c in first.citations] == [(0, 8)]
+    # A rating of 0 is "does not support": no citation, the sentence is unsupported.
+    assert second.unsupported
+    assert final.discarded_citations == 3
+    assert all(0 <= c.source_index < len(SOURCES) for s in final.sentences for c in s.citations)
+
+
+async def test_insufficient_information_is_said_exactly(fake: FakeLLM) -> None:
+    fake.responder = Script(answer="Insufficient information available.")
+    final = final_of(await collect(make_generator(fake.url, fake.flavor)))
+    assert final.insufficient_information
+    assert final.answer == INSUFFICIENT
+    assert final.sentences[0].unsupported
+    assert final.llm_calls == 4  # no citation call
+
+
+async def test_citation_calls_are_batched_and_bounded(fake: FakeLLM) -> None:
+    answer = " ".join(f"Fact number {i} about Acme Copper." for i in range(1, 13))
+    fake.responder = Script(answer=answer)
+    generator = make_generator(fake.url, fake.flavor)
+    generator.settings = PipelineSettings(cite_batch_size=5, fallback_to_extractive=False)
+    final = final_of(await collect(generator, AnswerOptions(max_sentences=12)))
+    assert len(final.sentences) == 12
+    # 3 summaries + 1 answer + ceil(12 / 5) citation calls, never 2 per sentence.
+    assert final.llm_calls == 3 + 1 + 3
+
+
+# -- the client edge: retries, timeouts, concurrency, error mapping ---------------------
+
+
+async def test_overload_is_retried_with_backoff(fake: FakeLLM) -> None:
+    fake.script = [
+        Reply(status=429, error_type="overloaded", text="Model is overloaded"),
+        Reply(status=503, text="loading"),
+        Reply(text="fine"),
+    ]
+    client = create_client(
+        LLMSettings(kind=fake.flavor, url=fake.url, max_attempts=3, backoff_seconds=0.01)
+    )
+    assert await client.generate("s", "hello") == "fine"
+    assert client.requests == 3
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "requests"),
+    [
+        (
+            Reply(status=429, error_type="overloaded", text="Model is overloaded"),
+            ResourceExhausted,
+            2,
+        ),
+        (Reply(status=422, error_type="validation", text="inputs too long"), InvalidArgument, 1),
+        (Reply(status=400, text="bad request"), InvalidArgument, 1),
+        (Reply(status=503, text="down"), Unavailable, 2),
+        (Reply(delay=2.0, text="late"), DeadlineExceeded, 1),
+    ],
+    ids=["overloaded", "validation", "bad-request", "unavailable", "timeout"],
+)
+async def test_upstream_failures_become_typed_errors(
+    fake: FakeLLM, reply: Reply, error: type[Exception], requests: int
+) -> None:
+    fake.responder = lambda prompt: reply
+    client = create_client(
+        LLMSettings(
+            kind=fake.flavor,
+            url=fake.url,
+            max_attempts=2,
+            backoff_seconds=0.01,
+            timeout_seconds=0.3,
+        )
+    )
+    with pytest.raises(error) as info:
+        await client.generate("s", "hello")
+    assert client.requests == requests == len(fake.requests)
+    assert "LLM" in str(info.value)
+    await client.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", ["tgi", "openai"])
+async def test_unreachable_server_is_unavailable(kind: str) -> None:
+    client = create_client(
+        LLMSettings(
+            kind=kind,
+            url=f"http://127.0.0.1:{_closed_port()}",
+            max_attempts=2,
+            backoff_seconds=0.01,
+        )
+    )
+    with pytest.raises(Unavailable, match="unreachable"):
+        await client.generate("s", "hello")
+    assert client.requests == 2
+    await client.close()
+
+
+async def test_concurrency_is_bounded(fake: FakeLLM) -> None:
+    fake.responder = lambda prompt: Reply(text="x", delay=0.05)
+    client = create_client(LLMSettings(kind=fake.flavor, url=fake.url, max_concurrency=2))
+    await asyncio.gather(*(client.generate("s", f"p{i}") for i in range(8)))
+    assert len(fake.requests) == 8
+    assert fake.max_in_flight == 2
+    await client.close()
+
+
+async def test_wrong_response_shape_is_internal_not_a_crash(fake: FakeLLM) -> None:
+    from attest.core.errors import Internal
+
+    fake.responder = lambda prompt: Reply(raw={"unexpected": True})
+    client = create_client(LLMSettings(kind=fake.flavor, url=fake.url))
+    with pytest.raises(Internal, match="unexpected LLM response"):
+        await client.generate("s", "hello")
+    await client.close()
+
+
+async def test_unreachable_llm_degrades_to_extractive_and_says_so() -> None:
+    generator = make_generator(
+        f"http://127.0.0.1:{_closed_port()}", "tgi", fallback=True, max_attempts=1
+    )
+    final = final_of(await collect(generator))
+    assert final.mode is Mode.EXTRACTIVE
+    assert final.degraded_reason.startswith("LLM unavailable")
+    assert final.sentences
+    assert all(s.citations or s.unsupported for s in final.sentences)
+
+
+# -- through gRPC ----------------------------------------------------------------------
+
+
+def _request() -> generate_pb2.AnswerRequest:
+    return generate_pb2.AnswerRequest(
+        question=QUESTION,
+        sources=[
+            common_pb2.Source(doc_id=s.doc_id, passage_index=s.passage_index, text=s.text)
+            for s in SOURCES
+        ],
+        mode=generate_pb2.GENERATION_MODE_LLM,
+    )
+
+
+async def _serve(
+    url: str, kind: str, **llm: object
+) -> AsyncIterator[generate_pb2_grpc.GenerateServiceStub]:
+    settings = GenerateSettings(
+        server=ServerSettings(host="127.0.0.1", port=0),
+        llm=LLMSettings(kind=kind, url=url, backoff_seconds=0.01, **llm),  # type: ignore[arg-type]
+        pipeline=PipelineSettings(fallback_to_extractive=False),
+    )
+    servicer = GenerateServicer(
+        settings,
+        Generator(ExtractiveEngine(EMBEDDER), create_client(settings.llm), settings.pipeline),
+    )
+    async with running([servicer], settings.server, ready_timeout=300) as server:
+        channel = create_channel(f"127.0.0.1:{server.port}")
+        yield generate_pb2_grpc.GenerateServiceStub(channel)
+        await channel.close()
+
+
+async def test_answer_streams_events_over_grpc(fake: FakeLLM) -> None:
+    fake.responder = Script(cites=[cite_json((1, 1, 9), (2, 2, 8))])
+    async for stub in _serve(fake.url, fake.flavor):
+        events = [e async for e in stub.Answer(_request(), timeout=30)]
+    kinds = [e.WhichOneof("event") for e in events]
+    assert kinds == ["summary"] * 3 + ["sentence"] * 2 + ["final"]
+    final = events[-1].final
+    assert final.mode == generate_pb2.GENERATION_MODE_LLM
+    assert final.llm_calls == 5
+    assert [(t.step, t.llm_calls) for t in final.timings] == [
+        (generate_pb2.STEP_SUMMARIZE, 3),
+        (generate_pb2.STEP_ANSWER, 1),
+        (generate_pb2.STEP_CITE, 1),
+    ]
+    assert events[3].sentence.citations[0].doc_id == "d1"
+    assert events[3].sentence.citations[0].confidence == 9
+
+
+@pytest.mark.parametrize(
+    ("reply", "code"),
+    [
+        (
+            Reply(status=429, error_type="overloaded", text="busy"),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ),
+        (
+            Reply(status=422, error_type="validation", text="too long"),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (Reply(delay=2.0, text="late"), grpc.StatusCode.DEADLINE_EXCEEDED),
+        (Reply(status=503, text="down"), grpc.StatusCode.UNAVAILABLE),
+    ],
+    ids=["overloaded", "validation", "timeout", "unavailable"],
+)
+async def test_upstream_failures_reach_the_caller_as_grpc_codes(
+    fake: FakeLLM, reply: Reply, code: grpc.StatusCode
+) -> None:
+    fake.responder = lambda prompt: reply
+    async for stub in _serve(fake.url, fake.flavor, max_attempts=1, timeout_seconds=0.3):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in stub.Answer(_request(), timeout=30):
+                pass
+    assert info.value.code() == code
+    assert "LLM" in (info.value.details() or "")
+
+
+async def test_unreachable_llm_is_unavailable_over_grpc() -> None:
+    async for stub in _serve(f"http://127.0.0.1:{_closed_port()}", "tgi", max_attempts=1):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in stub.Answer(_request(), timeout=30):
+                pass
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_bad_requests_name_the_field(fake: FakeLLM) -> None:
+    async for stub in _serve(fake.url, fake.flavor):
+        bad = _request()
+        bad.confidence_threshold = 11
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in stub.Answer(bad, timeout=30):
+                pass
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "confidence_threshold" in (info.value.details() or "")
+        empty = generate_pb2.CiteRequest(sentences=["x"])
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Cite(empty, timeout=30)
+        assert "sources" in (info.value.details() or "")
+
+
+async def test_summarize_cite_and_judge_over_grpc(fake: FakeLLM) -> None:
+    def respond(prompt: str) -> str:
+        if "Summarize the source" in prompt:
+            return "Short summary."
+        if "Pair 1:" in prompt:
+            # Pair 1 is rated, pair 2 gets an impossible rating.
+            return '{"ratings": [{"pair": 1, "confidence": 7, "quote": "cut"}, {"pair": 2, "confidence": 12}]}'
+        return cite_json((1, 1, 9), (1, 4, 9))
+
+    fake.responder = respond
+    sources = _request().sources
+    llm = generate_pb2.GENERATION_MODE_LLM
+    async for stub in _serve(fake.url, fake.flavor):
+        summarized = await stub.Summarize(
+            generate_pb2.SummarizeRequest(sources=sources, query=QUESTION, mode=llm), timeout=30
+        )
+        cited = await stub.Cite(
+            generate_pb2.CiteRequest(sentences=["Acme cut emissions."], sources=sources, mode=llm),
+            timeout=30,
+        )
+        judged = await stub.Judge(
+            generate_pb2.JudgeRequest(
+                sentences=["Acme cut emissions."],
+                sources=sources,
+                pairs=[
+                    generate_pb2.JudgePair(sentence_index=0, source_index=0),
+                    generate_pb2.JudgePair(sentence_index=0, source_index=2),
+                ],
+                mode=llm,
+            ),
+            timeout=30,
+        )
+    assert [s.summary for s in summarized.summaries] == ["Short summary."] * 3
+    assert summarized.llm_calls == 3
+    (sentence,) = cited.sentences
+    assert [(c.source_index, c.doc_id, c.confidence) for c in sentence.citations] == [(0, "d1", 9)]
+    assert cited.discarded_citations == 1  # source 4 does not exist
+    assert cited.llm_calls == 1
+    first, second = judged.judgements
+    assert (first.source_index, first.confidence, first.quote) == (0, 7, "cut")
+    assert first.rejected_reason == ""
+    assert second.source_index == 2
+    assert second.confidence == 0
+    assert second.rejected_reason == "no valid rating"
+    assert judged.llm_calls == 1
