@@ -63,6 +63,19 @@ def _generate() -> tuple[Servicer, ServerSettings, LoggingSettings]:
 SERVICES["generate"] = _generate
 
 
+def _ingest() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.ingest.servicer import IngestServicer
+    from attest.ingest.settings import IngestSettings
+    from attest.pipeline.settings import PipelineSettings
+
+    settings = IngestSettings()
+    pipeline = PipelineSettings() if settings.mode == "celery" else None
+    return IngestServicer(settings, pipeline), settings.server, settings.logging
+
+
+SERVICES["ingest"] = _ingest
+
+
 @click.group()
 @click.version_option(package_name="attest")
 def main() -> None:
@@ -113,7 +126,12 @@ _register_groups()
 
 
 @main.command()
-@click.option("--queues", default="index", show_default=True, help="Comma-separated queues.")
+@click.option(
+    "--queues",
+    default="enrich,embed,index",
+    show_default=True,
+    help="Comma-separated queues: enrich (CPU), embed (the model), index (store writes).",
+)
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 def worker(queues: str, concurrency: int) -> None:
     """Run a Celery worker for pipeline queues (settings from ATTEST_PIPELINE_*)."""
@@ -245,6 +263,15 @@ def _register_generate() -> None:
 
 
 _register_generate()
+
+
+def _register_ingest() -> None:
+    from attest.ingest.commands import ingest
+
+    main.add_command(ingest)
+
+
+_register_ingest()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 
 from attest.core.settings import ClientSettings, ServiceSettings, service_config
+from attest.ingest.settings import EmbedSettings, EnrichSettings
 
 
 class PipelineSettings(ServiceSettings):
@@ -18,10 +19,31 @@ class PipelineSettings(ServiceSettings):
     result_expires_seconds: int = Field(default=24 * 3600, ge=60)
     visibility_timeout_seconds: int = Field(
         default=3600,
-        ge=60,
+        ge=5,
         description="Redis redelivers an unacknowledged task after this long; keep it above "
         "the longest task.",
     )
     max_retries: int = Field(default=5, ge=0)
+    retry_backoff_max_seconds: int = Field(
+        default=60, ge=1, description="Longest wait between retries of a transient failure."
+    )
+    max_deliveries: int = Field(
+        default=5,
+        ge=1,
+        description="A task delivered this many times without finishing (its worker died "
+        "each time) is given up: its documents are reported as failed.",
+    )
+    publish_retry_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long sending a task waits for the broker (e.g. through a Redis restart).",
+    )
     lexical_address: str = "localhost:50052"
+    semantic_address: str = "localhost:50053"
+    state_url: SecretStr = Field(
+        default=SecretStr("redis://localhost:6379/2"),
+        description="Redis URL of ingestion job state; the ingest service uses the same one.",
+    )
     client: ClientSettings = ClientSettings(timeout_seconds=120)
+    enrich: EnrichSettings = EnrichSettings()
+    embed: EmbedSettings = EmbedSettings()

@@ -1,0 +1,197 @@
+"""Ingestion end to end against the bare embedding throughput of the same passages.
+
+Issue 4's benchmark: ``--docs`` Reuters-21578 articles (those with a body)
+go through the whole pipeline and the figures are set next to what the
+embedding model alone does with the same passages on the same machine in the
+same run, which bounds the pipeline on a CPU:
+
+* celery: the ingest service in celery mode, Celery workers (enrich+index,
+  embed) on Redis, the lexical service on OpenSearch and the semantic service
+  on the embedded vector engine, each its own process (the integration tests'
+  stack); timed from the first IngestStream message to DONE as WatchJob reports it;
+* inline: the embedded mode, every stage in one process on tantivy and the
+  embedded vector engine, no Redis.
+
+The bare figure embeds the passages ("title\\npassage", as the pipeline does)
+with the packaged all-MiniLM-L6-v2 in this process, after the pipeline runs,
+with nothing else running. The pipeline also embeds each article (title and
+summary), its RAKE keyphrases (for the KG links) and its headline (the
+semantic service's KG attribute); the report gives those counts too.
+
+    python loadtest/bench_ingest.py --docs 5000 --redis-url redis://127.0.0.1:6379 \\
+        --opensearch-url http://127.0.0.1:9200
+
+Writes a table to stdout and JSON to loadtest/reports/ingest.json. Exits 1
+when the celery mode reaches less than ``--target`` (0.8) of the bare
+passage throughput. A benchmark command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.integration.ingest_stack import (  # noqa: E402
+    Stack,
+    reuters_lines,
+    stream_items,
+)
+
+REPORT = ROOT / "loadtest/reports/ingest.json"
+
+
+def run_celery(lines: list[bytes], redis_url: str, opensearch: str, tmp: Path) -> dict[str, Any]:
+    from attest.ingest.v1 import ingest_pb2
+
+    stack = Stack(tmp, redis_url, opensearch)
+    stack.configure(threads=None)
+    try:
+        stack.start()
+        stub = stack.ingest
+        started = time.perf_counter()
+        response = stub.IngestStream(stream_items(lines, "reuters.jsonl"), timeout=600)
+        last = None
+        for update in stub.WatchJob(
+            ingest_pb2.WatchJobRequest(job_id=response.job.job_id), timeout=7200
+        ):
+            last = update
+        elapsed = time.perf_counter() - started
+        assert last is not None
+        return {
+            "mode": "celery",
+            "seconds": elapsed,
+            "state": ingest_pb2.JobState.Name(last.state),
+            **_progress(last.progress),
+        }
+    finally:
+        stack.stop()
+
+
+def run_inline(lines: list[bytes], tmp: Path) -> dict[str, Any]:
+    from attest.ingest.assembly import assemble
+    from attest.ingest.documents import ItemError, article_from_raw_json
+    from attest.ingest.jobs import Item
+    from attest.ingest.settings import IngestSettings
+
+    async def go() -> dict[str, Any]:
+        assembly = await assemble(IngestSettings(data_dir=tmp))
+        try:
+            items = []
+            started = time.perf_counter()
+            for number, line in enumerate(lines, 1):
+                try:
+                    items.append(Item(f"reuters:{number}", article_from_raw_json(line)))
+                except ItemError as err:
+                    items.append(Item(f"reuters:{number}", error=err))
+            job = assembly.core.ingest("default", items)
+            assert assembly.inline is not None
+            await assembly.inline.drain()
+            elapsed = time.perf_counter() - started
+            snap = assembly.core.job("default", job.job_id)
+            return {"mode": "inline", "seconds": elapsed, "state": snap.state} | {
+                k: getattr(snap.progress, k)
+                for k in ("received", "indexed", "failed", "passages_indexed")
+            }
+        finally:
+            await assembly.close()
+
+    return asyncio.run(go())
+
+
+def _progress(p: Any) -> dict[str, int]:
+    return {k: getattr(p, k) for k in ("received", "indexed", "failed", "passages_indexed")}
+
+
+def bare_embedding(lines: list[bytes]) -> dict[str, Any]:
+    """Passages, keyphrases and passages/s of the model alone on the same articles."""
+    from attest.ingest.documents import article_from_raw_json
+    from attest.ingest.settings import EnrichSettings
+    from attest.ingest.stages import Enricher, passage_text
+    from attest.semantic.embedding import Embedder
+
+    enricher = Enricher(EnrichSettings())
+    records = []
+    for line in lines:
+        article = article_from_raw_json(line)
+        records.append(enricher.enrich(0, "created", "", article))
+    texts = [passage_text(r["article"]["title"], p[1]) for r in records for p in r["passages"]]
+    keyphrases = len({k for r in records for k in r["keyphrases"]})
+    embedder = Embedder()
+    embedder.warm_up()
+    embedder.encode(texts[:64])  # warm
+    started = time.perf_counter()
+    embedder.encode(texts)
+    elapsed = time.perf_counter() - started
+    return {
+        "passages": len(texts),
+        "unique_keyphrases": keyphrases,
+        "seconds": elapsed,
+        "passages_per_s": len(texts) / elapsed,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=5000)
+    parser.add_argument("--modes", default="celery,inline", help="celery, inline or both")
+    parser.add_argument("--redis-url", default=os.environ.get("ATTEST_TEST_REDIS_URL"))
+    parser.add_argument("--opensearch-url", default=os.environ.get("ATTEST_TEST_OPENSEARCH_URL"))
+    parser.add_argument("--target", type=float, default=0.8)
+    parser.add_argument("--output", type=Path, default=REPORT)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    lines = reuters_lines(args.docs)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
+        for mode in modes:
+            path = Path(tmp) / mode
+            path.mkdir()
+            if mode == "celery":
+                if not (args.redis_url and args.opensearch_url):
+                    parser.error("celery mode needs --redis-url and --opensearch-url")
+                runs.append(run_celery(lines, args.redis_url, args.opensearch_url, path))
+            elif mode == "inline":
+                runs.append(run_inline(lines, path))
+            else:
+                parser.error(f"unknown mode {mode!r}")
+    bare = bare_embedding(lines)
+    for run in runs:
+        run["docs_per_s"] = run["indexed"] / run["seconds"]
+        run["passages_per_s"] = run["passages_indexed"] / run["seconds"]
+        run["share_of_bare"] = run["passages_per_s"] / bare["passages_per_s"]
+    report = {"docs": len(lines), "cpus": os.cpu_count(), "bare_embedding": bare, "runs": runs}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(
+        f"{len(lines)} articles, {bare['passages']} passages, "
+        f"{bare['unique_keyphrases']} distinct keyphrases, {os.cpu_count()} CPUs"
+    )
+    print(f"{'run':<16}{'seconds':>9}{'docs/s':>9}{'passages/s':>12}{'of bare':>9}")
+    print(
+        f"{'bare embedding':<16}{bare['seconds']:>9.1f}{'':>9}{bare['passages_per_s']:>12.1f}"
+        f"{'100%':>9}"
+    )
+    for run in runs:
+        print(
+            f"{run['mode']:<16}{run['seconds']:>9.1f}{run['docs_per_s']:>9.1f}"
+            f"{run['passages_per_s']:>12.1f}{run['share_of_bare']:>9.0%}"
+            f"  ({run['state']}, {run['indexed']} indexed, {run['failed']} failed)"
+        )
+    print(f"wrote {args.output}")
+    celery = [r for r in runs if r["mode"] == "celery"]
+    return 1 if celery and celery[0]["share_of_bare"] < args.target else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Putting an ``IngestCore`` together from settings, for the servicer and the CLI.
+
+* state: Redis when ``state_url`` is set, else in memory (saved under
+  ``data_dir/ingest/state.json`` when ``state_on_disk``);
+* stores: the lexical and semantic services over gRPC when their addresses
+  are set, else their cores in this process (tantivy and the embedded Qdrant
+  engine under ``data_dir``), sharing one embedding model with the pipeline;
+* stages: inline in this process, or Celery tasks (``mode = "celery"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from attest.core.errors import FailedPrecondition
+from attest.ingest.jobs import Dispatcher, IngestCore, InlineDispatcher, StageRunner
+from attest.ingest.settings import IngestSettings
+from attest.ingest.stages import Embedding, Sinks
+from attest.ingest.state import JobStore, KeyValue, MemoryKeyValue, RedisKeyValue
+from attest.pipeline.settings import PipelineSettings
+
+
+@dataclass
+class Assembly:
+    core: IngestCore
+    inline: InlineDispatcher | None
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def close(self) -> None:
+        if self.inline is not None:
+            await self.inline.close()
+        for close in reversed(self.closers):
+            await close()
+        kv = self.core.store.kv
+        if isinstance(kv, MemoryKeyValue | RedisKeyValue):
+            kv.close()
+
+
+async def assemble(settings: IngestSettings, pipeline: PipelineSettings | None = None) -> Assembly:
+    """A warm core: models loaded and stores open (raises while they are not ready)."""
+    kv: KeyValue
+    if settings.state_url is not None:
+        redis_kv = RedisKeyValue(settings.state_url.get_secret_value())
+        redis_kv.ping()
+        kv = redis_kv
+    elif settings.mode == "celery":
+        raise FailedPrecondition("celery mode needs ATTEST_INGEST_STATE_URL (a Redis URL)")
+    else:
+        path = settings.data_dir / "ingest" / "state.json" if settings.state_on_disk else None
+        kv = MemoryKeyValue(path)
+    store = JobStore(kv)
+    closers: list[Callable[[], Awaitable[None]]] = []
+
+    sinks: Sinks
+    embedding: Embedding | None = None
+    if settings.lexical_address and settings.semantic_address:
+        from attest.ingest.sinks import GrpcSinks
+
+        sinks = GrpcSinks(settings.lexical_address, settings.semantic_address, settings.client)
+    elif settings.lexical_address or settings.semantic_address:
+        raise FailedPrecondition(
+            "set both lexical_address and semantic_address, or neither (embedded stores)"
+        )
+    else:
+        from attest.ingest.sinks import LocalSinks
+        from attest.lexical.backends import create_backend
+        from attest.lexical.settings import LexicalSettings
+        from attest.semantic.index import SemanticIndex
+        from attest.semantic.settings import SemanticSettings
+
+        lexical_settings = LexicalSettings(data_dir=settings.data_dir)
+        semantic_settings = SemanticSettings(data_dir=settings.data_dir)
+        lexical = create_backend(lexical_settings)
+        await lexical.warm_up()
+        semantic = SemanticIndex(semantic_settings)
+        await semantic.warm_up()
+        sinks = LocalSinks(lexical, semantic)
+        if settings.mode == "inline":
+            embedding = Embedding.build(semantic.embedder, semantic.graph)
+
+    dispatcher: Dispatcher
+    inline: InlineDispatcher | None = None
+    if settings.mode == "celery":
+        from attest.pipeline.app import create_app
+        from attest.pipeline.ingest import CeleryDispatcher
+
+        app = create_app(pipeline or PipelineSettings())
+        dispatcher = CeleryDispatcher(app)
+    else:
+        if embedding is None:
+            from attest.knowledge.graph import load_graph
+            from attest.semantic.embedding import Embedder
+
+            e = settings.embed
+            encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size)
+            await asyncio.to_thread(encoder.warm_up)
+            graph = await asyncio.to_thread(load_graph, e.graph_path)
+            embedding = Embedding.build(encoder, graph)
+        chosen = embedding
+        runner = StageRunner(store, settings.enrich, embedding=lambda: chosen, sinks=lambda: sinks)
+        await asyncio.to_thread(chosen.warm_up)
+        inline = InlineDispatcher(runner)
+        dispatcher = inline
+    closers.append(sinks.close)
+    core = IngestCore(store, dispatcher, lambda: sinks, batch_size=settings.batch_size)
+    return Assembly(core=core, inline=inline, closers=closers)

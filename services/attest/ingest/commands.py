@@ -1,0 +1,200 @@
+"""``attest ingest PATH``: load documents, in this process or through an ingest service."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+from tqdm import tqdm
+
+from attest.core.logging import configure_logging
+from attest.core.settings import LoggingSettings, MiB
+from attest.ingest.readers import RawItem, count_items, read_path
+
+# Requests stay under the ingest service's default 64 MiB limit; one item
+# bigger than this is reported here and never sent.
+MAX_MESSAGE_BYTES = 48 * MiB
+
+
+@dataclass
+class Report:
+    job_id: str = ""
+    state: str = ""
+    received: int = 0
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    passages: int = 0
+    failures: list[tuple[str, str, str, str]] = field(default_factory=list)  # origin, id, code, why
+
+    def lines(self, show: int) -> list[str]:
+        out = [
+            f"job {self.job_id}: {self.state}",
+            f"  received {self.received:,}  ingested {self.created:,}  updated {self.updated:,}  "
+            f"unchanged {self.unchanged:,}  failed {self.failed:,}  passages {self.passages:,}",
+        ]
+        for origin, doc_id, code, reason in self.failures[:show]:
+            where = f"{origin} ({doc_id})" if doc_id else origin
+            out.append(f"  failed {where}: {code} {reason}")
+        if len(self.failures) > show:
+            out.append(f"  ... and {len(self.failures) - show:,} more failures")
+        return out
+
+
+def _chunks(items: Iterator[RawItem], size: int) -> Iterator[list[RawItem]]:
+    chunk: list[RawItem] = []
+    used = 0
+    for item in items:
+        n = len(item.raw_json) + len(item.origin) + 16
+        if chunk and (len(chunk) == size or used + n > MAX_MESSAGE_BYTES):
+            yield chunk
+            chunk, used = [], 0
+        chunk.append(item)
+        used += n
+    if chunk:
+        yield chunk
+
+
+async def run_embedded(path: Path, data_dir: Path, batch: int, total: int) -> Report:
+    from attest.ingest.assembly import assemble
+    from attest.ingest.documents import ItemError, article_from_raw_json
+    from attest.ingest.jobs import Item
+    from attest.ingest.settings import IngestSettings
+
+    assembly = await assemble(IngestSettings(data_dir=data_dir))
+    try:
+        core = assembly.core
+        job_id = core.start_job("default")
+        with tqdm(total=total, desc="reading", unit="doc") as bar:
+            for chunk in _chunks(read_path(path), batch):
+                items = []
+                for raw in chunk:
+                    try:
+                        items.append(Item(raw.origin, article_from_raw_json(raw.raw_json)))
+                    except ItemError as err:
+                        items.append(Item(raw.origin, error=err))
+                core.add(job_id, items)
+                bar.update(len(chunk))
+        core.seal(job_id)
+        with tqdm(total=total, desc="ingesting", unit="doc") as bar:
+            while True:
+                job = core.job("default", job_id, failures_limit=0)
+                bar.n = job.progress.finished
+                bar.refresh()
+                if job.state in ("DONE", "FAILED"):
+                    break
+                await asyncio.sleep(0.5)
+        job = core.job("default", job_id, failures_limit=job.progress.failed)
+        p = job.progress
+        return Report(
+            job_id=job_id,
+            state=job.state,
+            received=p.received,
+            created=p.created,
+            updated=p.updated,
+            unchanged=p.unchanged,
+            failed=p.failed,
+            passages=p.passages_indexed,
+            failures=[(f.origin, f.doc_id, f.code, f.reason) for f in job.failures],
+        )
+    finally:
+        await assembly.close()
+
+
+async def run_remote(path: Path, address: str, batch: int, total: int) -> Report:
+    from attest.core.channels import create_channel
+    from attest.core.settings import ClientSettings
+    from attest.ingest.documents import MAX_BODY_BYTES
+    from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+
+    channel = create_channel(
+        address, ClientSettings(timeout_seconds=3600, max_message_bytes=64 * MiB)
+    )
+    local_failures: list[tuple[str, str, str, str]] = []
+    try:
+        stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        bar = tqdm(total=total, desc="sending", unit="doc")
+
+        async def messages() -> AsyncIterator[ingest_pb2.IngestStreamRequest]:
+            for chunk in _chunks(read_path(path), batch):
+                items = []
+                for raw in chunk:
+                    if len(raw.raw_json) > MAX_MESSAGE_BYTES:
+                        local_failures.append(
+                            (
+                                raw.origin,
+                                "",
+                                "BODY_TOO_LARGE",
+                                f"record is {len(raw.raw_json):,} bytes; bodies may have "
+                                f"{MAX_BODY_BYTES:,}",
+                            )
+                        )
+                        continue
+                    items.append(ingest_pb2.IngestItem(raw_json=raw.raw_json, origin=raw.origin))
+                bar.update(len(chunk))
+                if items:
+                    yield ingest_pb2.IngestStreamRequest(items=items)
+
+        response = await stub.IngestStream(messages())
+        bar.close()
+        job_id = response.job.job_id
+        failures: list[tuple[str, str, str, str]] = list(local_failures)
+        final = response.job
+        with tqdm(total=response.job.progress.received, desc="ingesting", unit="doc") as bar2:
+            async for update in stub.WatchJob(ingest_pb2.WatchJobRequest(job_id=job_id)):
+                p = update.progress
+                bar2.n = p.indexed + p.unchanged + p.failed
+                bar2.refresh()
+                for f in update.new_failures:
+                    code = ingest_pb2.FailureCode.Name(f.code).removeprefix("FAILURE_CODE_")
+                    failures.append((f.origin, f.doc_id, code, f.reason))
+                final = ingest_pb2.Job(job_id=job_id, state=update.state, progress=p)
+        p = final.progress
+        return Report(
+            job_id=job_id,
+            state=ingest_pb2.JobState.Name(final.state).removeprefix("JOB_STATE_"),
+            received=p.received + len(local_failures),
+            created=p.created,
+            updated=p.updated,
+            unchanged=p.unchanged,
+            failed=p.failed + len(local_failures),
+            passages=p.passages_indexed,
+            failures=failures,
+        )
+    finally:
+        await channel.close()
+
+
+@click.command(name="ingest")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--address",
+    default=None,
+    help="An ingest service at HOST:PORT; without it the pipeline runs in this process "
+    "on the embedded stores under --data-dir.",
+)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True)
+@click.option("--show-failures", type=click.IntRange(0), default=20, show_default=True)
+def ingest(
+    path: Path, address: str | None, data_dir: Path | None, batch_size: int, show_failures: int
+) -> None:
+    """Ingest PATH: a JSONL file (one document a line), a BEIR folder or corpus.jsonl, or
+    a folder of .txt/.md/.html files. Prints ingested, updated, unchanged and failed
+    documents, with the reason of each failure."""
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    total = count_items(path)
+    if address:
+        report = asyncio.run(run_remote(path, address, batch_size, total))
+    else:
+        root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+        report = asyncio.run(run_embedded(path, root, batch_size, total))
+    for line in report.lines(show_failures):
+        click.echo(line)
+    if report.state != "DONE":
+        raise SystemExit(1)

@@ -1,0 +1,329 @@
+"""Intake of documents: parsing, validation, normalization and deterministic ids.
+
+Every rejection is an ``ItemError`` with a machine-readable code and a reason
+naming the field; the caller records it against the item (its id when it
+could be read, its origin such as ``file.jsonl:12``) and goes on with the
+other items of the batch. Nothing here touches the network.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+MAX_ID_CHARS = 256
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_TITLE_CHARS = 4096
+MAX_URL_CHARS = 4096
+MAX_ORGANIZATIONS = 256
+MAX_METADATA_ENTRIES = 64
+
+
+class FailureCode(enum.Enum):
+    """Why an item failed (mirrors ``attest.ingest.v1.FailureCode``)."""
+
+    INVALID_JSON = "INVALID_JSON"
+    INVALID_UTF8 = "INVALID_UTF8"
+    MISSING_ID = "MISSING_ID"
+    INVALID_ID = "INVALID_ID"
+    EMPTY_BODY = "EMPTY_BODY"
+    BODY_TOO_LARGE = "BODY_TOO_LARGE"
+    INVALID_DATE = "INVALID_DATE"
+    INVALID_FIELD = "INVALID_FIELD"
+    PROCESSING_ERROR = "PROCESSING_ERROR"
+
+
+class ItemError(Exception):
+    """An item that cannot be ingested; ``doc_id`` is empty when it could not be read."""
+
+    def __init__(self, code: FailureCode, reason: str, doc_id: str = "") -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+        self.doc_id = doc_id
+
+
+@dataclass(frozen=True, slots=True)
+class Article:
+    """A validated, normalized document."""
+
+    id: str
+    title: str
+    body: str
+    published_at: datetime | None = None
+    source_url: str = ""
+    organizations: tuple[str, ...] = ()
+    entity_ids: tuple[str, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "body": self.body,
+            "published_at": self.published_at.isoformat() if self.published_at else None,
+            "source_url": self.source_url,
+            "organizations": list(self.organizations),
+            "entity_ids": list(self.entity_ids),
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Article:
+        published = data.get("published_at")
+        return cls(
+            id=data["id"],
+            title=data.get("title", ""),
+            body=data["body"],
+            published_at=datetime.fromisoformat(published) if published else None,
+            source_url=data.get("source_url", ""),
+            organizations=tuple(data.get("organizations") or ()),
+            entity_ids=tuple(data.get("entity_ids") or ()),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+# -- normalization ------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b\ufeff]")
+_SPACES = re.compile(r"[ \t\xa0\u2000-\u200a\u3000]+")
+# A line break followed by indentation starts a paragraph (news wire style);
+# two or more line breaks are a paragraph break.
+_PARAGRAPH = re.compile(r"\n[ \t]+(?=\S)|\n{2,}")
+# A single line break inside a paragraph is a hard wrap, unless the next line
+# starts a list item, a heading or a quote.
+_WRAP = re.compile(r"(?<=\S)\n(?![-*+#>|]|\d+[.)]\s|\n)")
+
+
+def normalize_text(text: str) -> str:
+    """NFC, no control characters, single spaces, hard wraps joined, paragraphs
+    separated by one blank line, no outer white space."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
+    text = _CONTROL.sub("", text)
+    text = _PARAGRAPH.sub("\n\n", text)
+    text = _WRAP.sub(" ", text)
+    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    return "\n".join(out).strip()
+
+
+def normalize_line(text: str) -> str:
+    """One-line fields (title, names): NFC, white space collapsed."""
+    text = unicodedata.normalize("NFC", _CONTROL.sub("", text))
+    return " ".join(text.split())
+
+
+# -- validation ---------------------------------------------------------------
+
+
+def parse_date(value: str) -> datetime:
+    """An ISO-8601 date or date-time (``Z`` allowed); naive values are UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ItemError(
+            FailureCode.INVALID_DATE,
+            f"published_at: {value[:40]!r} is not an ISO-8601 date such as 2024-05-31 "
+            "or 2024-05-31T12:00:00Z",
+        ) from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _check_id(value: object) -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ItemError(FailureCode.MISSING_ID, "id: missing or empty")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ItemError(FailureCode.INVALID_ID, f"id: must be a string, got {type(value).__name__}")
+    doc_id = str(value).strip()
+    if len(doc_id) > MAX_ID_CHARS:
+        raise ItemError(
+            FailureCode.INVALID_ID, f"id: is {len(doc_id):,} characters; at most {MAX_ID_CHARS}"
+        )
+    if _CONTROL.search(doc_id) or "\n" in doc_id:
+        raise ItemError(FailureCode.INVALID_ID, "id: contains control characters")
+    return doc_id
+
+
+def _string(data: dict[str, Any], key: str, doc_id: str, limit: int) -> str:
+    value = data.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ItemError(
+            FailureCode.INVALID_FIELD,
+            f"{key}: must be a string, got {type(value).__name__}",
+            doc_id,
+        )
+    if len(value) > limit:
+        raise ItemError(
+            FailureCode.INVALID_FIELD, f"{key}: is longer than {limit:,} characters", doc_id
+        )
+    return value
+
+
+def _strings(data: dict[str, Any], key: str, doc_id: str) -> list[str]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ItemError(FailureCode.INVALID_FIELD, f"{key}: must be a list of strings", doc_id)
+    if len(value) > MAX_ORGANIZATIONS:
+        raise ItemError(
+            FailureCode.INVALID_FIELD, f"{key}: at most {MAX_ORGANIZATIONS} entries", doc_id
+        )
+    return value
+
+
+def article_from_fields(
+    *,
+    doc_id: object,
+    title: object,
+    body: object,
+    published_at: datetime | str | None,
+    source_url: object,
+    organizations: list[str],
+    entity_ids: list[str],
+    metadata: dict[str, str],
+) -> Article:
+    """Validate and normalize one document given field by field."""
+    checked_id = _check_id(doc_id)
+    fields = {"title": title, "body": body, "source_url": source_url}
+    title_s = _string(fields, "title", checked_id, MAX_TITLE_CHARS)
+    url = _string(fields, "source_url", checked_id, MAX_URL_CHARS)
+    if body is not None and not isinstance(body, str):
+        raise ItemError(
+            FailureCode.INVALID_FIELD,
+            f"body: must be a string, got {type(body).__name__}",
+            checked_id,
+        )
+    raw_body = body or ""
+    size = len(raw_body.encode("utf-8", "surrogatepass"))
+    if size > MAX_BODY_BYTES:
+        raise ItemError(
+            FailureCode.BODY_TOO_LARGE,
+            f"body: is {size:,} bytes; the limit is {MAX_BODY_BYTES:,}",
+            checked_id,
+        )
+    norm_body = normalize_text(raw_body)
+    if not norm_body:
+        raise ItemError(FailureCode.EMPTY_BODY, "body: is empty or white space only", checked_id)
+    when: datetime | None
+    try:
+        when = parse_date(published_at) if isinstance(published_at, str) else published_at
+    except ItemError as err:
+        err.doc_id = checked_id
+        raise
+    if len(metadata) > MAX_METADATA_ENTRIES:
+        raise ItemError(
+            FailureCode.INVALID_FIELD,
+            f"metadata: at most {MAX_METADATA_ENTRIES} entries",
+            checked_id,
+        )
+    orgs: list[str] = []
+    seen: set[str] = set()
+    for org in organizations:
+        name = normalize_line(org)
+        if name and name.casefold() not in seen:
+            seen.add(name.casefold())
+            orgs.append(name)
+    return Article(
+        id=checked_id,
+        title=normalize_line(title_s),
+        body=norm_body,
+        published_at=when,
+        source_url=url.strip(),
+        organizations=tuple(orgs),
+        entity_ids=tuple(dict.fromkeys(e.strip() for e in entity_ids if e.strip())),
+        metadata=dict(metadata),
+    )
+
+
+def article_from_raw_json(raw: bytes) -> Article:
+    """One JSON object (keys as in ``IngestItem.raw_json``), validated and normalized."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ItemError(
+            FailureCode.INVALID_UTF8, f"not valid UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ItemError(
+            FailureCode.INVALID_JSON, f"malformed JSON at column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ItemError(
+            FailureCode.INVALID_JSON, f"expected a JSON object, got {type(data).__name__}"
+        )
+    doc_id = data.get("id", data.get("_id"))
+    checked = _check_id(doc_id)
+    body = data.get("body", data.get("text"))
+    date = data.get("published_at")
+    if date is not None and not isinstance(date, str):
+        raise ItemError(FailureCode.INVALID_DATE, "published_at: must be a string", checked)
+    metadata = data.get("metadata") or {}
+    if not isinstance(metadata, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+    ):
+        raise ItemError(
+            FailureCode.INVALID_FIELD, "metadata: must be an object of strings", checked
+        )
+    return article_from_fields(
+        doc_id=checked,
+        title=data.get("title"),
+        body=body,
+        published_at=date or None,
+        source_url=data.get("source_url"),
+        organizations=_strings(data, "organizations", checked),
+        entity_ids=_strings(data, "entity_ids", checked),
+        metadata=metadata,
+    )
+
+
+# -- deterministic ids ----------------------------------------------------------
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+def content_hash(article: Article) -> str:
+    """Hash of everything stored for the document; equal hashes mean nothing to do."""
+    canonical = json.dumps(
+        [
+            article.title,
+            article.body,
+            article.published_at.isoformat() if article.published_at else None,
+            article.source_url,
+            list(article.organizations),
+            list(article.entity_ids),
+            sorted(article.metadata.items()),
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return _digest(canonical)[:32]
+
+
+def document_key(tenant: str, doc_id: str) -> str:
+    """Stable key of (tenant, document id)."""
+    return _digest(tenant, doc_id)[:32]
+
+
+def passage_id(tenant: str, doc_id: str, content: str, index: int) -> str:
+    """Id of passage ``index`` of one version (content hash) of a document."""
+    return _digest(tenant, doc_id, content, str(index))[:32]

@@ -1,0 +1,475 @@
+"""Ingestion jobs: intake with change detection, the stage executor, deletion.
+
+``IngestCore`` takes items into a job: invalid ones are recorded as failures
+at once, valid ones durably as item records; when the job is sealed, the
+last occurrence of each document id is compared with the registry (content
+hash), unchanged documents are counted and skipped, and the rest go to the
+pipeline in batches (``Dispatcher``: inline, or Celery tasks). ``StageRunner``
+runs one stage for one batch, for both dispatchers, and records progress;
+every record it writes is keyed by item index or document id, so running a
+stage again changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from attest.core.common import Filters
+from attest.core.errors import InvalidArgument, NotFound
+from attest.ingest.documents import (
+    Article,
+    FailureCode,
+    ItemError,
+    content_hash,
+)
+from attest.ingest.organizations import Gazetteer
+from attest.ingest.settings import EnrichSettings
+from attest.ingest.stages import Embedding, Enricher, Record, Sinks, abstractive_summaries
+from attest.ingest.state import FailureRecord, JobSnapshot, JobStore, RegistryEntry
+
+log = logging.getLogger(__name__)
+
+Batch = list[list[Any]]  # [[item index, "created" | "updated"], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One received item: a valid article or the reason it is not one."""
+
+    origin: str
+    article: Article | None = None
+    error: ItemError | None = None
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
+        """Start the pipeline for ``batches``; returns once they are durably queued."""
+
+
+@dataclass
+class _Intake:
+    tenant: str
+    received: int = 0
+    # doc id -> (item index, content hash); the last occurrence wins.
+    latest: dict[str, tuple[int, str]] = field(default_factory=dict)
+    superseded: list[int] = field(default_factory=list)
+    sealed: bool = False
+
+
+# -- the stage executor ---------------------------------------------------------
+
+
+class StageRunner:
+    """Runs enrich, embed and index for one batch and records what happened."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        enrich_settings: EnrichSettings,
+        *,
+        embedding: Callable[[], Embedding] | None = None,
+        sinks: Callable[[], Sinks] | None = None,
+    ) -> None:
+        self.store = store
+        self._enrich_settings = enrich_settings
+        self._embedding_factory = embedding
+        self._sinks_factory = sinks
+        self._embedding: Embedding | None = None
+        self._sinks: Sinks | None = None
+        self._enrichers: dict[str, Enricher] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def embedding(self) -> Embedding:
+        with self._lock:
+            if self._embedding is None:
+                if self._embedding_factory is None:
+                    raise RuntimeError("this runner has no embedding model")
+                self._embedding = self._embedding_factory()
+                self._embedding.warm_up()
+            return self._embedding
+
+    @property
+    def sinks(self) -> Sinks:
+        if self._sinks is None:
+            if self._sinks_factory is None:
+                raise RuntimeError("this runner has no index sinks")
+            self._sinks = self._sinks_factory()
+        return self._sinks
+
+    def _enricher(self, tenant: str) -> Enricher:
+        enricher = self._enrichers.get(tenant)
+        if enricher is None:
+            enricher = Enricher(self._enrich_settings, Gazetteer())
+            self._enrichers[tenant] = enricher
+        # Other workers grow the same gazetteer; take what they learned.
+        enricher.gazetteer.add(self.store.gazetteer(tenant))
+        return enricher
+
+    def fail_items(
+        self, job_id: str, stage: str, items: Sequence[tuple[int, str]], code: str, reason: str
+    ) -> None:
+        """Record ``(item index, doc id)`` pairs as failed at ``stage``; an empty doc id
+        is read from the item's record."""
+        indexes = [i for i, _ in items]
+        known: dict[int, tuple[str, str]] = {}
+        for i, text in zip(indexes, self.store.items(job_id, indexes), strict=True):
+            if text:
+                data = json.loads(text)
+                known[i] = (data["article"]["id"], data.get("origin", ""))
+        self.store.fail(
+            job_id,
+            [
+                FailureRecord(
+                    i,
+                    doc_id or known.get(i, ("", ""))[0],
+                    known.get(i, ("", ""))[1],
+                    stage,
+                    code,
+                    reason[:1000],
+                )
+                for i, doc_id in items
+            ],
+        )
+
+    def enrich(self, job_id: str, tenant: str, batch: Batch) -> list[Record]:
+        indexes = [int(i) for i, _ in batch]
+        kinds = {int(i): str(k) for i, k in batch}
+        texts = self.store.items(job_id, indexes)
+        enricher = self._enricher(tenant)
+        before = len(enricher.gazetteer)
+        out: list[Record] = []
+        for index, text in zip(indexes, texts, strict=True):
+            if text is None:
+                self.store.fail(
+                    job_id,
+                    [
+                        FailureRecord(
+                            index,
+                            "",
+                            "",
+                            "ENRICH",
+                            FailureCode.PROCESSING_ERROR.value,
+                            "the item's record is missing from the job state",
+                        )
+                    ],
+                )
+                continue
+            data = json.loads(text)
+            article = Article.from_json(data["article"])
+            try:
+                out.append(enricher.enrich(index, kinds[index], data["hash"], article))
+            except Exception as exc:
+                log.exception("enrichment of %r failed", article.id)
+                self.store.fail(
+                    job_id,
+                    [
+                        FailureRecord(
+                            index,
+                            article.id,
+                            data.get("origin", ""),
+                            "ENRICH",
+                            FailureCode.PROCESSING_ERROR.value,
+                            f"enrichment failed: {type(exc).__name__}",
+                        )
+                    ],
+                )
+        if len(enricher.gazetteer) != before:
+            self.store.gazetteer_add(tenant, enricher.gazetteer.names())
+        address = self._enrich_settings.generate_address
+        if address and out:
+            import grpc
+
+            try:
+                abstractive_summaries(out, address, self._enrich_settings.generate_timeout_seconds)
+            except grpc.RpcError as err:
+                # Degrade: the extractive summaries stay.
+                log.warning("generate service unavailable for summaries: %s", err.code())
+        self.store.mark(job_id, "enriched", [r["item"] for r in out])
+        return out
+
+    def embed(self, job_id: str, records: Sequence[Record]) -> list[Record]:
+        embedding = self.embedding
+        good: list[Record] = []
+        for r in records:
+            unknown = embedding.unknown_entities(r)
+            if unknown:
+                self.fail_items(
+                    job_id,
+                    "EMBED",
+                    [(r["item"], r["article"]["id"])],
+                    FailureCode.INVALID_FIELD.value,
+                    f"entity_ids: unknown knowledge-graph entity {unknown[0][:64]!r}",
+                )
+            else:
+                good.append(r)
+        out = embedding.embed(good) if good else []
+        self.store.mark(job_id, "embedded", [r["item"] for r in out])
+        return out
+
+    async def index(self, job_id: str, tenant: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        await self.sinks.index(tenant, records)
+        self.store.registry_put(
+            tenant,
+            {
+                r["article"]["id"]: RegistryEntry(
+                    content_hash=r["hash"],
+                    passages=len(r["passages"]),
+                    organizations=tuple(r["organizations"]),
+                    entity_ids=tuple(r["entity_ids"]),
+                    published_at=r["article"].get("published_at"),
+                )
+                for r in records
+            },
+        )
+        self.store.add_passages(job_id, {r["item"]: len(r["passages"]) for r in records})
+        for kind in ("created", "updated"):
+            self.store.mark(job_id, kind, [r["item"] for r in records if r["kind"] == kind])
+        self.store.mark(job_id, "indexed", [r["item"] for r in records])
+
+
+# -- the inline dispatcher --------------------------------------------------------
+
+
+class InlineDispatcher:
+    """Runs the stages in this process, one batch after another, in the background.
+
+    Build it inside the event loop that should run the stages; ``dispatch``
+    may be called from any thread.
+    """
+
+    def __init__(self, runner: StageRunner) -> None:
+        self.runner = runner
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[tuple[str, str, Batch]] = asyncio.Queue()
+        self._worker: asyncio.Task[None] | None = None
+
+    def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
+        self._loop.call_soon_threadsafe(self._enqueue, job_id, tenant, list(batches))
+
+    def _enqueue(self, job_id: str, tenant: str, batches: list[Batch]) -> None:
+        if self._worker is None:
+            self._worker = self._loop.create_task(self._work())
+        for batch in batches:
+            self._queue.put_nowait((job_id, tenant, batch))
+
+    async def run_batch(self, job_id: str, tenant: str, batch: Batch) -> None:
+        runner = self.runner
+        try:
+            enriched = await asyncio.to_thread(runner.enrich, job_id, tenant, batch)
+            embedded = await asyncio.to_thread(runner.embed, job_id, enriched)
+            await runner.index(job_id, tenant, embedded)
+        except Exception as exc:
+            log.exception("a batch of job %s failed", job_id)
+            done = runner.store.indexed_items(job_id)
+            items = [(int(i), "") for i, _ in batch if int(i) not in done]
+            await asyncio.to_thread(
+                runner.fail_items,
+                job_id,
+                "INDEX",
+                items,
+                FailureCode.PROCESSING_ERROR.value,
+                f"{type(exc).__name__}: {exc}",
+            )
+
+    async def _work(self) -> None:
+        while True:
+            job_id, tenant, batch = await self._queue.get()
+            try:
+                await self.run_batch(job_id, tenant, batch)
+            finally:
+                self._queue.task_done()
+
+    async def drain(self) -> None:
+        """Wait until every dispatched batch has run."""
+        await asyncio.sleep(0)  # let pending dispatch callbacks enqueue
+        await self._queue.join()
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+
+
+# -- the core ----------------------------------------------------------------------
+
+
+def _matches(entry: RegistryEntry, filters: Filters) -> bool:
+    from datetime import datetime
+
+    if filters.organizations:
+        wanted = {o.casefold() for o in filters.organizations}
+        if not any(o.casefold() in wanted for o in entry.organizations):
+            return False
+    if filters.entity_ids and not set(filters.entity_ids) & set(entry.entity_ids):
+        return False
+    if filters.published_from or filters.published_to:
+        if entry.published_at is None:
+            return False
+        when = datetime.fromisoformat(entry.published_at)
+        if filters.published_from and when < filters.published_from:
+            return False
+        if filters.published_to and when > filters.published_to:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    matched: int
+    deleted: int
+    doc_ids: tuple[str, ...]
+
+
+class IngestCore:
+    """Jobs and deletion; transport-free (the servicer and the CLI call it)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        dispatcher: Dispatcher,
+        sinks: Callable[[], Sinks],
+        *,
+        batch_size: int = 16,
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self._sinks_factory = sinks
+        self._sinks: Sinks | None = None
+        self.batch_size = batch_size
+        self._intakes: dict[str, _Intake] = {}
+        self._lock = threading.Lock()
+
+    def start_job(self, tenant: str) -> str:
+        job_id = uuid.uuid4().hex
+        self.store.create_job(job_id, tenant)
+        self._intakes[job_id] = _Intake(tenant=tenant)
+        return job_id
+
+    def add(self, job_id: str, items: Sequence[Item]) -> None:
+        """Record items durably: failures as failures, valid articles as item records."""
+        intake = self._intakes[job_id]
+        if intake.sealed:
+            raise InvalidArgument("the job is already sealed", field="job_id")
+        records: dict[int, str] = {}
+        failures: list[FailureRecord] = []
+        for item in items:
+            index = intake.received
+            intake.received += 1
+            if item.article is None:
+                err = item.error or ItemError(FailureCode.INVALID_FIELD, "no document")
+                failures.append(
+                    FailureRecord(
+                        index, err.doc_id, item.origin, "RECEIVE", err.code.value, err.reason
+                    )
+                )
+                continue
+            h = content_hash(item.article)
+            previous = intake.latest.get(item.article.id)
+            if previous is not None:
+                intake.superseded.append(previous[0])
+            intake.latest[item.article.id] = (index, h)
+            records[index] = json.dumps(
+                {"article": item.article.to_json(), "hash": h, "origin": item.origin},
+                ensure_ascii=False,
+            )
+        self.store.fail(job_id, failures)
+        self.store.record_items(job_id, records, intake.received)
+
+    def seal(self, job_id: str) -> JobSnapshot:
+        """Close intake: detect changes and hand the rest to the pipeline."""
+        intake = self._intakes.pop(job_id)
+        intake.sealed = True
+        tenant = intake.tenant
+        unchanged: list[int] = list(intake.superseded)
+        batches: list[Batch] = []
+        current: Batch = []
+        ids = list(intake.latest)
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            known = self.store.registry_get(tenant, chunk)
+            for doc_id in chunk:
+                index, h = intake.latest[doc_id]
+                entry = known.get(doc_id)
+                if entry is not None and entry.content_hash == h:
+                    unchanged.append(index)
+                    continue
+                current.append([index, "updated" if entry is not None else "created"])
+                if len(current) == self.batch_size:
+                    batches.append(current)
+                    current = []
+        if current:
+            batches.append(current)
+        self.store.mark(job_id, "unchanged", unchanged)
+        self.store.seal(job_id, intake.received)
+        if batches:
+            self.dispatcher.dispatch(job_id, tenant, batches)
+        snapshot = self.store.snapshot(job_id)
+        assert snapshot is not None
+        return snapshot
+
+    def ingest(self, tenant: str, items: Sequence[Item]) -> JobSnapshot:
+        job_id = self.start_job(tenant)
+        self.add(job_id, items)
+        return self.seal(job_id)
+
+    def abandon(self, job_id: str, reason: str) -> None:
+        """A stream that broke off: the job fails as a whole."""
+        self._intakes.pop(job_id, None)
+        self.store.set_error(job_id, reason)
+
+    def job(
+        self, tenant: str, job_id: str, *, failures_offset: int = 0, failures_limit: int = 100
+    ) -> JobSnapshot:
+        snapshot = self.store.snapshot(
+            job_id, failures_offset=failures_offset, failures_limit=failures_limit
+        )
+        # Another tenant's job is indistinguishable from a missing one.
+        if snapshot is None or snapshot.tenant != tenant:
+            raise NotFound(f"no job {job_id[:64]!r}")
+        return snapshot
+
+    @property
+    def sinks(self) -> Sinks:
+        if self._sinks is None:
+            self._sinks = self._sinks_factory()
+        return self._sinks
+
+    async def delete(
+        self,
+        tenant: str,
+        *,
+        doc_ids: Sequence[str] = (),
+        filters: Filters | None = None,
+        dry_run: bool = False,
+    ) -> DeleteResult:
+        """Remove documents from every store and from the registry."""
+        if filters is not None:
+            registry = await asyncio.to_thread(self.store.registry_all, tenant)
+            matched = sorted(d for d, e in registry.items() if _matches(e, filters))
+        else:
+            known = await asyncio.to_thread(
+                self.store.registry_get, tenant, list(dict.fromkeys(doc_ids))
+            )
+            matched = [d for d in dict.fromkeys(doc_ids) if d in known]
+        if dry_run or not matched:
+            return DeleteResult(len(matched), 0, tuple(matched[:1000]))
+        # Stores first: a crash in between leaves a registry entry whose
+        # delete can be repeated, never a stored document nobody knows about.
+        # Ids the registry does not know are deleted from the stores too.
+        targets = list(dict.fromkeys([*matched, *doc_ids]))
+        await self.sinks.delete(tenant, targets)
+        deleted = await asyncio.to_thread(self.store.registry_delete, tenant, matched)
+        return DeleteResult(len(matched), deleted, tuple(matched[:1000]))

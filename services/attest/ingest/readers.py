@@ -1,0 +1,125 @@
+"""Readers of what ``attest ingest`` accepts: JSONL, BEIR ``corpus.jsonl``, a folder.
+
+Every reader yields ``RawItem``s: the record as JSON bytes (parsed and
+validated by the ingest core, so a malformed line is reported like any other
+bad document) and where it came from (``file:line`` or the file's path).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm")
+
+
+@dataclass(frozen=True, slots=True)
+class RawItem:
+    origin: str
+    raw_json: bytes
+
+
+class _HtmlText(HTMLParser):
+    """Visible text of an HTML page, its <title>, block elements as paragraphs."""
+
+    BLOCKS = frozenset(
+        (
+            *("p", "div", "br", "li", "ul", "ol", "h1", "h2", "h3", "h4", "h5", "h6", "tr"),
+            *("table", "section", "article", "header", "footer", "blockquote", "pre"),
+        )
+    )
+    HIDDEN = frozenset(("script", "style", "noscript", "template", "head"))
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title = ""
+        self._hidden = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self._in_title = True
+        elif tag in self.HIDDEN:
+            self._hidden += 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in self.HIDDEN:
+            self._hidden = max(0, self._hidden - 1)
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._hidden:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> tuple[str, str]:
+    """(title, text) of an HTML document."""
+    parser = _HtmlText()
+    parser.feed(html)
+    parser.close()
+    text = re.sub(r"[ \t]*\n[ \t\n]*\n[ \t\n]*", "\n\n", "".join(parser.parts))
+    return " ".join(parser.title.split()), text.strip()
+
+
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def read_jsonl(path: Path) -> Iterator[RawItem]:
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                yield RawItem(f"{path.name}:{number}", line.rstrip(b"\r\n"))
+
+
+def read_text_file(path: Path, root: Path) -> RawItem:
+    rel = path.relative_to(root).as_posix()
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        # The core reports it per document, with the byte position.
+        return RawItem(rel, data)
+    if path.suffix.lower() in (".html", ".htm"):
+        title, body = html_to_text(text)
+    else:
+        heading = _MD_HEADING.search(text) if path.suffix.lower() != ".txt" else None
+        title, body = (heading.group(1) if heading else path.stem), text
+    record = {"id": rel, "title": title or path.stem, "body": body}
+    return RawItem(rel, json.dumps(record, ensure_ascii=False).encode("utf-8"))
+
+
+def read_folder(root: Path) -> Iterator[RawItem]:
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix.lower() in TEXT_SUFFIXES:
+            yield read_text_file(path, root)
+
+
+def read_path(path: Path) -> Iterator[RawItem]:
+    """Items of a JSONL file, a BEIR folder (its corpus.jsonl) or a folder of text files."""
+    if path.is_dir():
+        corpus = path / "corpus.jsonl"
+        if corpus.is_file():
+            return read_jsonl(corpus)
+        return read_folder(path)
+    return read_jsonl(path)
+
+
+def count_items(path: Path) -> int:
+    """How many items ``read_path`` will yield, for the progress bar."""
+    if path.is_dir() and not (path / "corpus.jsonl").is_file():
+        return sum(1 for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+    target = path / "corpus.jsonl" if path.is_dir() else path
+    with target.open("rb") as f:
+        return sum(1 for line in f if line.strip())

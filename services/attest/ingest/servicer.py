@@ -1,0 +1,163 @@
+"""gRPC servicer of the ingest service: validate, convert, call the core."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from attest.core import common
+from attest.core.context import tenant_var
+from attest.core.errors import InvalidArgument, Unavailable
+from attest.ingest import convert
+from attest.ingest.assembly import Assembly, assemble
+from attest.ingest.jobs import IngestCore
+from attest.ingest.settings import IngestSettings
+from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+from attest.pipeline.settings import PipelineSettings
+
+Context = grpc.aio.ServicerContext[Any, Any]
+FINAL = ("DONE", "FAILED")
+
+
+class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
+    service_name = ingest_pb2.DESCRIPTOR.services_by_name["IngestService"].full_name
+
+    def __init__(self, settings: IngestSettings, pipeline: PipelineSettings | None = None) -> None:
+        self._settings = settings
+        self._pipeline = pipeline
+        self._limits = settings.limits
+        self._assembly: Assembly | None = None
+
+    def register(self, server: grpc.aio.Server) -> None:
+        ingest_pb2_grpc.add_IngestServiceServicer_to_server(self, server)
+
+    async def warm_up(self) -> None:
+        if self._assembly is None:
+            self._assembly = await assemble(self._settings, self._pipeline)
+
+    async def close(self) -> None:
+        if self._assembly is not None:
+            await self._assembly.close()
+            self._assembly = None
+
+    @property
+    def core(self) -> IngestCore:
+        if self._assembly is None:
+            raise Unavailable("the ingest service is still starting")
+        return self._assembly.core
+
+    async def Ingest(
+        self, request: ingest_pb2.IngestRequest, context: Context
+    ) -> ingest_pb2.IngestResponse:
+        items = convert.items_from_proto(list(request.items), self._limits)
+        core, tenant = self.core, tenant_var.get()
+        job = await asyncio.to_thread(core.ingest, tenant, items)
+        return ingest_pb2.IngestResponse(job=convert.job_to_proto(job))
+
+    async def IngestStream(
+        self, request_iterator: AsyncIterator[ingest_pb2.IngestStreamRequest], context: Context
+    ) -> ingest_pb2.IngestStreamResponse:
+        core, tenant = self.core, tenant_var.get()
+        job_id = await asyncio.to_thread(core.start_job, tenant)
+        received = 0
+        try:
+            async for message in request_iterator:
+                received += len(message.items)
+                if received > self._limits.max_items_per_stream:
+                    raise InvalidArgument(
+                        f"a stream may carry at most {self._limits.max_items_per_stream:,} items",
+                        field="items",
+                    )
+                items = convert.items_from_proto(list(message.items), self._limits)
+                await asyncio.to_thread(core.add, job_id, items)
+            if received == 0:
+                raise InvalidArgument("the stream carried no items", field="items")
+        except BaseException as exc:
+            await asyncio.to_thread(
+                core.abandon, job_id, f"the stream ended early: {type(exc).__name__}"
+            )
+            raise
+        job = await asyncio.to_thread(core.seal, job_id)
+        return ingest_pb2.IngestStreamResponse(job=convert.job_to_proto(job))
+
+    def _job_id(self, value: str) -> str:
+        if not value.strip() or len(value) > 128:
+            raise InvalidArgument("must be a job id returned by Ingest", field="job_id")
+        return value
+
+    async def GetJob(
+        self, request: ingest_pb2.GetJobRequest, context: Context
+    ) -> ingest_pb2.GetJobResponse:
+        job_id = self._job_id(request.job_id)
+        if request.failures_offset < 0:
+            raise InvalidArgument("must be >= 0", field="failures_offset")
+        if not 0 <= request.failures_limit <= self._limits.max_failures_page:
+            raise InvalidArgument(
+                f"must be between 0 and {self._limits.max_failures_page:,}",
+                field="failures_limit",
+            )
+        job = await asyncio.to_thread(
+            self.core.job,
+            tenant_var.get(),
+            job_id,
+            failures_offset=request.failures_offset,
+            failures_limit=request.failures_limit or 100,
+        )
+        return ingest_pb2.GetJobResponse(job=convert.job_to_proto(job))
+
+    async def WatchJob(
+        self, request: ingest_pb2.WatchJobRequest, context: Context
+    ) -> AsyncIterator[ingest_pb2.WatchJobResponse]:
+        job_id = self._job_id(request.job_id)
+        core, tenant = self.core, tenant_var.get()
+        sent_failures = 0
+        last: tuple[Any, ...] | None = None
+        while True:
+            job = await asyncio.to_thread(
+                core.job, tenant, job_id, failures_offset=sent_failures, failures_limit=1000
+            )
+            key = (job.state, job.progress, len(job.failures))
+            if key != last:
+                last = key
+                sent_failures += len(job.failures)
+                yield ingest_pb2.WatchJobResponse(
+                    job_id=job_id,
+                    state=convert.job_to_proto(job).state,
+                    progress=convert.progress_to_proto(job.progress),
+                    new_failures=[convert.failure_to_proto(f) for f in job.failures],
+                    error=job.error,
+                )
+            if job.state in FINAL and len(job.failures) < 1000:
+                return
+            await asyncio.sleep(self._settings.watch_interval_seconds)
+
+    async def Delete(
+        self, request: ingest_pb2.DeleteRequest, context: Context
+    ) -> ingest_pb2.DeleteResponse:
+        if bool(request.doc_ids) == bool(request.filters):
+            raise InvalidArgument("set exactly one of doc_ids and filters", field="doc_ids")
+        limits = self._limits
+        if len(request.doc_ids) > limits.max_delete_ids:
+            raise InvalidArgument(
+                f"at most {limits.max_delete_ids:,} ids are allowed", field="doc_ids"
+            )
+        for i, doc_id in enumerate(request.doc_ids):
+            if not doc_id.strip() or len(doc_id) > 256:
+                raise InvalidArgument("must be 1-256 characters", field=f"doc_ids[{i}]")
+        filters = (
+            common.filters_from_proto(list(request.filters), max_filters=16, max_values=256)
+            if request.filters
+            else None
+        )
+        result = await self.core.delete(
+            tenant_var.get(),
+            doc_ids=list(request.doc_ids),
+            filters=filters,
+            dry_run=request.dry_run,
+        )
+        return ingest_pb2.DeleteResponse(
+            matched=result.matched, deleted=result.deleted, doc_ids=list(result.doc_ids)
+        )

@@ -1,0 +1,106 @@
+"""Settings of the ingest service (environment prefix ``ATTEST_INGEST_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, SecretStr
+
+from attest.core.settings import (
+    ClientSettings,
+    MiB,
+    ServerSettings,
+    ServiceSettings,
+    StrictModel,
+    service_config,
+)
+from attest.semantic.embedding import PACKAGED_MINILM
+
+
+class EnrichSettings(StrictModel):
+    """How articles are enriched; shared by the inline pipeline and the Celery workers."""
+
+    passage_tokens: int = Field(
+        default=200, ge=16, le=4096, description="Passage length limit in tokens."
+    )
+    keyphrases: int = Field(default=20, ge=0, le=100, description="RAKE keyphrases per article.")
+    summary_sentences: int = Field(default=3, ge=0, le=20)
+    max_organizations: int = Field(default=64, ge=0, le=256)
+    organization_model: Path | None = Field(
+        default=None,
+        description="A transformers token-classification directory with ORG labels; None "
+        "uses the offline pattern and gazetteer recognizer alone.",
+    )
+    model_device: str = "cpu"
+    generate_address: str | None = Field(
+        default=None,
+        description="host:port of the generate service: article summaries then come from "
+        "its Summarize (abstractive when an LLM is configured there). None, or a failed "
+        "call, keeps the extractive summary.",
+    )
+    generate_timeout_seconds: float = Field(default=120.0, gt=0)
+
+
+class EmbedSettings(StrictModel):
+    """The embedding model of the pipeline; it must be the semantic service's model."""
+
+    model: str = PACKAGED_MINILM
+    device: str = "cpu"
+    batch_size: int = Field(default=64, ge=1)
+    graph_path: Path | None = Field(
+        default=None, description="ESG graph YAML; None uses the one shipped with Attest."
+    )
+
+
+class IngestLimits(StrictModel):
+    max_items_per_message: int = Field(default=1000, ge=1)
+    max_items_per_stream: int = Field(default=1_000_000, ge=1)
+    max_origin_chars: int = Field(default=1024, ge=0)
+    max_failures_page: int = Field(default=10_000, ge=1)
+    max_delete_ids: int = Field(default=1000, ge=1)
+
+
+class IngestServerSettings(ServerSettings):
+    # A 50 MB body must reach the service to be reported per document, so
+    # requests may be larger than the other services'. (A subclass, not a
+    # default instance: ATTEST_INGEST_SERVER__PORT alone must keep this limit.)
+    port: int = Field(default=50054, ge=0, le=65535)
+    max_message_bytes: int = Field(default=64 * MiB, ge=1024)
+
+
+class IngestSettings(ServiceSettings):
+    model_config = service_config("ATTEST_INGEST_")
+
+    server: IngestServerSettings = IngestServerSettings()
+    mode: Literal["inline", "celery"] = Field(
+        default="inline",
+        description="inline: the stages run in this process (embedded mode, no Redis); "
+        "celery: they run on Celery workers (settings ATTEST_PIPELINE_*).",
+    )
+    state_url: SecretStr | None = Field(
+        default=None,
+        description="Redis URL of job state and the document registry; required in celery "
+        "mode. None keeps them in this process (saved under data_dir when state_on_disk).",
+    )
+    state_on_disk: bool = True
+    data_dir: Path = Field(
+        default=Path(".attest"),
+        validation_alias=AliasChoices("ATTEST_DATA_DIR", "data_dir"),
+    )
+    lexical_address: str | None = Field(
+        default=None,
+        description="host:port of the lexical service; None runs its core in this process "
+        "(settings ATTEST_LEXICAL_*).",
+    )
+    semantic_address: str | None = Field(
+        default=None,
+        description="host:port of the semantic service; None runs its core in this process "
+        "(settings ATTEST_SEMANTIC_*).",
+    )
+    client: ClientSettings = ClientSettings(timeout_seconds=120)
+    batch_size: int = Field(default=16, ge=1, le=1000, description="Documents per pipeline task.")
+    enrich: EnrichSettings = EnrichSettings()
+    embed: EmbedSettings = EmbedSettings()
+    limits: IngestLimits = IngestLimits()
+    watch_interval_seconds: float = Field(default=0.5, gt=0)

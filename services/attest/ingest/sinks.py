@@ -1,0 +1,189 @@
+"""Writers to the lexical and semantic stores: over gRPC, or to cores in this process.
+
+gRPC failures are translated at this edge: UNAVAILABLE, DEADLINE_EXCEEDED
+and RESOURCE_EXHAUSTED become ``Unavailable``/``ResourceExhausted`` (the
+pipeline retries those), INVALID_ARGUMENT becomes ``InvalidArgument`` (it
+does not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from attest.common.v1 import common_pb2
+from attest.core.channels import create_channel
+from attest.core.common import to_timestamp
+from attest.core.errors import Internal, InvalidArgument, ResourceExhausted, Unavailable
+from attest.core.settings import ClientSettings
+from attest.ingest.stages import Record, decode_vector
+from attest.lexical.backends import LexicalBackend
+from attest.lexical.models import DocumentIn
+from attest.lexical.models import PassageIn as LexicalPassage
+from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
+from attest.semantic.index import SemanticIndex
+from attest.semantic.models import PassageIn as SemanticPassage
+from attest.semantic.models import SemanticDoc
+from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+LEXICAL = "attest.lexical.v1.LexicalService"
+SEMANTIC = "attest.semantic.v1.SemanticService"
+T = TypeVar("T")
+
+
+def _published(record: Record) -> datetime | None:
+    value = record["article"].get("published_at")
+    return datetime.fromisoformat(value) if value else None
+
+
+def _document_proto(record: Record) -> common_pb2.Document:
+    a = record["article"]
+    doc = common_pb2.Document(
+        id=a["id"],
+        title=a["title"],
+        body=a["body"],
+        source_url=a["source_url"],
+        organizations=record["organizations"],
+        entity_ids=record["entity_ids"],
+        metadata={**a["metadata"], "attest.content_hash": record["hash"]},
+        passages=[
+            common_pb2.Passage(doc_id=a["id"], index=i, text=t, start_char=s, end_char=e)
+            for i, t, s, e in record["passages"]
+        ],
+    )
+    ts = to_timestamp(_published(record))
+    if ts is not None:
+        doc.published_at.CopyFrom(ts)
+    return doc
+
+
+async def _call(service: str, call: Callable[[], Awaitable[T]]) -> T:
+    import grpc
+
+    try:
+        return await call()
+    except grpc.aio.AioRpcError as err:
+        code = err.code()
+        details = err.details() or code.name
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            raise Unavailable(f"{service}: {details}") from err
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise ResourceExhausted(f"{service}: {details}") from err
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            raise InvalidArgument(f"rejected by the {service} service: {details}") from err
+        raise Internal(f"{service} service answered {code.name}: {details}") from err
+
+
+class GrpcSinks:
+    """The lexical and semantic services over gRPC (Index and Delete are idempotent)."""
+
+    def __init__(self, lexical_address: str, semantic_address: str, client: ClientSettings) -> None:
+        self._lexical_channel = create_channel(
+            lexical_address, client, idempotent=[(LEXICAL, "Index"), (LEXICAL, "Delete")]
+        )
+        self._semantic_channel = create_channel(
+            semantic_address, client, idempotent=[(SEMANTIC, "Index"), (SEMANTIC, "Delete")]
+        )
+        self.lexical = lexical_pb2_grpc.LexicalServiceStub(self._lexical_channel)
+        self.semantic = semantic_pb2_grpc.SemanticServiceStub(self._semantic_channel)
+
+    async def index(self, tenant: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        docs = [_document_proto(r) for r in records]
+        lexical_request = lexical_pb2.IndexRequest(documents=docs)
+        await _call("lexical", lambda: self.lexical.Index(lexical_request))
+        semantic_request = semantic_pb2.IndexRequest(
+            documents=[
+                semantic_pb2.IndexDocument(
+                    document=doc,
+                    summary=r["summary"],
+                    article_vector=semantic_pb2.Vector(
+                        values=decode_vector(r["article_vector"]).tolist()
+                    ),
+                    passage_vectors=[
+                        semantic_pb2.Vector(values=decode_vector(v).tolist())
+                        for v in r["passage_vectors"]
+                    ],
+                )
+                for doc, r in zip(docs, records, strict=True)
+            ],
+            embedding_model=records[0]["embedding_model"],
+        )
+        await _call("semantic", lambda: self.semantic.Index(semantic_request))
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        for start in range(0, len(doc_ids), 1000):
+            ids = list(doc_ids[start : start + 1000])
+            await _call(
+                "lexical",
+                lambda ids=ids: self.lexical.Delete(  # type: ignore[misc]
+                    lexical_pb2.DeleteRequest(doc_ids=ids)
+                ),
+            )
+            await _call(
+                "semantic",
+                lambda ids=ids: self.semantic.Delete(  # type: ignore[misc]
+                    semantic_pb2.DeleteRequest(doc_ids=ids)
+                ),
+            )
+
+    async def close(self) -> None:
+        await self._lexical_channel.close()
+        await self._semantic_channel.close()
+
+
+class LocalSinks:
+    """The lexical backend and semantic index of this process (embedded mode)."""
+
+    def __init__(self, lexical: LexicalBackend, semantic: SemanticIndex) -> None:
+        self.lexical = lexical
+        self.semantic = semantic
+
+    async def index(self, tenant: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        lexical_docs: list[DocumentIn] = []
+        semantic_docs: list[SemanticDoc] = []
+        for r in records:
+            a = r["article"]
+            published = _published(r)
+            common: dict[str, Any] = {
+                "id": a["id"],
+                "title": a["title"],
+                "body": a["body"],
+                "published_at": published,
+                "source_url": a["source_url"],
+                "organizations": tuple(r["organizations"]),
+                "entity_ids": tuple(r["entity_ids"]),
+            }
+            lexical_docs.append(
+                DocumentIn(
+                    **common,
+                    metadata={**a["metadata"], "attest.content_hash": r["hash"]},
+                    passages=tuple(LexicalPassage(index=i, text=t) for i, t, _, _ in r["passages"]),
+                )
+            )
+            semantic_docs.append(
+                SemanticDoc(
+                    **common,
+                    summary=r["summary"],
+                    passages=tuple(
+                        SemanticPassage(index=p[0], text=p[1], vector=decode_vector(v))
+                        for p, v in zip(r["passages"], r["passage_vectors"], strict=True)
+                    ),
+                    article_vector=decode_vector(r["article_vector"]),
+                )
+            )
+        await self.lexical.index(tenant, lexical_docs, refresh=False)
+        await self.semantic.index(tenant, semantic_docs)
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        if doc_ids:
+            await self.lexical.delete(tenant, list(doc_ids))
+            await self.semantic.delete(tenant, list(doc_ids))
+
+    async def close(self) -> None:
+        await self.lexical.close()
+        await self.semantic.close()

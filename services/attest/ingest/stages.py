@@ -1,0 +1,241 @@
+"""The stages of ingestion as plain functions over JSON-ready records.
+
+``enrich`` (text only, CPU): passages, RAKE keyphrases, organizations, an
+extractive summary. ``embed`` (the model): passage, article and keyphrase
+embeddings in one batched call, and the knowledge-graph links those
+keyphrases make. ``index`` writes to the lexical and semantic stores through
+a ``Sinks``. The same functions run inline (embedded mode) and inside the
+Celery tasks; records are dicts of JSON types so that they travel as task
+arguments unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from attest.ingest.documents import Article
+from attest.ingest.organizations import (
+    CombinedRecognizer,
+    Gazetteer,
+    ModelRecognizer,
+    PatternRecognizer,
+    Recognizer,
+    merge_organizations,
+)
+from attest.ingest.passages import split_passages
+from attest.ingest.settings import EnrichSettings
+from attest.ingest.summary import extractive_summary
+from attest.knowledge.linking import EntityLinker, KeyphraseExtractor
+
+Vector = npt.NDArray[np.float32]
+Record = dict[str, Any]
+# The semantic service embeds an article as its title with its summary (or,
+# without one, the start of its body); the ingest pipeline does the same.
+ARTICLE_FALLBACK_CHARS = 1200
+
+
+def encode_vector(vector: Vector) -> str:
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+
+
+def decode_vector(text: str) -> Vector:
+    return np.frombuffer(base64.b64decode(text), dtype="<f4").astype(np.float32)
+
+
+def article_text(title: str, summary: str, body: str) -> str:
+    return f"{title}\n{summary or body[:ARTICLE_FALLBACK_CHARS]}".strip()
+
+
+def passage_text(title: str, text: str) -> str:
+    return f"{title}\n{text}" if title else text
+
+
+# -- enrich ------------------------------------------------------------------------
+
+
+class Enricher:
+    """Enrichment of articles; cheap to build, the model recognizer loads on first use."""
+
+    def __init__(self, settings: EnrichSettings, gazetteer: Gazetteer | None = None) -> None:
+        self.settings = settings
+        self.patterns = PatternRecognizer(gazetteer)
+        self.recognizer: Recognizer = self.patterns
+        if settings.organization_model is not None:
+            model = ModelRecognizer(settings.organization_model, device=settings.model_device)
+            self.recognizer = CombinedRecognizer(model, self.patterns)
+        self.keyphrases = KeyphraseExtractor()
+
+    @property
+    def gazetteer(self) -> Gazetteer:
+        return self.patterns.gazetteer
+
+    def enrich(self, item: int, kind: str, content: str, article: Article) -> Record:
+        s = self.settings
+        passages = split_passages(article.body, s.passage_tokens)
+        found = self.recognizer.recognize(article.title, article.body)
+        self.gazetteer.add(article.organizations)
+        organizations = merge_organizations(article.organizations, found)[: s.max_organizations]
+        phrases = self.keyphrases.extract(
+            f"{article.title.strip()}\n\n{article.body.strip()}", s.keyphrases
+        )
+        return {
+            "item": item,
+            "kind": kind,
+            "hash": content,
+            "article": article.to_json(),
+            "passages": [[p.index, p.text, p.start_char, p.end_char] for p in passages],
+            "keyphrases": phrases,
+            "organizations": organizations,
+            "summary": extractive_summary(article.body, s.summary_sentences),
+        }
+
+
+def abstractive_summaries(records: Sequence[Record], address: str, timeout: float) -> int:
+    """Replace the extractive summaries of ``records`` by the generate service's
+    (query-independent) ones; returns how many were replaced. Raises grpc.RpcError."""
+    import grpc
+
+    from attest.common.v1 import common_pb2
+    from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+
+    if not records:
+        return 0
+    with grpc.insecure_channel(address) as channel:
+        stub = generate_pb2_grpc.GenerateServiceStub(channel)
+        response = stub.Summarize(
+            generate_pb2.SummarizeRequest(
+                sources=[
+                    common_pb2.Source(
+                        doc_id=r["article"]["id"],
+                        passage_index=-1,
+                        title=r["article"]["title"],
+                        text=r["article"]["body"][:100_000],
+                    )
+                    for r in records
+                ],
+                max_sentences=3,
+            ),
+            timeout=timeout,
+        )
+    replaced = 0
+    for summary in response.summaries:
+        if 0 <= summary.source_index < len(records) and summary.summary.strip():
+            records[summary.source_index]["summary"] = summary.summary.strip()
+            replaced += 1
+    return replaced
+
+
+# -- embed -------------------------------------------------------------------------
+
+
+class Encoder(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def encode(self, texts: Sequence[str]) -> Vector | npt.NDArray[Any]: ...
+
+
+class _CachedEncode:
+    """Encode function for the linker that reads vectors computed in the batch."""
+
+    def __init__(self, encoder: Encoder) -> None:
+        self._encoder = encoder
+        self.cache: dict[str, Vector] = {}
+
+    def __call__(self, texts: Sequence[str]) -> Vector:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
+        if missing:
+            vectors = np.asarray(self._encoder.encode(missing), dtype=np.float32)
+            self.cache.update(zip(missing, vectors, strict=True))
+        return np.vstack([self.cache[t] for t in texts]).astype(np.float32)
+
+
+@dataclass
+class Embedding:
+    """The model side of the pipeline: an encoder and the KG linker on top of it."""
+
+    encoder: Encoder
+    linker: EntityLinker | None
+    _cached: _CachedEncode | None = None
+
+    @classmethod
+    def build(cls, encoder: Encoder, graph: Any | None) -> Embedding:
+        cached = _CachedEncode(encoder)
+        linker = EntityLinker(graph, cached) if graph is not None else None
+        return cls(encoder=encoder, linker=linker, _cached=cached)
+
+    def warm_up(self) -> None:
+        if self.linker is not None:
+            self.linker.warm_up()
+
+    def unknown_entities(self, record: Record) -> list[str]:
+        """Given entity ids of ``record`` that the graph does not have."""
+        if self.linker is None:
+            return []
+        entities = self.linker.graph.entities
+        return [e for e in record["article"]["entity_ids"] if e not in entities]
+
+    def embed(self, records: Sequence[Record]) -> list[Record]:
+        """Embedded records; check ``unknown_entities`` first (the semantic store
+        rejects a batch naming an entity it does not know)."""
+        texts: list[str] = []
+        for r in records:
+            a = r["article"]
+            texts.append(article_text(a["title"], r["summary"], a["body"]))
+            texts.extend(passage_text(a["title"], p[1]) for p in r["passages"])
+        phrases = list(dict.fromkeys(p for r in records for p in r["keyphrases"] if p.strip()))
+        # Each distinct text is embedded once: a short article's "title + summary"
+        # is often exactly its only passage, and keyphrases repeat across articles.
+        unique = list(dict.fromkeys([*texts, *phrases]))
+        encoded = np.asarray(self.encoder.encode(unique), dtype=np.float32)
+        row_of = {text: i for i, text in enumerate(unique)}
+        text_vectors = encoded[[row_of[t] for t in texts]]
+        phrase_vectors = encoded[[row_of[p] for p in phrases]]
+        if self._cached is not None:
+            # Only this batch's phrases stay cached; the linker's own entity
+            # vectors live inside the linker after warm-up.
+            self._cached.cache = dict(zip(phrases, phrase_vectors, strict=True))
+        out: list[Record] = []
+        row = 0
+        for r in records:
+            links: list[str] = []
+            if self.linker is not None and r["keyphrases"]:
+                links = [link.entity_id for link in self.linker.link_phrases(r["keyphrases"])]
+            given = list(r["article"]["entity_ids"])
+            n = len(r["passages"])
+            out.append(
+                {
+                    **r,
+                    "entity_ids": list(dict.fromkeys([*given, *links])),
+                    "article_vector": encode_vector(text_vectors[row]),
+                    "passage_vectors": [
+                        encode_vector(v) for v in text_vectors[row + 1 : row + 1 + n]
+                    ],
+                    "embedding_model": self.encoder.name,
+                }
+            )
+            row += 1 + n
+        if self._cached is not None:
+            self._cached.cache = {}
+        return out
+
+
+# -- index -------------------------------------------------------------------------
+
+
+class Sinks(Protocol):
+    """Where indexed documents go: the lexical and the semantic store."""
+
+    async def index(self, tenant: str, records: Sequence[Record]) -> None:
+        """Insert or replace the documents of ``records`` (embedded records) everywhere."""
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        """Remove documents from every store; unknown ids are ignored."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,178 @@
+"""Ingestion on Celery: enrich, embed and index tasks on their own queues.
+
+Each task runs one stage for one batch through ``attest.ingest.jobs.StageRunner``
+and sends the batch on to the next queue. Tasks are idempotent (progress is
+kept as sets of item indexes, the stores upsert by document id), so a
+redelivered or replayed task overwrites instead of duplicating. Delivery:
+
+* late acknowledgement, and a task whose worker process dies is requeued;
+  after ``max_deliveries`` deliveries of the same attempt its documents are
+  reported as failed instead of being tried forever;
+* transient failures (a store unavailable or overloaded) are retried with
+  exponential backoff and jitter; anything else fails the batch's documents
+  at once, each reported in the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Celery, Task
+
+from attest.core.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+from attest.ingest.documents import FailureCode
+from attest.ingest.jobs import Batch, StageRunner
+from attest.ingest.state import JobStore, RedisKeyValue
+from attest.pipeline.settings import PipelineSettings
+
+log = logging.getLogger(__name__)
+
+ENRICH = "attest.ingest.enrich"
+EMBED = "attest.ingest.embed"
+INDEX = "attest.ingest.index"
+TRANSIENT = (Unavailable, ResourceExhausted, DeadlineExceeded)
+_STAGES = {ENRICH: "ENRICH", EMBED: "EMBED", INDEX: "INDEX"}
+
+
+class _Process:
+    """Per-process resources: built on first use inside the pool child, so that
+    no model, socket or event loop crosses a fork."""
+
+    def __init__(self, settings: PipelineSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._runner: StageRunner | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def runner(self) -> StageRunner:
+        with self._lock:
+            if self._runner is None:
+                s = self.settings
+                store = JobStore(RedisKeyValue(s.state_url.get_secret_value()))
+                self._runner = StageRunner(
+                    store, s.enrich, embedding=self._embedding, sinks=self._sinks
+                )
+            return self._runner
+
+    def _embedding(self) -> Any:
+        from attest.ingest.stages import Embedding
+        from attest.knowledge.graph import load_graph
+        from attest.semantic.embedding import Embedder
+
+        e = self.settings.embed
+        encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size)
+        encoder.warm_up()
+        return Embedding.build(encoder, load_graph(e.graph_path))
+
+    def _sinks(self) -> Any:
+        from attest.ingest.sinks import GrpcSinks
+
+        s = self.settings
+        return GrpcSinks(s.lexical_address, s.semantic_address, s.client)
+
+    def run(self, coro: Any) -> Any:
+        # One loop per process: the gRPC channels of the sinks belong to it.
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+
+def _items(name: str, args: Sequence[Any]) -> list[tuple[int, str]]:
+    """(item index, doc id) pairs a task's arguments cover."""
+    payload = args[2] if len(args) > 2 else []
+    if name == ENRICH:
+        return [(int(i), "") for i, _ in payload]
+    return [(int(r["item"]), str(r["article"]["id"])) for r in payload]
+
+
+def register(app: Celery) -> None:
+    settings: PipelineSettings = app.conf["attest_settings"]
+    process = _Process(settings)
+
+    class IngestTask(Task):  # type: ignore[misc]
+        """Counts deliveries and reports the documents of a batch that finally failed."""
+
+        acks_late = True
+        reject_on_worker_lost = True
+        ignore_result = True
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            request = self.request
+            if request.id and not request.is_eager:
+                key = f"{request.id}:{request.retries}"
+                deliveries = process.runner.store.delivery(
+                    key, settings.visibility_timeout_seconds * (settings.max_deliveries + 2)
+                )
+                if deliveries > settings.max_deliveries:
+                    log.error(
+                        "%s[%s] delivered %d times; giving up its batch",
+                        self.name,
+                        request.id,
+                        deliveries,
+                    )
+                    self._fail(
+                        args,
+                        f"given up after {deliveries - 1} deliveries without "
+                        "finishing (its worker died each time)",
+                    )
+                    return None
+            return super().__call__(*args, **kwargs)
+
+        def _fail(self, args: Sequence[Any], reason: str) -> None:
+            runner = process.runner
+            job_id = str(args[0])
+            done = runner.store.indexed_items(job_id)
+            items = [(i, d) for i, d in _items(self.name, args) if i not in done]
+            runner.fail_items(
+                job_id, _STAGES[self.name], items, FailureCode.PROCESSING_ERROR.value, reason
+            )
+
+        def on_failure(
+            self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+        ) -> None:
+            reason = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, TRANSIENT):
+                reason = f"still failing after {self.max_retries} retries: {reason}"
+            self._fail(args, reason)
+
+    retry = {
+        "base": IngestTask,
+        "bind": True,
+        "autoretry_for": TRANSIENT,
+        "retry_backoff": True,
+        "retry_backoff_max": settings.retry_backoff_max_seconds,
+        "retry_jitter": True,
+        "max_retries": settings.max_retries,
+    }
+
+    @app.task(name=ENRICH, **retry)  # type: ignore[untyped-decorator]
+    def enrich(self: Task, job_id: str, tenant: str, batch: Batch) -> None:
+        records = process.runner.enrich(job_id, tenant, batch)
+        if records:
+            app.send_task(EMBED, args=[job_id, tenant, records])
+
+    @app.task(name=EMBED, **retry)  # type: ignore[untyped-decorator]
+    def embed(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
+        embedded = process.runner.embed(job_id, records)
+        if embedded:
+            app.send_task(INDEX, args=[job_id, tenant, embedded])
+
+    @app.task(name=INDEX, **retry)  # type: ignore[untyped-decorator]
+    def index(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
+        process.run(process.runner.index(job_id, tenant, records))
+
+
+class CeleryDispatcher:
+    """Sends each batch to the enrich queue (the ingest service side)."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
+        for batch in batches:
+            self.app.send_task(ENRICH, args=[job_id, tenant, batch])

@@ -1,0 +1,134 @@
+"""Nothing is lost when a worker is killed or Redis restarts in the middle of a job."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from attest.ingest.v1 import ingest_pb2
+from tests.conftest import require_server
+from tests.integration.ingest_stack import (
+    REUTERS,
+    Stack,
+    free_port,
+    reuters_lines,
+    stream_items,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+DOCS = 300
+
+
+def _progress(stack: Stack, job_id: str) -> ingest_pb2.Job:
+    return stack.ingest.GetJob(ingest_pb2.GetJobRequest(job_id=job_id), timeout=60).job
+
+
+def _assert_complete(stack: Stack, job_id: str) -> None:
+    """The job is DONE and every document is stored exactly once."""
+    job = wait_until(
+        lambda: (j := _progress(stack, job_id)).state == ingest_pb2.JOB_STATE_DONE and j,
+        600,
+        "the job did not finish",
+        step=2,
+    )
+    p = job.progress
+    assert (p.received, p.indexed, p.created, p.failed) == (DOCS, DOCS, DOCS, 0), job
+    registry = stack.registry()
+    assert len(registry) == DOCS
+    passages = sum(e.passages for e in registry.values())
+    links = sum(len(e.entity_ids) for e in registry.values())
+    expected = (DOCS, passages, DOCS, passages, links)
+    assert stack.settled_counts(expected) == expected
+    # Exactly once: as many record ids as documents and passages, no more.
+    assert stack.stored_ids_checksum()[0] == DOCS + passages
+
+
+def _start_job(stack: Stack) -> str:
+    lines = reuters_lines(DOCS)
+    response = stack.ingest.IngestStream(stream_items(lines, "reuters.jsonl", 100), timeout=300)
+    return response.job.job_id
+
+
+@pytest.fixture
+def stack(tmp_path: Path):
+    redis_url = require_server("ATTEST_TEST_REDIS_URL")
+    opensearch = require_server("ATTEST_TEST_OPENSEARCH_URL")
+    if not REUTERS.is_file():
+        pytest.fail(f"{REUTERS} is missing (set ATTEST_SHARED_DIR)")
+    s = Stack(tmp_path, redis_url, opensearch)
+    yield s
+    s.stop()
+
+
+@pytest.mark.timeout(1200)
+def test_kill_9_of_workers_mid_job(stack: Stack):
+    stack.configure(visibility_timeout=15)
+    stack.start()
+    job_id = _start_job(stack)
+    wait_until(lambda: _progress(stack, job_id).progress.embedded > 0, 300, "no progress", 0.2)
+    # The pool process running an embedding batch dies: its task goes back to the queue.
+    (child,) = stack.children("worker-embed")
+    os.kill(child, signal.SIGKILL)
+    wait_until(lambda: _progress(stack, job_id).progress.indexed > 0, 300, "no progress", 0.2)
+    # The whole enrich/index worker dies, tasks in hand: they come back after the
+    # visibility timeout, to its replacement.
+    before = _progress(stack, job_id).progress
+    assert before.indexed < DOCS, "the job finished before the kill; use more documents"
+    worker = stack.procs["worker-text"]
+    for pid in [*stack.children("worker-text"), worker.pid]:
+        os.kill(pid, signal.SIGKILL)
+    worker.wait()
+    stack.start_worker("worker-text", "enrich,index")
+    _assert_complete(stack, job_id)
+
+
+@pytest.mark.timeout(1200)
+def test_redis_restart_mid_job(tmp_path: Path, stack: Stack):
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir()
+    command = [
+        "redis-server",
+        "--bind", "127.0.0.1",
+        "--port", str(port),
+        "--dir", str(data),
+        "--save", "",
+        "--appendonly", "yes",
+        "--appendfsync", "always",
+    ]  # fmt: skip
+    log = (tmp_path / "redis.log").open("ab")
+    server = subprocess.Popen(command, stdout=log, stderr=log)
+    try:
+        wait_until(lambda: _ping(port), 30, "redis did not start", 0.1)
+        stack.redis_base = f"redis://127.0.0.1:{port}"
+        stack.configure(visibility_timeout=15)
+        stack.start()
+        job_id = _start_job(stack)
+        wait_until(lambda: _progress(stack, job_id).progress.indexed > 0, 300, "no progress", 0.2)
+        assert _progress(stack, job_id).progress.indexed < DOCS
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        time.sleep(3)
+        server = subprocess.Popen(command, stdout=log, stderr=log)
+        wait_until(lambda: _ping(port), 30, "redis did not restart", 0.1)
+        _assert_complete(stack, job_id)
+    finally:
+        stack.stop()
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _ping(port: int) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=1).ping())
+    except redis.ConnectionError:
+        return False

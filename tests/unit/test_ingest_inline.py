@@ -1,0 +1,175 @@
+"""The ingestion pipeline in embedded mode: inline stages, tantivy and the embedded
+vector store in a temporary folder, job state in memory. No sockets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from attest.core.common import Filters
+from attest.ingest.assembly import Assembly, assemble
+from attest.ingest.commands import ingest as ingest_command
+from attest.ingest.documents import ItemError, article_from_raw_json
+from attest.ingest.jobs import Item
+from attest.ingest.settings import IngestSettings
+from attest.ingest.sinks import LocalSinks
+from attest.lexical.models import Level, SearchQuery
+
+SAMPLE = Path(__file__).resolve().parents[2] / "services/attest/demo/sample_corpus.jsonl"
+TENANT = "default"
+
+
+def _items(lines: list[bytes], name: str = "sample.jsonl") -> list[Item]:
+    out = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            out.append(Item(f"{name}:{number}", article_from_raw_json(line)))
+        except ItemError as err:
+            out.append(Item(f"{name}:{number}", error=err))
+    return out
+
+
+async def _run(assembly: Assembly, items: list[Item]):
+    snapshot = assembly.core.ingest(TENANT, items)
+    assert assembly.inline is not None
+    await assembly.inline.drain()
+    return assembly.core.job(TENANT, snapshot.job_id, failures_limit=1000)
+
+
+async def _counts(assembly: Assembly) -> tuple[int, int, int, int, int]:
+    sinks = assembly.core.sinks
+    assert isinstance(sinks, LocalSinks)
+    lexical = await sinks.lexical.stats(TENANT)
+    semantic = await sinks.semantic.stats(TENANT)
+    return (
+        lexical.documents,
+        lexical.passages,
+        semantic.documents,
+        semantic.passages,
+        semantic.kg_links,
+    )
+
+
+@pytest.fixture
+async def embedded(tmp_path: Path):
+    assembly = await assemble(IngestSettings(data_dir=tmp_path))
+    try:
+        yield assembly
+    finally:
+        await assembly.close()
+
+
+@pytest.mark.timeout(900)
+async def test_embedded_ingest_update_delete_and_bad_input(embedded: Assembly):
+    lines = SAMPLE.read_bytes().splitlines()
+    bad = [
+        b'{"id": "broken", "body": ',
+        b'{"title": "no id", "body": "text"}',
+        b'{"id": "empty", "body": "   "}',
+        b'{"id": "dated", "body": "Text.", "published_at": "yesterday"}',
+        b'{"id": "latin1", "body": "caf\xe9"}',
+        json.dumps({"id": "huge", "body": "a" * (9 * 1024 * 1024)}).encode(),
+    ]
+    job = await _run(embedded, _items(lines + bad))
+    p = job.progress
+    assert job.state == "DONE"
+    assert (p.received, p.created, p.updated, p.unchanged, p.failed) == (54, 48, 0, 0, 6)
+    assert (p.enriched, p.embedded, p.indexed) == (48, 48, 48)
+    failures = {(f.origin, f.doc_id, f.stage, f.code) for f in job.failures}
+    assert failures == {
+        ("sample.jsonl:49", "", "RECEIVE", "INVALID_JSON"),
+        ("sample.jsonl:50", "", "RECEIVE", "MISSING_ID"),
+        ("sample.jsonl:51", "empty", "RECEIVE", "EMPTY_BODY"),
+        ("sample.jsonl:52", "dated", "RECEIVE", "INVALID_DATE"),
+        ("sample.jsonl:53", "", "RECEIVE", "INVALID_UTF8"),
+        ("sample.jsonl:54", "huge", "RECEIVE", "BODY_TOO_LARGE"),
+    }
+    assert all(f.reason for f in job.failures)
+
+    registry = embedded.core.store.registry_all(TENANT)
+    assert len(registry) == 48
+    passages = sum(e.passages for e in registry.values())
+    links = sum(len(e.entity_ids) for e in registry.values())
+    assert passages == p.passages_indexed
+    assert sum(1 for e in registry.values() if e.entity_ids) >= 40  # ESG articles link
+    assert sum(1 for e in registry.values() if e.organizations) >= 40
+    first = await _counts(embedded)
+    assert first == (48, passages, 48, passages, links)
+
+    # The same content again changes nothing.
+    again = await _run(embedded, _items(lines))
+    assert (again.state, again.progress.unchanged, again.progress.indexed) == ("DONE", 48, 0)
+    assert await _counts(embedded) == first
+    assert embedded.core.store.registry_all(TENANT) == registry
+
+    # Three articles shrink to one sentence: their old passages disappear.
+    changed = []
+    for line in lines[:3]:
+        record = json.loads(line)
+        record["body"] = "Zanzibarite quarterly volumes were flat."
+        changed.append(json.dumps(record).encode())
+    update = await _run(embedded, _items(changed + lines[3:]))
+    assert (update.progress.updated, update.progress.unchanged, update.progress.created) == (
+        3,
+        45,
+        0,
+    )
+    old = sum(registry[json.loads(line)["id"]].passages for line in lines[:3])
+    after = await _counts(embedded)
+    assert after[1] == after[3] == passages - old + 3
+    sinks = embedded.core.sinks
+    assert isinstance(sinks, LocalSinks)
+    hits = await sinks.lexical.search(
+        TENANT, SearchQuery(text="Zanzibarite", top_k=10, level=Level.PASSAGE)
+    )
+    assert sorted((h.doc_id, h.passage_index) for h in hits) == sorted(
+        (json.loads(line)["id"], 0) for line in lines[:3]
+    )
+
+    # Delete two by id and every article of one organization by filter.
+    ids = [json.loads(line)["id"] for line in lines[3:5]]
+    result = await embedded.core.delete(TENANT, doc_ids=[*ids, "never-seen"])
+    assert (result.matched, result.deleted) == (2, 2)
+    org = registry[json.loads(lines[10])["id"]].organizations[0]
+    targets = sorted(
+        d
+        for d, e in embedded.core.store.registry_all(TENANT).items()
+        if org.casefold() in {o.casefold() for o in e.organizations}
+    )
+    dry = await embedded.core.delete(TENANT, filters=Filters(organizations=(org,)), dry_run=True)
+    assert (dry.matched, dry.deleted, list(dry.doc_ids)) == (len(targets), 0, targets)
+    gone = await embedded.core.delete(TENANT, filters=Filters(organizations=(org,)))
+    assert gone.deleted == len(targets) >= 1
+    left = embedded.core.store.registry_all(TENANT)
+    assert len(left) == 48 - 2 - len(targets)
+    counts = await _counts(embedded)
+    assert counts[0] == counts[2] == len(left)
+    assert counts[1] == counts[3] == sum(e.passages for e in left.values())
+    assert counts[4] == sum(len(e.entity_ids) for e in left.values())
+
+
+@pytest.mark.timeout(600)
+def test_cli_ingests_a_folder_and_reports(tmp_path: Path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "water.md").write_text(
+        "# Water use\n\nAcme Holdings cut water withdrawal by 12% at its Ridge plant.",
+        encoding="utf-8",
+    )
+    (docs / "page.html").write_text(
+        "<title>Strike</title><p>Workers at Vanta Mining Corp went on strike.</p>",
+        encoding="utf-8",
+    )
+    (docs / "empty.txt").write_text("  ", encoding="utf-8")
+    runner = CliRunner()
+    result = runner.invoke(ingest_command, [str(docs), "--data-dir", str(tmp_path / "state")])
+    assert result.exit_code == 0, result.output
+    assert "received 3  ingested 2  updated 0  unchanged 0  failed 1" in result.output
+    assert "failed empty.txt (empty.txt): EMPTY_BODY body: is empty" in result.output
+    # State is kept on disk: the same folder again is unchanged.
+    second = runner.invoke(ingest_command, [str(docs), "--data-dir", str(tmp_path / "state")])
+    assert second.exit_code == 0, second.output
+    assert "ingested 0  updated 0  unchanged 2  failed 1" in second.output

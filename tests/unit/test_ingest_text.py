@@ -1,0 +1,231 @@
+"""Ingestion text processing: passages, validation, normalization, ids, organizations, summaries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attest.ingest.documents import (
+    MAX_BODY_BYTES,
+    FailureCode,
+    ItemError,
+    article_from_raw_json,
+    content_hash,
+    normalize_text,
+    passage_id,
+)
+from attest.ingest.organizations import Gazetteer, PatternRecognizer
+from attest.ingest.passages import count_tokens, split_passages
+from attest.ingest.readers import html_to_text, read_path
+from attest.ingest.summary import extractive_summary
+
+
+def _sentence(i: int, words: int) -> str:
+    return " ".join(f"word{i}x{j}" for j in range(words - 1)) + " end."
+
+
+def test_passages_keep_whole_sentences_under_the_limit():
+    text = " ".join(_sentence(i, 30) for i in range(20))  # 20 sentences of 31 tokens
+    passages = split_passages(text, max_tokens=100)
+    # 3 sentences (93 tokens) fit, a 4th would not.
+    assert [count_tokens(p.text) for p in passages] == [93] * 6 + [62]
+    for p in passages:
+        assert text[p.start_char : p.end_char] == p.text
+        assert p.text.endswith("end.")
+    assert [p.index for p in passages] == list(range(7))
+    assert " ".join(p.text for p in passages) == text
+
+
+def test_a_sentence_longer_than_the_limit_is_cut_at_words():
+    text = "Short one. " + " ".join(f"w{j}" for j in range(450)) + ". Tail sentence."
+    passages = split_passages(text, max_tokens=200)
+    assert all(count_tokens(p.text) <= 200 for p in passages)
+    # The long sentence does not share a passage with its 3-token neighbour:
+    # its first 200-token piece would not fit next to it.
+    assert passages[0].text == "Short one."
+    assert passages[1].text.startswith("w0 w1")
+    assert count_tokens(passages[1].text) == 200
+    assert passages[-1].text.endswith("Tail sentence.")
+    assert all(text[p.start_char : p.end_char] == p.text for p in passages)
+
+
+def test_blank_text_has_no_passages_and_bad_limits_are_rejected():
+    assert split_passages("  \n\n ") == []
+    with pytest.raises(ValueError, match="max_tokens"):
+        split_passages("x", max_tokens=0)
+
+
+def test_normalization_joins_wraps_and_keeps_paragraphs():
+    raw = "Showers continued\nthroughout the week.\n    The dry\tperiod  means\r\nlate.\x00"
+    assert (
+        normalize_text(raw)
+        == "Showers continued throughout the week.\n\nThe dry period means late."
+    )
+    assert normalize_text("- a\n- b") == "- a\n- b"
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "doc_id", "reason"),
+    [
+        (b'{"id": "a", "body": "x"', FailureCode.INVALID_JSON, "", "malformed JSON"),
+        (b"[1, 2]", FailureCode.INVALID_JSON, "", "expected a JSON object"),
+        (b'{"title": "t", "body": "b"}', FailureCode.MISSING_ID, "", "id: missing"),
+        (b'{"id": "", "body": "b"}', FailureCode.MISSING_ID, "", "id: missing"),
+        (b'{"id": ["x"], "body": "b"}', FailureCode.INVALID_ID, "", "id: must be a string"),
+        (json.dumps({"id": "x" * 300, "body": "b"}).encode(), FailureCode.INVALID_ID, "", "256"),
+        (b'{"id": "e", "body": "  \\n "}', FailureCode.EMPTY_BODY, "e", "body: is empty"),
+        (b'{"id": "e2"}', FailureCode.EMPTY_BODY, "e2", "body: is empty"),
+        (
+            b'{"id": "d", "body": "b", "published_at": "31/12/2024"}',
+            FailureCode.INVALID_DATE,
+            "d",
+            "published_at",
+        ),
+        (b'{"id": "u", "body": "caf\xe9"}', FailureCode.INVALID_UTF8, "", "not valid UTF-8"),
+        (b'{"id": "f", "body": 5}', FailureCode.INVALID_FIELD, "f", "body: must be a string"),
+        (
+            b'{"id": "o", "body": "b", "organizations": "Acme"}',
+            FailureCode.INVALID_FIELD,
+            "o",
+            "organizations",
+        ),
+    ],
+)
+def test_bad_records_are_rejected_with_code_id_and_reason(raw, code, doc_id, reason):
+    with pytest.raises(ItemError) as info:
+        article_from_raw_json(raw)
+    assert info.value.code is code
+    assert info.value.doc_id == doc_id
+    assert reason in info.value.reason
+
+
+def test_a_body_over_the_limit_is_too_large():
+    raw = json.dumps({"id": "big", "body": "a" * (MAX_BODY_BYTES + 1)}).encode()
+    with pytest.raises(ItemError) as info:
+        article_from_raw_json(raw)
+    assert info.value.code is FailureCode.BODY_TOO_LARGE
+    assert info.value.doc_id == "big"
+
+
+def test_beir_keys_dates_and_ids():
+    a = article_from_raw_json(
+        b'{"_id": 7, "title": " A  title ", "text": "Body.", "published_at": "2024-05-31"}'
+    )
+    assert (a.id, a.title, a.body) == ("7", "A title", "Body.")
+    assert a.published_at is not None
+    assert a.published_at.isoformat() == "2024-05-31T00:00:00+00:00"
+    same = article_from_raw_json(
+        b'{"id": "7", "title": "A title", "body": "Body.\\n", "published_at": "2024-05-31T00:00Z"}'
+    )
+    assert content_hash(a) == content_hash(same)
+    changed = article_from_raw_json(b'{"id": "7", "title": "A title", "body": "Body 2."}')
+    assert content_hash(changed) != content_hash(a)
+    assert passage_id("t", "7", content_hash(a), 0) == passage_id("t", "7", content_hash(a), 0)
+    assert passage_id("t", "7", content_hash(a), 0) != passage_id("t", "7", content_hash(a), 1)
+    assert passage_id("t", "7", content_hash(a), 0) != passage_id("u", "7", content_hash(a), 0)
+
+
+def test_organizations_by_shape_and_from_a_growing_gazetteer():
+    recognizer = PatternRecognizer(Gazetteer())
+    first = recognizer.recognize(
+        "Texaco Inc cuts crude prices", "The Bank of Japan said it would hold rates."
+    )
+    assert "Texaco Inc" in first
+    assert "Bank of Japan" in first
+    # The stem of a name seen before is found in a later article.
+    later = recognizer.recognize("Output", "Texaco said refinery output rose. The texaco brand")
+    assert later == ["Texaco Inc"]
+    assert recognizer.recognize("Nothing", "prices rose in the morning.") == []
+
+
+def test_gazetteer_matches_whole_words_only():
+    g = Gazetteer(["Acme Holdings", "BP"])
+    assert g.find("Acme Holdings and BP agreed; BPX did not.") == ["Acme Holdings", "BP"]
+    assert g.find("acme holdings") == []
+
+
+def test_extractive_summary_picks_central_sentences_in_order():
+    body = (
+        "Acme cut its water use by a fifth at its plants. "
+        "The weather was mild. "
+        "Water use at Acme plants fell because of recycling. "
+        "A spokesman declined to comment on football. "
+        "Recycling of water at the plants will continue."
+    )
+    summary = extractive_summary(body, max_sentences=2)
+    assert summary == (
+        "Acme cut its water use by a fifth at its plants. "
+        "Water use at Acme plants fell because of recycling."
+    )
+    assert extractive_summary("One sentence.", 3) == "One sentence."
+
+
+def test_readers_jsonl_lines_folders_and_html(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# Heading A\n\nText of a.", encoding="utf-8")
+    (tmp_path / "docs" / "b.html").write_text(
+        "<html><head><title>Page B</title><style>x{}</style></head>"
+        "<body><p>First.</p><p>Second &amp; last.</p></body></html>",
+        encoding="utf-8",
+    )
+    (tmp_path / "docs" / "c.txt").write_bytes(b"caf\xe9")
+    (tmp_path / "docs" / "skip.bin").write_bytes(b"x")
+    items = list(read_path(tmp_path / "docs"))
+    assert [i.origin for i in items] == ["a.md", "b.html", "c.txt"]
+    a = json.loads(items[0].raw_json)
+    assert (a["id"], a["title"]) == ("a.md", "Heading A")
+    b = json.loads(items[1].raw_json)
+    assert (b["title"], b["body"]) == ("Page B", "First.\n\nSecond & last.")
+    with pytest.raises(ItemError) as info:
+        article_from_raw_json(items[2].raw_json)
+    assert info.value.code is FailureCode.INVALID_UTF8
+    assert html_to_text("<p>x</p>") == ("", "x")
+    lines = tmp_path / "n.jsonl"
+    lines.write_bytes(b'{"id": "1", "body": "x"}\n\n{"id": "2", "body": "y"}\n')
+    assert [i.origin for i in read_path(lines)] == ["n.jsonl:1", "n.jsonl:3"]
+
+
+class CountingEncoder:
+    """A stand-in model: a text's vector is a hash of it; records what it was given."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts):
+        import numpy as np
+
+        self.calls.append(list(texts))
+        out = np.zeros((len(texts), 8), dtype=np.float32)
+        for i, t in enumerate(texts):
+            out[i, hash(t) % 8] = 1.0
+        return out
+
+
+def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
+    from attest.ingest.settings import EnrichSettings
+    from attest.ingest.stages import Embedding, Enricher, decode_vector, passage_text
+
+    enricher = Enricher(EnrichSettings())
+    short = article_from_raw_json(
+        b'{"id": "s", "title": "Cocoa", "body": "Cocoa rose.\\n\\nBahia."}'
+    )
+    long_body = " ".join(_sentence(i, 40) for i in range(12))
+    long = article_from_raw_json(json.dumps({"id": "l", "title": "T", "body": long_body}).encode())
+    records = [enricher.enrich(0, "created", "h", short), enricher.enrich(1, "created", "h", long)]
+    encoder = CountingEncoder()
+    out = Embedding.build(encoder, None).embed(records)
+    (call,) = encoder.calls
+    assert len(call) == len(set(call))
+    # The short article's text is its only passage's: one row serves both.
+    assert out[0]["article_vector"] == out[0]["passage_vectors"][0]
+    for record in out:
+        title = record["article"]["title"]
+        for (_, text, _, _), vector in zip(
+            record["passages"], record["passage_vectors"], strict=True
+        ):
+            expected = encoder.encode([passage_text(title, text)])[0]
+            assert (decode_vector(vector) == expected).all()
+    assert len(out[1]["passages"]) == 3
