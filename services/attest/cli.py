@@ -76,6 +76,59 @@ def _ingest() -> tuple[Servicer, ServerSettings, LoggingSettings]:
 SERVICES["ingest"] = _ingest
 
 
+def _answer() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.answer.servicer import AnswerServicer
+    from attest.answer.settings import AnswerSettings
+
+    settings = AnswerSettings()
+    celery = None
+    if settings.jobs.state_url is not None:
+        from attest.pipeline.app import create_app
+        from attest.pipeline.settings import PipelineSettings
+
+        celery = create_app(PipelineSettings())
+    return AnswerServicer(settings, celery=celery), settings.server, settings.logging
+
+
+SERVICES["answer"] = _answer
+
+
+def _one_process(port: int | None, embedded: bool) -> int:
+    """Point every service of ``serve all`` at this process; returns the port to listen on.
+
+    Each service then reaches the others through the one server (ingest writes
+    through the in-process lexical and semantic services instead of opening
+    the stores a second time), and with ``embedded`` every store is embedded.
+    """
+    from attest.answer.settings import AnswerSettings
+
+    if port is None:
+        port = AnswerSettings().server.port
+    if port == 0:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+    here = f"127.0.0.1:{port}"
+    for name in (
+        "ATTEST_ANSWER_LEXICAL_ADDRESS",
+        "ATTEST_ANSWER_SEMANTIC_ADDRESS",
+        "ATTEST_ANSWER_RERANK_ADDRESS",
+        "ATTEST_ANSWER_GENERATE_ADDRESS",
+        "ATTEST_GENERATE_RESEARCH__LEXICAL_ADDRESS",
+        "ATTEST_GENERATE_RESEARCH__SEMANTIC_ADDRESS",
+        "ATTEST_INGEST_LEXICAL_ADDRESS",
+        "ATTEST_INGEST_SEMANTIC_ADDRESS",
+    ):
+        os.environ[name] = here
+    if embedded:
+        os.environ["ATTEST_LEXICAL_BACKEND"] = "tantivy"
+        os.environ["ATTEST_SEMANTIC_STORE"] = "edge"
+        os.environ["ATTEST_INGEST_MODE"] = "inline"
+    return port
+
+
 @click.group()
 @click.version_option(package_name="attest")
 def main() -> None:
@@ -87,15 +140,27 @@ def main() -> None:
 @click.option("--host", default=None, help="Listen address (default from settings).")
 @click.option("--port", type=int, default=None, help="Listen port; 0 picks a free one.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
-def serve(service: str, host: str | None, port: int | None, data_dir: Path | None) -> None:
+@click.option(
+    "--embedded",
+    is_flag=True,
+    help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion).",
+)
+def serve(
+    service: str, host: str | None, port: int | None, data_dir: Path | None, embedded: bool
+) -> None:
     """Run one service, or every service in one process (``all``).
 
     Settings come from ATTEST_<SERVICE>_* variables (for example
     ATTEST_LEXICAL_BACKEND=opensearch); embedded state lives under
-    ATTEST_DATA_DIR (default ./.attest).
+    ATTEST_DATA_DIR (default ./.attest). ``all`` listens on the answer
+    service's port (50050) and every service calls the others there.
     """
     if data_dir is not None:
         os.environ["ATTEST_DATA_DIR"] = str(data_dir)
+    if embedded and service != "all":
+        raise click.UsageError("--embedded applies to `serve all`")
+    if service == "all":
+        port = _one_process(port, embedded)
     names = list(SERVICES) if service == "all" else [service]
     from pydantic import ValidationError
 
@@ -104,7 +169,9 @@ def serve(service: str, host: str | None, port: int | None, data_dir: Path | Non
     except ValidationError as exc:
         raise click.ClickException(f"invalid settings: {exc}") from exc
     servicers = [b[0] for b in built]
-    server_settings, log_settings = built[0][1], built[0][2]
+    # `all` listens where the front door would.
+    front = names.index("answer") if service == "all" else 0
+    server_settings, log_settings = built[front][1], built[front][2]
     overrides: dict[str, Any] = {}
     if host is not None:
         overrides["host"] = host
@@ -130,7 +197,8 @@ _register_groups()
     "--queues",
     default="enrich,embed,index",
     show_default=True,
-    help="Comma-separated queues: enrich (CPU), embed (the model), index (store writes).",
+    help="Comma-separated queues: enrich (CPU), embed (the model), index (store writes), "
+    "answer (queued answer jobs).",
 )
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 def worker(queues: str, concurrency: int) -> None:
@@ -272,6 +340,15 @@ def _register_ingest() -> None:
 
 
 _register_ingest()
+
+
+def _register_answer() -> None:
+    from attest.answer.commands import ask
+
+    main.add_command(ask)
+
+
+_register_answer()
 
 
 if __name__ == "__main__":

@@ -59,8 +59,9 @@ def create_app(settings: PipelineSettings) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.conf["attest_settings"] = settings
-    from attest.pipeline import ingest, tasks
+    from attest.pipeline import answer, ingest, tasks
 
     tasks.register(app)
     ingest.register(app)
+    answer.register(app)
     return app

@@ -1,0 +1,100 @@
+"""``attest ask``: one question to a running answer service, printed with its citations."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import click
+from google.protobuf.duration_pb2 import Duration
+
+from attest.answer.v1 import answer_pb2
+from attest.common.v1 import common_pb2
+from attest.core.errors import AttestError
+
+
+def _ms(duration: Duration) -> str:
+    return f"{duration.ToNanoseconds() / 1e6:.0f} ms"
+
+
+def _stage(stage: answer_pb2.Stage.ValueType) -> str:
+    return answer_pb2.Stage.Name(stage).removeprefix("STAGE_").lower()
+
+
+def kg_path_line(path: common_pb2.KgPath) -> str:
+    """``name (score) → … → Sustainability``."""
+    return " → ".join(f"{n.name} ({n.score:.2f})" for n in path.nodes)
+
+
+def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[str]:
+    """Lines of a cited answer: sentences with numbered citations and 0-10 confidences,
+    the cited sources, the KG path of the top source, degradations and stage times."""
+    if answer.insufficient_information:
+        yield "Insufficient information available in the indexed documents."
+    for s in answer.sentences:
+        if answer.insufficient_information:
+            break
+        marks = " ".join(f"[{c.source_index + 1}: {c.confidence}/10]" for c in s.citations)
+        yield f"  {s.text} {marks or '[unsupported]'}"
+    cited = sorted({c.source_index for s in answer.sentences for c in s.citations})
+    shown = cited or list(range(min(sources, len(answer.sources))))
+    if shown:
+        yield "Sources:"
+    for i in shown:
+        src = answer.sources[i].source
+        where = f"{src.doc_id}" + (
+            f" passage {src.passage_index}" if src.passage_index >= 0 else ""
+        )
+        yield f"  [{i + 1}] {where}  {src.title}"
+    if answer.sources and answer.sources[0].kg_path.nodes:
+        yield f"Knowledge graph path of [1]: {kg_path_line(answer.sources[0].kg_path)}"
+    for d in answer.degradations:
+        yield f"Degraded: {_stage(d.stage)}: {d.reason}"
+    stages = ", ".join(f"{_stage(t.stage)} {_ms(t.duration)}" for t in answer.timings)
+    yield f"Time: {_ms(answer.total)} ({stages}); re-searched sentences: {answer.researches}"
+
+
+@click.command()
+@click.argument("question")
+@click.option(
+    "--address",
+    default="127.0.0.1:50050",
+    show_default=True,
+    envvar="ATTEST_ADDRESS",
+    help="Answer service HOST:PORT (`attest serve all --embedded` listens on 50050).",
+)
+@click.option("--top-k", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--no-rerank", is_flag=True, help="Keep the fused order.")
+@click.option("--threshold", type=click.IntRange(0, 10), default=None, help="Re-search below.")
+@click.option("--timeout", type=click.FloatRange(0.1, 600), default=120, show_default=True)
+def ask(
+    question: str,
+    address: str,
+    top_k: int,
+    no_rerank: bool,
+    threshold: int | None,
+    timeout: float,
+) -> None:
+    """Ask a running answer service QUESTION; print the cited answer."""
+    from attest.client import AnswerClient, options
+
+    async def run() -> answer_pb2.Answer:
+        async with AnswerClient(address) as client:
+            return await client.ask(
+                question,
+                options(
+                    rerank_top_k=top_k,
+                    skip_rerank=no_rerank,
+                    confidence_threshold=threshold,
+                    explain=True,
+                ),
+                timeout=timeout,
+            )
+
+    try:
+        answer = asyncio.run(run())
+    except AttestError as exc:
+        raise click.ClickException(f"{exc.code}: {exc.details}") from exc
+    click.echo(f"Q: {question}")
+    for line in render_answer(answer):
+        click.echo(line)

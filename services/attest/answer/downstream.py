@@ -1,0 +1,122 @@
+"""The answer pipeline's backends over gRPC, with failures translated at this edge.
+
+UNAVAILABLE, RESOURCE_EXHAUSTED and any other failure of a dependency become
+``Unavailable`` (the pipeline skips that stage), DEADLINE_EXCEEDED becomes
+``DeadlineExceeded``, INVALID_ARGUMENT becomes ``InvalidArgument`` (the
+caller's request was wrong, e.g. an unknown entity in a filter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+import grpc
+
+from attest.answer.settings import AnswerSettings
+from attest.core.channels import create_channel
+from attest.core.errors import AttestError, DeadlineExceeded, InvalidArgument, Unavailable
+from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
+from attest.rerank.v1 import rerank_pb2, rerank_pb2_grpc
+from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+T = TypeVar("T")
+
+LEXICAL = "attest.lexical.v1.LexicalService"
+SEMANTIC = "attest.semantic.v1.SemanticService"
+RERANK = "attest.rerank.v1.RerankService"
+
+
+def translate(service: str, err: grpc.aio.AioRpcError) -> AttestError:
+    code = err.code()
+    details = err.details() or code.name
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(f"{service}: {details}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return InvalidArgument(f"rejected by the {service} service: {details}")
+    return Unavailable(f"{code.name}: {details}")
+
+
+async def _call(service: str, call: Awaitable[T]) -> T:
+    try:
+        return await call
+    except grpc.aio.AioRpcError as err:
+        raise translate(service, err) from None
+
+
+class GrpcBackends:
+    """Stubs of the four services the answer pipeline calls; channels open on first use."""
+
+    def __init__(self, settings: AnswerSettings) -> None:
+        self._settings = settings
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str, idempotent: list[tuple[str, str]]) -> grpc.aio.Channel:
+        if address not in self._channels:
+            # One channel per address: in embedded mode every service shares one.
+            self._channels[address] = create_channel(
+                address, self._settings.client, idempotent=idempotent
+            )
+        return self._channels[address]
+
+    def _read_only(self) -> list[tuple[str, str]]:
+        return [
+            (LEXICAL, "Search"),
+            (SEMANTIC, "Search"),
+            (SEMANTIC, "Explain"),
+            (RERANK, "Rerank"),
+        ]
+
+    async def lexical_search(
+        self, request: lexical_pb2.SearchRequest, seconds: float
+    ) -> lexical_pb2.SearchResponse:
+        stub = lexical_pb2_grpc.LexicalServiceStub(
+            self._channel(self._settings.lexical_address, self._read_only())
+        )
+        return await _call("lexical", stub.Search(request, timeout=seconds))
+
+    async def semantic_search(
+        self, request: semantic_pb2.SearchRequest, seconds: float
+    ) -> semantic_pb2.SearchResponse:
+        stub = semantic_pb2_grpc.SemanticServiceStub(
+            self._channel(self._settings.semantic_address, self._read_only())
+        )
+        return await _call("semantic", stub.Search(request, timeout=seconds))
+
+    async def explain(
+        self, request: semantic_pb2.ExplainRequest, seconds: float
+    ) -> semantic_pb2.ExplainResponse:
+        stub = semantic_pb2_grpc.SemanticServiceStub(
+            self._channel(self._settings.semantic_address, self._read_only())
+        )
+        return await _call("semantic", stub.Explain(request, timeout=seconds))
+
+    async def rerank(
+        self, request: rerank_pb2.RerankRequest, seconds: float
+    ) -> rerank_pb2.RerankResponse:
+        stub = rerank_pb2_grpc.RerankServiceStub(
+            self._channel(self._settings.rerank_address, self._read_only())
+        )
+        return await _call("rerank", stub.Rerank(request, timeout=seconds))
+
+    async def generate(
+        self, request: generate_pb2.AnswerRequest, seconds: float
+    ) -> AsyncIterator[generate_pb2.AnswerResponse]:
+        stub = generate_pb2_grpc.GenerateServiceStub(
+            self._channel(self._settings.generate_address, self._read_only())
+        )
+        call = stub.Answer(request, timeout=seconds)
+        try:
+            async for event in call:
+                yield event
+        except grpc.aio.AioRpcError as err:
+            error = translate("generate", err)
+            if isinstance(error, Unavailable):
+                raise Unavailable(f"generate service unavailable: {error.message}") from None
+            raise error from None
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()

@@ -1,0 +1,156 @@
+"""Queued answer jobs: records in Redis, and the run of one job on a Celery worker.
+
+A job record is the serialized ``answer.v1.Job`` under
+``attest:answer:job:<tenant>:<id>``, expiring ``retention_seconds`` after it
+was created and again after it finished. An idempotency key maps to the job
+it created for as long as that job is retained. The worker runs the very same
+``AnswerPipeline`` as Ask, so both paths give the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from attest.answer.downstream import GrpcBackends
+from attest.answer.options import validate
+from attest.answer.pipeline import AnswerPipeline, collect
+from attest.answer.settings import AnswerSettings
+from attest.answer.v1 import answer_pb2
+from attest.core.errors import AttestError, FailedPrecondition, Unavailable
+
+TASK = "attest.answer.run"
+QUEUE = "answer"
+FINAL = (answer_pb2.JOB_STATE_DONE, answer_pb2.JOB_STATE_FAILED)
+
+
+def _now() -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(datetime.now(UTC))
+    return ts
+
+
+class JobStore:
+    """Job records in Redis (blocking calls: run them off the event loop)."""
+
+    def __init__(self, settings: AnswerSettings) -> None:
+        import redis
+
+        if settings.jobs.state_url is None:
+            raise FailedPrecondition(
+                "queued jobs are not enabled on this server: set ATTEST_ANSWER_JOBS__STATE_URL"
+            )
+        self._retention = settings.jobs.retention_seconds
+        self._r = redis.Redis.from_url(
+            settings.jobs.state_url.get_secret_value(), socket_timeout=10
+        )
+
+    @staticmethod
+    def _key(tenant: str, job_id: str) -> str:
+        return f"attest:answer:job:{tenant}:{job_id}"
+
+    def create(
+        self, tenant: str, question: str, options: answer_pb2.AskOptions, idempotency_key: str
+    ) -> tuple[answer_pb2.Job, bool]:
+        """A new QUEUED job, or (with a known key) the retained job of that key."""
+        job_id = uuid.uuid4().hex
+        if idempotency_key:
+            key = f"attest:answer:idem:{tenant}:{idempotency_key}"
+            if not self._r.set(key, job_id, nx=True, ex=self._retention):
+                existing = self._r.get(key)
+                job = self.get(tenant, existing.decode()) if existing else None
+                if job is not None:
+                    return job, False
+                self._r.set(key, job_id, ex=self._retention)
+        job = answer_pb2.Job(
+            job_id=job_id,
+            state=answer_pb2.JOB_STATE_QUEUED,
+            question=question,
+            options=options,
+            created_at=_now(),
+        )
+        self.put(tenant, job)
+        return job, True
+
+    def get(self, tenant: str, job_id: str) -> answer_pb2.Job | None:
+        raw = self._r.get(self._key(tenant, job_id))
+        if raw is None:
+            return None
+        job = answer_pb2.Job()
+        job.ParseFromString(raw)
+        return job
+
+    def put(self, tenant: str, job: answer_pb2.Job) -> None:
+        if job.state in FINAL and not job.HasField("expires_at"):
+            job.expires_at.FromDatetime(datetime.now(UTC) + timedelta(seconds=self._retention))
+        self._r.set(self._key(tenant, job.job_id), job.SerializeToString(), ex=self._retention)
+
+    def close(self) -> None:
+        self._r.close()
+
+
+async def answer_job(settings: AnswerSettings, job: answer_pb2.Job) -> answer_pb2.Answer:
+    """Run the pipeline for a job exactly as Ask would, within its own budget."""
+    plan = validate(job.question, job.options, settings, deadline_seconds=None)
+    backends = GrpcBackends(settings)
+    try:
+        return await collect(AnswerPipeline(backends, settings).run(plan))
+    finally:
+        await backends.close()
+
+
+def run_job(settings: AnswerSettings, tenant: str, job_id: str, *, last_attempt: bool) -> bool:
+    """One attempt at a job on a worker; False when it should be retried later.
+
+    Idempotent: a job already DONE or FAILED (or expired) is left as it is.
+    """
+    store = JobStore(settings)
+    try:
+        job = store.get(tenant, job_id)
+        if job is None or job.state in FINAL:
+            return True
+        job.state = answer_pb2.JOB_STATE_RUNNING
+        job.attempts += 1
+        if not job.HasField("started_at"):
+            job.started_at.CopyFrom(_now())
+        store.put(tenant, job)
+        try:
+            answer = asyncio.run(answer_job(settings, job))
+        except Unavailable as exc:
+            if not last_attempt:
+                job.state = answer_pb2.JOB_STATE_QUEUED
+                store.put(tenant, job)
+                return False
+            _fail(job, exc)
+        except AttestError as exc:
+            _fail(job, exc)
+        else:
+            queued = Duration()
+            queued.FromNanoseconds(
+                max(0, job.started_at.ToNanoseconds() - job.created_at.ToNanoseconds())
+            )
+            answer.timings.insert(0, answer_pb2.StageTiming(stage=answer_pb2.STAGE_QUEUED))
+            answer.timings[0].duration.CopyFrom(queued)
+            job.state = answer_pb2.JOB_STATE_DONE
+            job.answer.CopyFrom(answer)
+        job.finished_at.CopyFrom(_now())
+        store.put(tenant, job)
+        return True
+    finally:
+        store.close()
+
+
+def _fail(job: answer_pb2.Job, exc: AttestError) -> None:
+    import grpc
+
+    job.state = answer_pb2.JOB_STATE_FAILED
+    job.error_code = grpc.StatusCode[exc.code].value[0]
+    job.error = exc.details
+
+
+def backoff(settings: AnswerSettings, retries: int) -> float:
+    return float(settings.jobs.retry_backoff_seconds * 2.0**retries)

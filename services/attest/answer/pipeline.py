@@ -1,0 +1,532 @@
+"""The answer pipeline, defined once for Ask, AskStream and queued jobs.
+
+retrieve (BM25 ∥ dense ∥ KG path scores, each with its own timeout) → fuse
+(RRF or weighted) → rerank documents and their passages → generate (summaries,
+answer, a 0-10 confidence per citation, re-search of weak sentences through
+the same retrievers) → final answer with per-stage timings.
+
+A retriever, the reranker or the LLM that fails is skipped and named in the
+answer's degradations; when every requested retriever fails the request is
+UNAVAILABLE. The events are the public stream messages, in order: retrieval
+done, sentences, revisions, final. The pipeline talks to its dependencies
+only through ``Backends`` and never imports grpc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+from google.protobuf.duration_pb2 import Duration
+
+from attest.answer.fusion import Ranked, fuse
+from attest.answer.options import Plan
+from attest.answer.settings import AnswerSettings
+from attest.answer.v1 import answer_pb2
+from attest.common.v1 import common_pb2
+from attest.core.errors import DeadlineExceeded, Unavailable
+from attest.generate.v1 import generate_pb2
+from attest.lexical.v1 import lexical_pb2
+from attest.rerank.v1 import rerank_pb2
+from attest.semantic.v1 import semantic_pb2
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+INSUFFICIENT = "insufficient information available"
+# Passages per document handed to the reranker (its default per-document limit).
+RERANK_PASSAGES = 8
+
+_GENERATE_STAGES = {
+    generate_pb2.STEP_SUMMARIZE: answer_pb2.STAGE_SUMMARIZE,
+    generate_pb2.STEP_ANSWER: answer_pb2.STAGE_GENERATE,
+    generate_pb2.STEP_CITE: answer_pb2.STAGE_CITE,
+    generate_pb2.STEP_RESEARCH: answer_pb2.STAGE_RESEARCH,
+}
+
+
+class Backends(Protocol):
+    """The services the pipeline calls; failures arrive as typed Attest errors."""
+
+    async def lexical_search(
+        self, request: lexical_pb2.SearchRequest, seconds: float
+    ) -> lexical_pb2.SearchResponse: ...
+
+    async def semantic_search(
+        self, request: semantic_pb2.SearchRequest, seconds: float
+    ) -> semantic_pb2.SearchResponse: ...
+
+    async def explain(
+        self, request: semantic_pb2.ExplainRequest, seconds: float
+    ) -> semantic_pb2.ExplainResponse: ...
+
+    async def rerank(
+        self, request: rerank_pb2.RerankRequest, seconds: float
+    ) -> rerank_pb2.RerankResponse: ...
+
+    def generate(
+        self, request: generate_pb2.AnswerRequest, seconds: float
+    ) -> AsyncIterator[generate_pb2.AnswerResponse]: ...
+
+
+@dataclass
+class _Candidate:
+    """A document found by at least one retriever, with what each said about it."""
+
+    doc_id: str
+    title: str = ""
+    body: str = ""
+    summary: str = ""
+    source_url: str = ""
+    published_at: object | None = None  # a protobuf Timestamp when known
+    bm25: float | None = None
+    dense: float | None = None
+    kg: float | None = None
+    fused: float | None = None
+    # passage index -> (text, best retrieval rank)
+    passages: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    def add_passage(self, index: int, text: str, rank: int) -> None:
+        if text.strip() and (index not in self.passages or self.passages[index][1] > rank):
+            self.passages[index] = (text, rank)
+
+    def passage_list(self) -> list[tuple[int, str]]:
+        """Passages for the reranker, best retrieval rank first; the body when none was found."""
+        if self.passages:
+            ranked = sorted(self.passages.items(), key=lambda kv: kv[1][1])
+            return [(i, text) for i, (text, _) in ranked[:RERANK_PASSAGES]]
+        text = self.body or self.summary
+        return [(-1, text)] if text.strip() else []
+
+
+class _Clock:
+    """The request's time budget and the time spent per stage."""
+
+    def __init__(self, budget_seconds: float) -> None:
+        self.started = time.perf_counter()
+        self.deadline = time.monotonic() + budget_seconds
+        self.timings: list[tuple[answer_pb2.Stage.ValueType, float]] = []
+
+    def timeout(self, limit: float, stage: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(f"the time budget was spent before {stage}")
+        return min(limit, left)
+
+    def record(self, stage: answer_pb2.Stage.ValueType, seconds: float) -> None:
+        self.timings.append((stage, seconds))
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+async def _timed(call: Awaitable[T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    result = await call
+    return result, time.perf_counter() - start
+
+
+class AnswerPipeline:
+    """Runs one plan against the backends and yields the public stream events."""
+
+    def __init__(self, backends: Backends, settings: AnswerSettings) -> None:
+        self.backends = backends
+        self.settings = settings
+
+    async def run(self, plan: Plan) -> AsyncIterator[answer_pb2.AskStreamResponse]:
+        clock = _Clock(plan.budget_seconds)
+        degradations: list[answer_pb2.Degradation] = []
+
+        candidates, lists = await self._retrieve(plan, clock, degradations)
+        fuse_start = time.perf_counter()
+        fused = fuse(lists, method=plan.fusion, top_k=plan.fused_top_k)
+        clock.record(answer_pb2.STAGE_FUSE, time.perf_counter() - fuse_start)
+        kept = [candidates[str(key)] for key, _ in fused]
+        for (_, score), cand in zip(fused, kept, strict=True):
+            cand.fused = score
+        kept = [c for c in kept if c.passage_list()]
+
+        sources = await self._rerank(plan, clock, kept, degradations)
+        if plan.explain:
+            await self._explain(plan, clock, sources)
+        yield answer_pb2.AskStreamResponse(
+            retrieval=answer_pb2.RetrievalDone(
+                sources=sources, candidates=len(fused), degradations=degradations
+            )
+        )
+
+        if not sources:
+            sentence = common_pb2.AnswerSentence(index=0, text=INSUFFICIENT, unsupported=True)
+            yield answer_pb2.AskStreamResponse(sentence=sentence)
+            yield answer_pb2.AskStreamResponse(
+                final=self._final(
+                    clock,
+                    degradations,
+                    sources,
+                    text=INSUFFICIENT,
+                    sentences=[sentence],
+                    insufficient=True,
+                )
+            )
+            return
+
+        async for event in self._generate(plan, clock, sources, degradations):
+            yield event
+
+    # -- retrieval -------------------------------------------------------------------------
+
+    async def _retrieve(
+        self, plan: Plan, clock: _Clock, degradations: list[answer_pb2.Degradation]
+    ) -> tuple[dict[str, _Candidate], list[Ranked]]:
+        candidates: dict[str, _Candidate] = {}
+        timeout = self.settings.timeouts.retrieve
+
+        def candidate(doc_id: str) -> _Candidate:
+            if doc_id not in candidates:
+                candidates[doc_id] = _Candidate(doc_id)
+            return candidates[doc_id]
+
+        async def bm25() -> Ranked:
+            limit = clock.timeout(timeout, "BM25 retrieval")
+
+            def request(level: lexical_pb2.SearchLevel.ValueType) -> lexical_pb2.SearchRequest:
+                return lexical_pb2.SearchRequest(
+                    query=plan.question,
+                    top_k=plan.top_k_per_retriever,
+                    filters=plan.filters,
+                    level=level,
+                )
+
+            docs, passages = await asyncio.gather(
+                self.backends.lexical_search(request(lexical_pb2.SEARCH_LEVEL_DOCUMENT), limit),
+                self.backends.lexical_search(request(lexical_pb2.SEARCH_LEVEL_PASSAGE), limit),
+            )
+            for h in docs.hits:
+                c = candidate(h.doc_id)
+                c.bm25 = h.score
+                c.title, c.body, c.source_url = h.title, h.text, h.source_url
+                if h.HasField("published_at"):
+                    c.published_at = h.published_at
+            for rank, h in enumerate(passages.hits):
+                if h.doc_id in candidates:
+                    candidates[h.doc_id].add_passage(h.passage_index, h.text, rank)
+            return Ranked("bm25", [(h.doc_id, h.score) for h in docs.hits])
+
+        async def semantic(retriever: common_pb2.Retriever.ValueType) -> Ranked:
+            limit = clock.timeout(timeout, "vector retrieval")
+            if retriever == common_pb2.RETRIEVER_DENSE:
+                mode, variant = semantic_pb2.SEARCH_MODE_DENSE, semantic_pb2.KG_VARIANT_UNSPECIFIED
+            else:
+                mode = semantic_pb2.SEARCH_MODE_KG
+                variant = (
+                    semantic_pb2.KG_VARIANT_ENHANCED
+                    if retriever == common_pb2.RETRIEVER_KG_ENHANCED
+                    else semantic_pb2.KG_VARIANT_PLAIN
+                )
+            calls = [
+                self.backends.semantic_search(
+                    semantic_pb2.SearchRequest(
+                        query=plan.question,
+                        top_k=plan.top_k_per_retriever,
+                        filters=plan.filters,
+                        level=semantic_pb2.SEARCH_LEVEL_DOCUMENT,
+                        mode=mode,
+                        kg_variant=variant,
+                    ),
+                    limit,
+                )
+            ]
+            if retriever == common_pb2.RETRIEVER_DENSE:
+                calls.append(
+                    self.backends.semantic_search(
+                        semantic_pb2.SearchRequest(
+                            query=plan.question,
+                            top_k=plan.top_k_per_retriever,
+                            filters=plan.filters,
+                            level=semantic_pb2.SEARCH_LEVEL_PASSAGE,
+                            mode=semantic_pb2.SEARCH_MODE_DENSE,
+                        ),
+                        limit,
+                    )
+                )
+            responses = await asyncio.gather(*calls)
+            for h in responses[0].hits:
+                c = candidate(h.doc_id)
+                if h.HasField("dense_score"):
+                    c.dense = h.dense_score
+                if h.HasField("kg_score"):
+                    c.kg = h.kg_score
+                c.title = c.title or h.title
+                c.summary = c.summary or h.text
+                c.source_url = c.source_url or h.source_url
+                if c.published_at is None and h.HasField("published_at"):
+                    c.published_at = h.published_at
+            if len(responses) > 1:
+                for rank, h in enumerate(responses[1].hits):
+                    candidate(h.doc_id).add_passage(h.passage_index, h.text, rank)
+            name = common_pb2.Retriever.Name(retriever)
+            return Ranked(name, [(h.doc_id, h.score) for h in responses[0].hits])
+
+        jobs: list[tuple[answer_pb2.Stage.ValueType, str, Awaitable[Ranked]]] = []
+        for r in plan.retrievers:
+            if r == common_pb2.RETRIEVER_BM25:
+                jobs.append((answer_pb2.STAGE_RETRIEVE_BM25, "lexical", bm25()))
+            elif r == common_pb2.RETRIEVER_DENSE:
+                jobs.append((answer_pb2.STAGE_RETRIEVE_DENSE, "semantic", semantic(r)))
+            else:
+                jobs.append((answer_pb2.STAGE_RETRIEVE_KG, "semantic", semantic(r)))
+        results = await asyncio.gather(*(_timed(job) for _, _, job in jobs), return_exceptions=True)
+        lists: list[Ranked] = []
+        failures: list[str] = []
+        for (stage, service, _), result in zip(jobs, results, strict=True):
+            if isinstance(result, Unavailable | DeadlineExceeded):
+                reason = f"{service} service unavailable: {result.message}"
+                degradations.append(answer_pb2.Degradation(stage=stage, reason=reason))
+                failures.append(f"{answer_pb2.Stage.Name(stage)}: {reason}")
+                log.warning("retriever skipped: %s", reason)
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            ranked, seconds = result
+            clock.record(stage, seconds)
+            lists.append(ranked)
+        if not lists:
+            raise Unavailable("no retriever could run: " + "; ".join(failures))
+        # Passages can arrive before their document's candidate exists; drop
+        # documents no ranking retriever returned.
+        ranked_ids = {key for r in lists for key, _ in r.items}
+        return {k: v for k, v in candidates.items() if k in ranked_ids}, lists
+
+    # -- rerank --------------------------------------------------------------------------
+
+    def _source(self, c: _Candidate, passage_index: int, text: str) -> answer_pb2.AnswerSource:
+        source = common_pb2.Source(
+            doc_id=c.doc_id,
+            passage_index=passage_index,
+            title=c.title,
+            text=text,
+            source_url=c.source_url,
+        )
+        if c.published_at is not None:
+            source.published_at.CopyFrom(c.published_at)  # type: ignore[arg-type]
+        out = answer_pb2.AnswerSource(source=source, added_for_sentence=-1)
+        for name in ("bm25", "dense", "kg", "fused"):
+            value = getattr(c, name)
+            if value is not None:
+                setattr(out, f"{name}_score", value)
+        return out
+
+    async def _rerank(
+        self,
+        plan: Plan,
+        clock: _Clock,
+        kept: list[_Candidate],
+        degradations: list[answer_pb2.Degradation],
+    ) -> list[answer_pb2.AnswerSource]:
+        per_doc = plan.passages_per_document
+        if not kept:
+            return []
+        if not plan.skip_rerank:
+            documents = [
+                common_pb2.Document(
+                    id=c.doc_id,
+                    title=c.title,
+                    passages=[
+                        common_pb2.Passage(doc_id=c.doc_id, index=i, text=t)
+                        for i, t in c.passage_list()
+                    ],
+                )
+                for c in kept
+            ]
+            start = time.perf_counter()
+            try:
+                response = await self.backends.rerank(
+                    rerank_pb2.RerankRequest(
+                        query=plan.question,
+                        documents=documents,
+                        top_k=plan.rerank_top_k,
+                        passages_top_k=per_doc,
+                    ),
+                    clock.timeout(self.settings.timeouts.rerank, "reranking"),
+                )
+            except (Unavailable, DeadlineExceeded) as exc:
+                reason = f"rerank service unavailable: {exc.message}; fused order used"
+                degradations.append(
+                    answer_pb2.Degradation(stage=answer_pb2.STAGE_RERANK, reason=reason)
+                )
+                log.warning("reranker skipped: %s", reason)
+            else:
+                clock.record(answer_pb2.STAGE_RERANK, time.perf_counter() - start)
+                out = []
+                for ranked in response.documents:
+                    c = kept[ranked.input_index]
+                    texts = dict(c.passage_list())
+                    for p in ranked.passages[:per_doc]:
+                        source = self._source(c, p.passage_index, texts[p.passage_index])
+                        source.rerank_score = ranked.score
+                        if p.passage_index >= 0:
+                            source.passage_score = p.score
+                        out.append(source)
+                return out
+        return [
+            self._source(c, i, text)
+            for c in kept[: plan.rerank_top_k]
+            for i, text in c.passage_list()[:per_doc]
+        ]
+
+    async def _explain(
+        self, plan: Plan, clock: _Clock, sources: Sequence[answer_pb2.AnswerSource]
+    ) -> None:
+        """Attach the best KG path of each source with a KG score (best effort)."""
+        variant = (
+            semantic_pb2.KG_VARIANT_PLAIN
+            if common_pb2.RETRIEVER_KG in plan.retrievers
+            and common_pb2.RETRIEVER_KG_ENHANCED not in plan.retrievers
+            else semantic_pb2.KG_VARIANT_ENHANCED
+        )
+        doc_ids = list(dict.fromkeys(s.source.doc_id for s in sources if s.HasField("kg_score")))
+        if not doc_ids:
+            return
+        try:
+            timeout = clock.timeout(self.settings.timeouts.explain, "explaining KG paths")
+            responses = await asyncio.gather(
+                *(
+                    self.backends.explain(
+                        semantic_pb2.ExplainRequest(
+                            query=plan.question, doc_id=d, kg_variant=variant
+                        ),
+                        timeout,
+                    )
+                    for d in doc_ids
+                )
+            )
+        except (Unavailable, DeadlineExceeded) as exc:
+            log.warning("KG paths not attached: %s", exc.message)
+            return
+        paths = {d: best_path(r) for d, r in zip(doc_ids, responses, strict=True)}
+        for s in sources:
+            path = paths.get(s.source.doc_id)
+            if path is not None:
+                s.kg_path.CopyFrom(path)
+                article = s.kg_path.nodes[0]
+                if article.level == common_pb2.KG_NODE_LEVEL_ARTICLE:
+                    # Explain names the article node generically; name it after the source.
+                    article.id, article.name = s.source.doc_id, s.source.title or article.name
+
+    # -- generate ------------------------------------------------------------------------
+
+    async def _generate(
+        self,
+        plan: Plan,
+        clock: _Clock,
+        sources: list[answer_pb2.AnswerSource],
+        degradations: list[answer_pb2.Degradation],
+    ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
+        request = generate_pb2.AnswerRequest(
+            question=plan.question,
+            sources=[s.source for s in sources],
+            confidence_threshold=plan.confidence_threshold,
+            max_researches=plan.max_researches,
+            research=common_pb2.RetrievalOptions(
+                retrievers=plan.retrievers,
+                filters=plan.filters,
+                top_k_per_retriever=plan.top_k_per_retriever,
+            ),
+            research_top_k=plan.research_top_k,
+        )
+        timeout = clock.timeout(self.settings.timeouts.generate, "generating the answer")
+        final: generate_pb2.AnswerFinal | None = None
+        async for event in self.backends.generate(request, timeout):
+            kind = event.WhichOneof("event")
+            if kind == "summary":
+                i = event.summary.source_index
+                if 0 <= i < len(sources):
+                    sources[i].source.summary = event.summary.summary
+            elif kind == "sentence":
+                yield answer_pb2.AskStreamResponse(sentence=event.sentence)
+            elif kind == "revision":
+                revision = event.revision
+                for k, added in enumerate(revision.added_sources):
+                    if revision.first_added_source_index + k != len(sources):
+                        log.error("revision source index out of order; re-appended at the end")
+                    sources.append(
+                        answer_pb2.AnswerSource(
+                            source=added, added_for_sentence=revision.sentence_index
+                        )
+                    )
+                yield answer_pb2.AskStreamResponse(revision=revision)
+            elif kind == "final":
+                final = event.final
+        if final is None:
+            raise Unavailable("the generate service ended its stream without a final answer")
+        if final.degraded_reason:
+            degradations.append(
+                answer_pb2.Degradation(
+                    stage=answer_pb2.STAGE_GENERATE,
+                    reason=f"{final.degraded_reason}; extractive mode used",
+                )
+            )
+        for t in final.timings:
+            clock.record(_GENERATE_STAGES[t.step], t.duration.ToNanoseconds() / 1e9)
+        answer = self._final(
+            clock,
+            degradations,
+            sources,
+            text=final.answer,
+            sentences=list(final.sentences),
+            insufficient=final.insufficient_information,
+        )
+        answer.researches = final.researches
+        answer.llm_calls = final.llm_calls
+        answer.discarded_citations = final.discarded_citations
+        yield answer_pb2.AskStreamResponse(final=answer)
+
+    def _final(
+        self,
+        clock: _Clock,
+        degradations: Sequence[answer_pb2.Degradation],
+        sources: Sequence[answer_pb2.AnswerSource],
+        *,
+        text: str,
+        sentences: Sequence[common_pb2.AnswerSentence],
+        insufficient: bool,
+    ) -> answer_pb2.Answer:
+        order = {stage: n for n, stage in enumerate(answer_pb2.Stage.values())}
+        timings = sorted(clock.timings, key=lambda t: order[t[0]])
+        return answer_pb2.Answer(
+            text=text,
+            sentences=sentences,
+            sources=sources,
+            insufficient_information=insufficient,
+            timings=[
+                answer_pb2.StageTiming(stage=stage, duration=_duration(seconds))
+                for stage, seconds in timings
+            ],
+            total=_duration(time.perf_counter() - clock.started),
+            degradations=degradations,
+        )
+
+
+def best_path(explained: semantic_pb2.ExplainResponse) -> common_pb2.KgPath | None:
+    """The path of an explanation with the highest mean node score, if any."""
+    if not explained.paths:
+        return None
+    return max(explained.paths, key=lambda p: sum(n.score for n in p.nodes) / max(len(p.nodes), 1))
+
+
+async def collect(events: AsyncIterator[answer_pb2.AskStreamResponse]) -> answer_pb2.Answer:
+    """The final answer of an event stream (what Ask returns)."""
+    final: answer_pb2.Answer | None = None
+    async for event in events:
+        if event.WhichOneof("event") == "final":
+            final = event.final
+    if final is None:
+        raise Unavailable("the pipeline ended without a final answer")
+    return final

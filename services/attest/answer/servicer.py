@@ -1,0 +1,124 @@
+"""gRPC servicer of the answer service: validate the request, run the pipeline, return it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from attest.answer.downstream import GrpcBackends
+from attest.answer.jobs import FINAL, QUEUE, TASK, JobStore
+from attest.answer.options import validate
+from attest.answer.pipeline import AnswerPipeline, Backends, collect
+from attest.answer.settings import AnswerSettings
+from attest.answer.v1 import answer_pb2, answer_pb2_grpc
+from attest.core.context import remaining_seconds, tenant_var
+from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+Context = grpc.aio.ServicerContext[Any, Any]
+_NO_JOBS = (
+    "queued jobs are not enabled on this server: set ATTEST_ANSWER_JOBS__STATE_URL and "
+    "ATTEST_PIPELINE_BROKER_URL, and run `attest worker --queues answer`"
+)
+
+
+class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
+    service_name = answer_pb2.DESCRIPTOR.services_by_name["AnswerService"].full_name
+
+    def __init__(
+        self,
+        settings: AnswerSettings,
+        backends: Backends | None = None,
+        celery: Celery | None = None,
+    ) -> None:
+        self.settings = settings
+        self._celery = celery
+        self._jobs: JobStore | None = None
+        self._grpc = GrpcBackends(settings) if backends is None else None
+        self.pipeline = AnswerPipeline(backends or self._grpc or GrpcBackends(settings), settings)
+
+    def register(self, server: grpc.aio.Server) -> None:
+        answer_pb2_grpc.add_AnswerServiceServicer_to_server(self, server)
+
+    async def warm_up(self) -> None:
+        # Nothing to load: a dependency that is down is a degradation, not a reason
+        # to stay NOT_SERVING.
+        return None
+
+    async def close(self) -> None:
+        if self._grpc is not None:
+            await self._grpc.close()
+        if self._jobs is not None:
+            self._jobs.close()
+
+    def _events(
+        self, question: str, options: answer_pb2.AskOptions
+    ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
+        plan = validate(question, options, self.settings, deadline_seconds=remaining_seconds())
+        return self.pipeline.run(plan)
+
+    async def Ask(self, request: answer_pb2.AskRequest, context: Context) -> answer_pb2.AskResponse:
+        answer = await collect(self._events(request.question, request.options))
+        return answer_pb2.AskResponse(answer=answer)
+
+    async def AskStream(
+        self, request: answer_pb2.AskStreamRequest, context: Context
+    ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
+        async for event in self._events(request.question, request.options):
+            yield event
+
+    # -- queued jobs: records in Redis, the pipeline on Celery workers ------------------
+
+    def _store(self) -> JobStore:
+        if self._jobs is None:
+            self._jobs = JobStore(self.settings)
+        return self._jobs
+
+    async def Submit(
+        self, request: answer_pb2.SubmitRequest, context: Context
+    ) -> answer_pb2.SubmitResponse:
+        store = self._store()
+        if self._celery is None:
+            raise FailedPrecondition(_NO_JOBS)
+        if len(request.idempotency_key) > 128:
+            raise InvalidArgument("is longer than 128 characters", field="idempotency_key")
+        # Bad input fails now, not on a worker; the job's budget is its own.
+        validate(request.question, request.options, self.settings, deadline_seconds=None)
+        tenant = tenant_var.get()
+        job, created = await asyncio.to_thread(
+            store.create, tenant, request.question, request.options, request.idempotency_key
+        )
+        if created:
+            await asyncio.to_thread(
+                self._celery.send_task, TASK, args=[tenant, job.job_id], queue=QUEUE
+            )
+        return answer_pb2.SubmitResponse(job=job)
+
+    async def _job(self, job_id: str) -> answer_pb2.Job:
+        if not job_id or len(job_id) > 64:
+            raise InvalidArgument("must be a job id from Submit", field="job_id")
+        job = await asyncio.to_thread(self._store().get, tenant_var.get(), job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id[:64]!r} (unknown, another tenant's, or expired)")
+        return job
+
+    async def Get(self, request: answer_pb2.GetRequest, context: Context) -> answer_pb2.GetResponse:
+        return answer_pb2.GetResponse(job=await self._job(request.job_id))
+
+    async def Watch(
+        self, request: answer_pb2.WatchRequest, context: Context
+    ) -> AsyncIterator[answer_pb2.WatchResponse]:
+        job = await self._job(request.job_id)
+        yield answer_pb2.WatchResponse(job=job)
+        seen = (job.state, job.attempts)
+        while job.state not in FINAL:
+            await asyncio.sleep(self.settings.jobs.watch_interval_seconds)
+            job = await self._job(request.job_id)
+            if (job.state, job.attempts) != seen:
+                seen = (job.state, job.attempts)
+                yield answer_pb2.WatchResponse(job=job)

@@ -1,0 +1,92 @@
+"""Settings of the answer service (environment prefix ``ATTEST_ANSWER_``).
+
+The answer service owns no index: it calls the lexical, semantic, rerank and
+generate services, each at its own address with its own per-stage timeout.
+Every timeout is further capped by what is left of the request's budget.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from attest.core.settings import (
+    ClientSettings,
+    ServerSettings,
+    ServiceSettings,
+    StrictModel,
+    service_config,
+)
+
+
+class StageTimeouts(StrictModel):
+    """Longest time one stage may take, in seconds, before it is skipped or fails."""
+
+    retrieve: float = Field(default=5.0, gt=0, description="Each retriever call.")
+    rerank: float = Field(default=10.0, gt=0)
+    generate: float = Field(default=60.0, gt=0, description="The whole generation stream.")
+    explain: float = Field(default=5.0, gt=0, description="KG path of the sources (explain).")
+
+
+class AnswerDefaults(StrictModel):
+    """What an option left at 0 or unset means."""
+
+    top_k_per_retriever: int = Field(default=100, ge=1, le=1000)
+    fused_top_k: int = Field(default=50, ge=1, le=1000)
+    rerank_top_k: int = Field(default=10, ge=1, le=100)
+    passages_per_document: int = Field(default=1, ge=1, le=8)
+    confidence_threshold: int = Field(default=5, ge=0, le=10)
+    max_researches: int = Field(default=3, ge=0, le=20)
+    research_top_k: int = Field(default=3, ge=1, le=20)
+    job_budget_seconds: float = Field(default=60.0, gt=0)
+
+
+class AnswerLimits(StrictModel):
+    max_question_chars: int = Field(default=4096, ge=1)
+    max_sources: int = Field(default=100, ge=1, description="Sources given to the generator.")
+    max_filters: int = Field(default=16, ge=1)
+    max_filter_values: int = Field(default=256, ge=1)
+    min_budget_seconds: float = Field(
+        default=0.1,
+        gt=0,
+        description="A time budget or gRPC deadline below this is too short to do anything: "
+        "DEADLINE_EXCEEDED (options.time_budget below it: INVALID_ARGUMENT).",
+    )
+    max_budget_seconds: float = Field(default=600.0, gt=0)
+
+
+class JobSettings(StrictModel):
+    """Queued jobs (Submit / Get / Watch): records in Redis, the pipeline on Celery workers."""
+
+    state_url: SecretStr | None = Field(
+        default=None,
+        description="Redis URL of job records; None disables queued jobs (FAILED_PRECONDITION). "
+        "The broker is ATTEST_PIPELINE_BROKER_URL; workers run `attest worker --queues answer`.",
+    )
+    retention_seconds: int = Field(
+        default=24 * 3600, ge=60, description="How long a job and its answer are kept."
+    )
+    max_attempts: int = Field(
+        default=3, ge=1, le=10, description="Runs of a job whose dependencies were unavailable."
+    )
+    retry_backoff_seconds: float = Field(default=2.0, ge=0)
+    watch_interval_seconds: float = Field(default=0.2, gt=0)
+
+
+class AnswerSettings(ServiceSettings):
+    model_config = service_config("ATTEST_ANSWER_")
+
+    server: ServerSettings = ServerSettings(port=50050)
+    lexical_address: str = Field(default="127.0.0.1:50052", description="Lexical HOST:PORT.")
+    semantic_address: str = Field(default="127.0.0.1:50053", description="Semantic HOST:PORT.")
+    rerank_address: str = Field(default="127.0.0.1:50056", description="Rerank HOST:PORT.")
+    generate_address: str = Field(default="127.0.0.1:50057", description="Generate HOST:PORT.")
+    knowledge_address: str | None = Field(
+        default=None,
+        description="Knowledge service HOST:PORT, set by the deployments; the pipeline does not "
+        "call it yet (KB lookups are not part of Ask).",
+    )
+    client: ClientSettings = ClientSettings(max_attempts=2)
+    timeouts: StageTimeouts = StageTimeouts()
+    defaults: AnswerDefaults = AnswerDefaults()
+    limits: AnswerLimits = AnswerLimits()
+    jobs: JobSettings = JobSettings()

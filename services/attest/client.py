@@ -1,0 +1,122 @@
+"""A small typed client of the answer service, the public front door.
+
+    async with AnswerClient("127.0.0.1:50050") as client:
+        answer = await client.ask("What did Norvale Copper emit in 2024?")
+        async for event in client.ask_stream("..."):
+            ...
+
+gRPC failures come back as the typed Attest errors (InvalidArgument,
+DeadlineExceeded, Unavailable, ...) with the server's message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+
+import grpc
+
+from attest.answer.v1 import answer_pb2, answer_pb2_grpc
+from attest.core import errors
+from attest.core.channels import create_channel
+from attest.core.settings import ClientSettings
+
+_ERRORS: dict[grpc.StatusCode, type[errors.AttestError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
+}
+
+
+def error_from_rpc(err: grpc.aio.AioRpcError) -> errors.AttestError:
+    """The typed error of a failed call, carrying the server's message."""
+    kind = _ERRORS.get(err.code(), errors.Internal)
+    return kind(err.details() or err.code().name)
+
+
+def options(
+    *,
+    rerank_top_k: int = 0,
+    skip_rerank: bool = False,
+    confidence_threshold: int | None = None,
+    max_researches: int | None = None,
+    time_budget_seconds: float | None = None,
+    explain: bool = False,
+) -> answer_pb2.AskOptions:
+    """AskOptions from keyword arguments; 0 and None keep the server's defaults."""
+    out = answer_pb2.AskOptions(rerank_top_k=rerank_top_k, skip_rerank=skip_rerank, explain=explain)
+    if confidence_threshold is not None:
+        out.confidence_threshold = confidence_threshold
+    if max_researches is not None:
+        out.max_researches = max_researches
+    if time_budget_seconds is not None:
+        out.time_budget.FromNanoseconds(int(time_budget_seconds * 1e9))
+    return out
+
+
+class AnswerClient:
+    """Ask questions of an answer service at ``address`` (``host:port``)."""
+
+    def __init__(self, address: str, settings: ClientSettings | None = None) -> None:
+        self.address = address
+        self._settings = settings or ClientSettings(timeout_seconds=120)
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: answer_pb2_grpc.AnswerServiceAsyncStub | None = None
+
+    def _service(self) -> answer_pb2_grpc.AnswerServiceAsyncStub:
+        if self._stub is None:
+            self._channel = create_channel(self.address, self._settings)
+            self._stub = answer_pb2_grpc.AnswerServiceStub(self._channel)
+        return self._stub
+
+    async def ask(
+        self,
+        question: str,
+        ask_options: answer_pb2.AskOptions | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a gRPC deadline, passed through
+    ) -> answer_pb2.Answer:
+        """The complete answer to ``question``."""
+        request = answer_pb2.AskRequest(question=question, options=ask_options)
+        try:
+            response = await self._service().Ask(
+                request, timeout=timeout or self._settings.timeout_seconds
+            )
+        except grpc.aio.AioRpcError as err:
+            raise error_from_rpc(err) from None
+        return response.answer
+
+    async def ask_stream(
+        self,
+        question: str,
+        ask_options: answer_pb2.AskOptions | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a gRPC deadline, passed through
+    ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
+        """The answer's events: retrieval, sentences, revisions, final."""
+        request = answer_pb2.AskStreamRequest(question=question, options=ask_options)
+        call = self._service().AskStream(request, timeout=timeout or self._settings.timeout_seconds)
+        try:
+            async for event in call:
+                yield event
+        except grpc.aio.AioRpcError as err:
+            raise error_from_rpc(err) from None
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel, self._stub = None, None
+
+    async def __aenter__(self) -> AnswerClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

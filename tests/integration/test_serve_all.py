@@ -1,0 +1,104 @@
+"""`attest serve all --embedded`: every service in one process, used through the CLI.
+
+Starts the real command, waits for SERVING, ingests the bundled sample with
+`attest ingest --address`, asks with `attest ask`, and shuts down on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.integration.ingest_stack import free_port, wait_until
+
+pytestmark = pytest.mark.integration
+
+CLI = [sys.executable, "-m", "attest.cli"]
+SAMPLE = Path(__file__).resolve().parents[2] / "services/attest/demo/sample_corpus.jsonl"
+
+
+def serving(address: str) -> bool:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            status = (
+                health_pb2_grpc.HealthStub(channel)
+                .Check(
+                    health_pb2.HealthCheckRequest(service="attest.answer.v1.AnswerService"),
+                    timeout=2,
+                )
+                .status
+            )
+        except grpc.RpcError:
+            return False
+    return bool(status == health_pb2.HealthCheckResponse.SERVING)
+
+
+@pytest.mark.timeout(900)
+def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    log = (tmp_path / "serve.log").open("wb")
+    server = subprocess.Popen(
+        [*CLI, "serve", "all", "--embedded", "--port", str(port), "--data-dir", str(tmp_path)],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        wait_until(lambda: serving(address) or server.poll() is not None, 600, "serve all")
+        assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+
+        ingested = subprocess.run(
+            [*CLI, "ingest", str(SAMPLE), "--address", address],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+        assert "DONE" in ingested.stdout
+        assert "ingested 48" in ingested.stdout
+        assert "failed 0" in ingested.stdout
+
+        asked = subprocess.run(
+            [
+                *CLI,
+                "ask",
+                "How large a fine did Quaystone Telecom receive over its 2025 data breach?",
+                "--address",
+                address,
+                "--top-k",
+                "3",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        out = asked.stdout
+        assert asked.returncode == 0, out + asked.stderr
+        assert "$14.5 million" in out
+        assert "[1: 10/10]" in out  # numbered citation with its 0-10 confidence
+        assert "[1] esg-045" in out  # the cited source, numbered
+        assert "Knowledge graph path of [1]:" in out
+        assert out.rstrip().splitlines()[-1].startswith("Time: ")
+        assert "Degraded" not in out
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            log.close()
+    assert code == 0, (tmp_path / "serve.log").read_text()[-3000:]

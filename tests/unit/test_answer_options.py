@@ -1,0 +1,95 @@
+"""Validation of answer requests into plans: defaults, ranges, contradictions, budgets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from attest.answer.options import DEFAULT_RETRIEVERS, validate
+from attest.answer.settings import AnswerSettings
+from attest.answer.v1 import answer_pb2
+from attest.common.v1 import common_pb2
+from attest.core.errors import DeadlineExceeded, InvalidArgument
+
+SETTINGS = AnswerSettings()
+
+
+def plan(question: str = "What did Norvale emit?", deadline: float | None = None, **options: Any):
+    return validate(question, answer_pb2.AskOptions(**options), SETTINGS, deadline_seconds=deadline)
+
+
+def test_an_empty_options_message_means_every_default() -> None:
+    p = plan()
+    assert p.retrievers == DEFAULT_RETRIEVERS
+    assert p.fusion == "rrf"
+    assert (p.top_k_per_retriever, p.fused_top_k, p.rerank_top_k) == (100, 50, 10)
+    assert (p.passages_per_document, p.confidence_threshold, p.max_researches) == (1, 5, 3)
+    assert p.research_top_k == 3
+    assert p.budget_seconds == 60.0
+    assert not p.skip_rerank
+
+
+def test_explicit_zero_threshold_and_researches_are_kept() -> None:
+    p = plan(confidence_threshold=0, max_researches=0)
+    assert (p.confidence_threshold, p.max_researches) == (0, 0)
+
+
+def test_the_shorter_of_budget_and_deadline_applies() -> None:
+    assert plan(deadline=3.0, time_budget=Duration(seconds=10)).budget_seconds == 3.0
+    assert plan(deadline=30.0, time_budget=Duration(seconds=10)).budget_seconds == 10.0
+
+
+@pytest.mark.parametrize(
+    ("question", "options", "field"),
+    [
+        ("", {}, "question"),
+        ("q" * 4097, {}, "question"),
+        ("q", {"fused_top_k": 1001}, "options.fused_top_k"),
+        ("q", {"rerank_top_k": -1}, "options.rerank_top_k"),
+        ("q", {"fused_top_k": 5, "rerank_top_k": 6}, "options.rerank_top_k"),
+        ("q", {"passages_per_document": 9}, "options.passages_per_document"),
+        ("q", {"rerank_top_k": 20, "passages_per_document": 6}, "options.passages_per_document"),
+        ("q", {"max_researches": 21}, "options.max_researches"),
+        ("q", {"time_budget": Duration(seconds=601)}, "options.time_budget"),
+        (
+            "q",
+            {
+                "retrieval": common_pb2.RetrievalOptions(
+                    retrievers=[common_pb2.RETRIEVER_BM25], top_k_per_retriever=10
+                ),
+                "fused_top_k": 20,
+                "rerank_top_k": 5,
+            },
+            "options.fused_top_k",
+        ),
+        (
+            "q",
+            {
+                "retrieval": common_pb2.RetrievalOptions(
+                    retrievers=[common_pb2.RETRIEVER_UNSPECIFIED]
+                )
+            },
+            "options.retrieval.retrievers[0]",
+        ),
+        (
+            "q",
+            {
+                "retrieval": common_pb2.RetrievalOptions(
+                    filters=[common_pb2.Filter(field="published_at", gte="yesterday")]
+                )
+            },
+            "options.retrieval.filters[0].gte",
+        ),
+    ],
+)
+def test_bad_options_name_their_field(question: str, options: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        plan(question, **options)
+    assert err.value.field == field
+
+
+def test_a_deadline_below_the_minimum_is_deadline_exceeded() -> None:
+    with pytest.raises(DeadlineExceeded, match="leaves 50 ms, too short"):
+        plan(deadline=0.05)
