@@ -57,8 +57,11 @@ if ! diff -r services/attestpb/attest "$fresh/attest"; then
 fi
 rm -rf "$fresh"
 
+step "deploy checks: Helm chart (lint, template, schemas, tests), Dockerfiles, compose"
+bash .ci/deploy-checks.sh
+
 step "unit tests (no servers, no sockets)"
-pytest tests/unit -q "$@"
+pytest tests/unit -q --durations=10 "$@"
 
 step "integration tests (Redis $ATTEST_TEST_REDIS_URL, OpenSearch $ATTEST_TEST_OPENSEARCH_URL)"
-pytest tests/integration -q -rs "$@"
+pytest tests/integration -q -rs --durations=15 "$@"

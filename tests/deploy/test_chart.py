@@ -1,0 +1,330 @@
+"""Chart unit tests: what `helm template` renders for each values set."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+
+from tests.deploy.chart import RELEASE, Rendered, RenderError, full, render
+
+SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
+PORTS = {
+    "answer": 50051,
+    "lexical": 50052,
+    "semantic": 50053,
+    "ingest": 50054,
+    "knowledge": 50055,
+    "rerank": 50056,
+    "generate": 50057,
+}
+
+
+@cache
+def rendered(values: str) -> Rendered:
+    return render(values)
+
+
+@pytest.mark.parametrize("values", ["default", "gpu-production"])
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_has_native_grpc_probes_on_its_port(values: str, service: str) -> None:
+    out = rendered(values)
+    container = out.container(full(service))
+    port = PORTS[service]
+    assert container["args"] == ["serve", service]
+    assert {"name": "grpc", "containerPort": port, "protocol": "TCP"} in container["ports"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"] == {"port": port}, probe
+    # the startup probe leaves time to load models before liveness applies
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+    assert out.env(full(service))[f"ATTEST_{service.upper()}_SERVER__PORT"]["value"] == str(port)
+
+
+def test_rerank_startup_probe_allows_the_longest_model_load() -> None:
+    out = rendered("gpu-production")
+    probes = {s: out.container(full(s))["startupProbe"]["failureThreshold"] for s in SERVICES}
+    assert probes["rerank"] == max(probes.values())
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_services_are_headless_so_clients_balance_per_call(service: str) -> None:
+    svc = rendered("default").get("Service", full(service))
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["ports"] == [
+        {
+            "name": "grpc",
+            "port": PORTS[service],
+            "targetPort": "grpc",
+            "protocol": "TCP",
+            "appProtocol": "grpc",
+        }
+    ]
+
+
+def test_peers_are_addressed_through_dns_of_the_headless_services() -> None:
+    env = rendered("default").env(full("answer"))
+    for peer in ("lexical", "semantic", "rerank", "generate", "knowledge"):
+        address = env[f"ATTEST_ANSWER_{peer.upper()}_ADDRESS"]["value"]
+        assert address == f"dns:///{full(peer)}:{PORTS[peer]}"
+    worker = rendered("default").env(full("worker-index"))
+    assert worker["ATTEST_PIPELINE_LEXICAL_ADDRESS"]["value"] == f"dns:///{full('lexical')}:50052"
+    # generate reads its peers from its research section
+    generate = rendered("default").env(full("generate"))
+    assert generate["ATTEST_GENERATE_RESEARCH__SEMANTIC_ADDRESS"]["value"] == (
+        f"dns:///{full('semantic')}:50053"
+    )
+
+
+def test_gpu_reranker_is_scheduled_on_a_gpu_with_shared_memory() -> None:
+    out = rendered("gpu-production")
+    deployment = out.get("Deployment", full("rerank"))
+    pod = deployment["spec"]["template"]["spec"]
+    container = out.container(full("rerank"))
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["resources"]["limits"]["memory"] == "24Gi"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "4Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert container["image"].startswith("registry.example.com/attest/attest-gpu@sha256:")
+    env = out.env(full("rerank"))
+    assert env["ATTEST_RERANK_DEVICE"]["value"] == "cuda"
+    assert env["ATTEST_RERANK_CHECKPOINT"]["value"] == "/models/pfid/t5-base-miracl"
+    assert env["ATTEST_RERANK_DTYPE"]["value"] == "bfloat16"
+    assert env["ATTEST_RERANK_BATCHING__MAX_DOCUMENTS"]["value"] == "256"
+    checkpoint = next(v for v in pod["volumes"] if v["name"] == "checkpoint")
+    assert checkpoint["persistentVolumeClaim"] == {"claimName": "attest-pfid", "readOnly": True}
+
+
+@pytest.mark.parametrize("values", ["default", "gpu-production"])
+def test_only_the_reranker_and_tgi_ask_for_gpus(values: str) -> None:
+    out = rendered(values)
+    with_gpu = {
+        d["metadata"]["name"]
+        for d in out.docs
+        if d["kind"] == "Deployment"
+        and "nvidia.com/gpu"
+        in d["spec"]["template"]["spec"]["containers"][0]["resources"].get("limits", {})
+    }
+    expected = {full("rerank"), full("tgi")} if values == "gpu-production" else set()
+    assert with_gpu == expected
+
+
+def test_cpu_default_reranker_runs_its_fallback_on_cpu() -> None:
+    out = rendered("default")
+    container = out.container(full("rerank"))
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert out.env(full("rerank"))["ATTEST_RERANK_DEVICE"]["value"] == "cpu"
+    assert "ATTEST_RERANK_CHECKPOINT" not in out.env(full("rerank"))
+    assert container["image"] == "ghcr.io/attest-project/attest:0.1.0"
+
+
+SECRET_VARIABLES = {
+    full("lexical"): {"ATTEST_LEXICAL_ELASTICSEARCH__API_KEY": ("attest-elasticsearch", "api-key")},
+    full("semantic"): {"ATTEST_SEMANTIC_QDRANT__API_KEY": ("attest-qdrant", "api-key")},
+    full("ingest"): {
+        "ATTEST_INGEST_STATE_URL": ("attest-redis", "state-url"),
+        "ATTEST_PIPELINE_BROKER_URL": ("attest-redis", "broker-url"),
+        "ATTEST_PIPELINE_RESULT_BACKEND_URL": ("attest-redis", "result-backend-url"),
+        "ATTEST_PIPELINE_STATE_URL": ("attest-redis", "state-url"),
+    },
+    full("worker-index"): {
+        "ATTEST_PIPELINE_BROKER_URL": ("attest-redis", "broker-url"),
+        "ATTEST_PIPELINE_RESULT_BACKEND_URL": ("attest-redis", "result-backend-url"),
+        "ATTEST_PIPELINE_STATE_URL": ("attest-redis", "state-url"),
+    },
+}
+
+
+def test_secrets_come_only_from_existing_secrets() -> None:
+    out = rendered("gpu-production")
+    assert "Secret" not in out.kinds()
+    for deployment, expected in SECRET_VARIABLES.items():
+        env = out.env(deployment)
+        for name, (secret, key) in expected.items():
+            assert "value" not in env[name], name
+            assert env[name]["valueFrom"] == {"secretKeyRef": {"name": secret, "key": key}}
+    auth = out.get("TriggerAuthentication", full("keda-redis"))
+    assert auth["spec"]["secretTargetRef"] == [
+        {"parameter": "password", "name": "attest-redis", "key": "password"}
+    ]
+
+
+@pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
+def test_no_rendered_variable_carries_a_credential_in_clear(values: str) -> None:
+    out = rendered(values)
+    assert "Secret" not in out.kinds()
+    for deployment in out.names("Deployment"):
+        for name, var in out.env(deployment).items():
+            if any(word in name for word in ("PASSWORD", "API_KEY", "TOKEN")):
+                assert "valueFrom" in var, f"{deployment}: {name} is set in clear"
+            if "value" in var:
+                assert "@" not in var["value"], (
+                    f"{deployment}: {name} looks like a URL with credentials"
+                )
+
+
+def test_values_schema_refuses_a_redis_url_with_a_password() -> None:
+    with pytest.raises(RenderError, match="brokerUrl"):
+        render("default", "endpoints.redis.brokerUrl=redis://:hunter2@redis:6379/0")
+
+
+def test_values_schema_refuses_unknown_keys() -> None:
+    with pytest.raises(RenderError, match="replicaz"):
+        render("default", "services.lexical.replicaz=3")
+
+
+def test_embedded_lexical_index_refuses_more_than_one_replica() -> None:
+    with pytest.raises(RenderError, match="tantivy keeps one index per pod"):
+        render("minimal", "services.lexical.replicas=2")
+
+
+def test_a_peer_that_is_not_enabled_is_an_error() -> None:
+    with pytest.raises(RenderError, match=r"services.answer.peers names \"rerank\""):
+        render("default", "services.rerank.enabled=false")
+
+
+def test_minimal_install_keeps_embedded_state_on_volumes() -> None:
+    out = rendered("minimal")
+    assert out.names("Deployment") == {full("lexical"), full("semantic")}
+    assert out.names("PersistentVolumeClaim") == {
+        f"{full('lexical')}-data",
+        f"{full('semantic')}-data",
+    }
+    for service in ("lexical", "semantic"):
+        deployment = out.get("Deployment", full(service))
+        assert deployment["spec"]["replicas"] == 1
+        assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+        assert out.env(full(service))["ATTEST_DATA_DIR"]["value"] == "/var/lib/attest"
+    assert out.env(full("lexical"))["ATTEST_LEXICAL_BACKEND"]["value"] == "tantivy"
+    assert out.env(full("semantic"))["ATTEST_SEMANTIC_STORE"]["value"] == "edge"
+    assert not out.kinds() & {"NetworkPolicy", "HorizontalPodAutoscaler", "PodDisruptionBudget"}
+
+
+def test_backend_endpoints_come_from_values() -> None:
+    out = rendered("gpu-production")
+    lexical = out.env(full("lexical"))
+    assert lexical["ATTEST_LEXICAL_BACKEND"]["value"] == "elasticsearch"
+    assert json.loads(lexical["ATTEST_LEXICAL_ELASTICSEARCH__HOSTS"]["value"]) == [
+        "https://es-0.search.svc:9200",
+        "https://es-1.search.svc:9200",
+        "https://es-2.search.svc:9200",
+    ]
+    semantic = out.env(full("semantic"))
+    assert semantic["ATTEST_SEMANTIC_STORE"]["value"] == "qdrant"
+    assert semantic["ATTEST_SEMANTIC_QDRANT__URL"]["value"] == "https://qdrant.vectors.svc:6333"
+    generate = out.env(full("generate"))
+    assert generate["ATTEST_GENERATE_LLM__URL"]["value"] == f"http://{full('tgi')}:8080"
+
+
+def test_cpu_services_autoscale_and_leave_replicas_to_the_hpa() -> None:
+    out = rendered("default")
+    scaled = {"answer", "ingest", "lexical", "semantic", "generate", "knowledge"}
+    assert out.names("HorizontalPodAutoscaler") == {full(s) for s in scaled}
+    for service in scaled:
+        assert "replicas" not in out.get("Deployment", full(service))["spec"]
+        hpa = out.get("HorizontalPodAutoscaler", full(service))
+        assert hpa["spec"]["scaleTargetRef"]["name"] == full(service)
+        assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert out.get("Deployment", full("rerank"))["spec"]["replicas"] == 1
+
+
+def test_keda_scales_workers_on_celery_queue_length() -> None:
+    out = rendered("gpu-production")
+    scaled = out.get("ScaledObject", full("worker-index"))
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    assert scaled["spec"]["scaleTargetRef"] == {"name": full("worker-index")}
+    assert scaled["spec"]["maxReplicaCount"] == 20
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "redis"
+    assert trigger["metadata"]["listName"] == "index"
+    assert trigger["metadata"]["listLength"] == "10"
+    assert trigger["authenticationRef"] == {"name": f"{RELEASE}-attest-keda-redis"}
+    assert "replicas" not in out.get("Deployment", full("worker-index"))["spec"]
+    assert "ScaledObject" not in rendered("default").kinds()
+
+
+def test_pod_disruption_budgets_follow_values() -> None:
+    assert rendered("default").names("PodDisruptionBudget") == {
+        full(s) for s in ("answer", "ingest", "lexical", "semantic", "generate", "knowledge")
+    }
+    prod = rendered("gpu-production").names("PodDisruptionBudget")
+    assert {full("rerank"), full("worker-index")} <= prod
+
+
+def _ingress_callers(policy: dict) -> set[str]:
+    callers = set()
+    for rule in policy["spec"]["ingress"]:
+        for peer in rule.get("from", []):
+            labels = peer.get("podSelector", {}).get("matchLabels", {})
+            if "app.kubernetes.io/component" in labels:
+                callers.add(labels["app.kubernetes.io/component"])
+    return callers
+
+
+def test_network_policy_denies_by_default_and_opens_only_peer_paths() -> None:
+    out = rendered("default")
+    deny = out.get("NetworkPolicy", f"{RELEASE}-attest-default-deny")
+    assert deny["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in deny["spec"]
+    assert "egress" not in deny["spec"]
+    assert _ingress_callers(out.get("NetworkPolicy", full("lexical"))) == {
+        "answer",
+        "generate",
+        "ingest",
+        "worker-index",
+    }
+    assert _ingress_callers(out.get("NetworkPolicy", full("rerank"))) == {"answer"}
+    # the public APIs are also open to the configured clients
+    answer = out.get("NetworkPolicy", full("answer"))
+    assert {"namespaceSelector": {}} in answer["spec"]["ingress"][0]["from"]
+    prod_ingest = rendered("gpu-production").get("NetworkPolicy", full("ingest"))
+    assert prod_ingest["spec"]["ingress"][0]["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingestion"}}}
+    ]
+    egress_ports = {port["port"] for rule in answer["spec"]["egress"] for port in rule["ports"]}
+    assert egress_ports == {53, 50052, 50053, 50055, 50056, 50057}
+
+
+def test_in_chart_tgi_is_reachable_only_from_generate() -> None:
+    out = rendered("gpu-production")
+    policy = out.get("NetworkPolicy", full("tgi"))
+    assert _ingress_callers(policy) == {"generate"}
+    generate = out.get("NetworkPolicy", full("generate"))
+    tgi_rules = [
+        r
+        for r in generate["spec"]["egress"]
+        if r.get("to")
+        and any(
+            p.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component")
+            == "tgi"
+            for p in r["to"]
+        )
+    ]
+    assert [r["ports"] for r in tgi_rules] == [[{"port": 8080, "protocol": "TCP"}]]
+    tgi = out.container(full("tgi"))
+    assert "--model-id=/models/Qwen2.5-7B-Instruct" in tgi["args"]
+    assert tgi["startupProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_tgi_needs_a_volume_with_weights() -> None:
+    with pytest.raises(RenderError, match=r"tgi\.modelsClaim"):
+        render("default", "tgi.enabled=true")
+
+
+@pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
+def test_pods_run_as_non_root_with_a_read_only_root(values: str) -> None:
+    out = rendered(values)
+    for deployment in out.names("Deployment") - {full("tgi")}:
+        pod = out.get("Deployment", deployment)["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["automountServiceAccountToken"] is False
+        container = out.container(deployment)
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
