@@ -9,13 +9,13 @@ import pytest
 
 from tests.deploy.chart import RELEASE, Rendered, RenderError, full, render
 
-SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
+# the knowledge service is not implemented yet, so the chart leaves it off by default
+SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate"]
 PORTS = {
     "answer": 50051,
     "lexical": 50052,
     "semantic": 50053,
     "ingest": 50054,
-    "knowledge": 50055,
     "rerank": 50056,
     "generate": 50057,
 }
@@ -42,6 +42,24 @@ def test_each_service_has_native_grpc_probes_on_its_port(values: str, service: s
     assert out.env(full(service))[f"ATTEST_{service.upper()}_SERVER__PORT"]["value"] == str(port)
 
 
+@pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
+def test_knowledge_service_is_not_deployed(values: str) -> None:
+    # no `attest serve knowledge` exists yet: a Deployment of it would crash-loop
+    out = rendered(values)
+    named = {d["metadata"]["name"] for d in out.docs}
+    assert not {n for n in named if "knowledge" in n}
+    for deployment in out.names("Deployment"):
+        assert not [n for n in out.env(deployment) if "KNOWLEDGE" in n], deployment
+    for policy in out.names("NetworkPolicy"):
+        egress = out.get("NetworkPolicy", policy)["spec"].get("egress", [])
+        assert 50055 not in {port["port"] for rule in egress for port in rule["ports"]}, policy
+
+
+def test_enabling_the_unimplemented_knowledge_service_is_refused() -> None:
+    with pytest.raises(RenderError, match="not implemented yet"):
+        render("default", "services.knowledge.enabled=true")
+
+
 def test_rerank_startup_probe_allows_the_longest_model_load() -> None:
     out = rendered("gpu-production")
     probes = {s: out.container(full(s))["startupProbe"]["failureThreshold"] for s in SERVICES}
@@ -65,7 +83,7 @@ def test_services_are_headless_so_clients_balance_per_call(service: str) -> None
 
 def test_peers_are_addressed_through_dns_of_the_headless_services() -> None:
     env = rendered("default").env(full("answer"))
-    for peer in ("lexical", "semantic", "rerank", "generate", "knowledge"):
+    for peer in ("lexical", "semantic", "rerank", "generate"):
         address = env[f"ATTEST_ANSWER_{peer.upper()}_ADDRESS"]["value"]
         assert address == f"dns:///{full(peer)}:{PORTS[peer]}"
     worker = rendered("default").env(full("worker-index"))
@@ -224,7 +242,7 @@ def test_backend_endpoints_come_from_values() -> None:
 
 def test_cpu_services_autoscale_and_leave_replicas_to_the_hpa() -> None:
     out = rendered("default")
-    scaled = {"answer", "ingest", "lexical", "semantic", "generate", "knowledge"}
+    scaled = {"answer", "ingest", "lexical", "semantic", "generate"}
     assert out.names("HorizontalPodAutoscaler") == {full(s) for s in scaled}
     for service in scaled:
         assert "replicas" not in out.get("Deployment", full(service))["spec"]
@@ -251,7 +269,7 @@ def test_keda_scales_workers_on_celery_queue_length() -> None:
 
 def test_pod_disruption_budgets_follow_values() -> None:
     assert rendered("default").names("PodDisruptionBudget") == {
-        full(s) for s in ("answer", "ingest", "lexical", "semantic", "generate", "knowledge")
+        full(s) for s in ("answer", "ingest", "lexical", "semantic", "generate")
     }
     prod = rendered("gpu-production").names("PodDisruptionBudget")
     assert {full("rerank"), full("worker-index")} <= prod
@@ -288,7 +306,7 @@ def test_network_policy_denies_by_default_and_opens_only_peer_paths() -> None:
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingestion"}}}
     ]
     egress_ports = {port["port"] for rule in answer["spec"]["egress"] for port in rule["ports"]}
-    assert egress_ports == {53, 50052, 50053, 50055, 50056, 50057}
+    assert egress_ports == {53, 50052, 50053, 50056, 50057}
 
 
 def test_in_chart_tgi_is_reachable_only_from_generate() -> None:

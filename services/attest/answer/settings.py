@@ -80,11 +80,6 @@ class AnswerSettings(ServiceSettings):
     semantic_address: str = Field(default="127.0.0.1:50053", description="Semantic HOST:PORT.")
     rerank_address: str = Field(default="127.0.0.1:50056", description="Rerank HOST:PORT.")
     generate_address: str = Field(default="127.0.0.1:50057", description="Generate HOST:PORT.")
-    knowledge_address: str | None = Field(
-        default=None,
-        description="Knowledge service HOST:PORT, set by the deployments; the pipeline does not "
-        "call it yet (KB lookups are not part of Ask).",
-    )
     client: ClientSettings = ClientSettings(max_attempts=2)
     timeouts: StageTimeouts = StageTimeouts()
     defaults: AnswerDefaults = AnswerDefaults()
