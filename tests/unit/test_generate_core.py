@@ -22,7 +22,15 @@ from attest.generate.models import (
     SummaryEvent,
 )
 from attest.generate.pipeline import AnswerOptions, Generator
-from attest.generate.text import answer_type, contains_answer, split_sentences
+from attest.generate.text import (
+    answer_completeness,
+    answer_type,
+    conflicts_with_question,
+    contains_answer,
+    lower_case_words,
+    split_sentences,
+    typed_terms,
+)
 from attest.semantic.embedding import Embedder
 
 EMBEDDER = Embedder()
@@ -54,6 +62,40 @@ def test_question_types() -> None:
     assert answer_type("Who acquired Instagram?") == "name"
     assert answer_type("What was Tesla's revenue in Q1 2021?") == "number"
     assert answer_type("Super Bowl 2021 location") == ""
+
+
+def test_a_full_date_answers_when_more_completely_than_a_year() -> None:
+    q = "When was Xenoblade Chronicles 2 released?"
+    assert answer_completeness("It was released on December 1, 2017 worldwide.", "date", q) == 1
+    assert answer_completeness("It came out in December 2017.", "date", q) == pytest.approx(2 / 3)
+    assert answer_completeness("It is a 2017 role-playing game.", "date", q) == pytest.approx(1 / 3)
+    # The dateline says when the snippet was published, not when the game came out.
+    assert answer_completeness("Apr 13, 2017 ... Nintendo has not said.", "date", q) == 0
+    assert answer_completeness("Anything at all.", "", q) == 1
+
+
+def test_a_sentence_about_another_year_conflicts_with_the_question() -> None:
+    q = "What was Tesla's revenue in Q1 2021?"
+    assert conflicts_with_question("The first quarter of 2022 was a record for Tesla.", q)
+    assert not conflicts_with_question("Q1 2021 revenue was $10.4 billion, up from 2020.", q)
+    assert not conflicts_with_question("Revenue was $10.4 billion.", q)
+    assert not conflicts_with_question("Apr 20, 2022 ... Revenue was $10.4 billion.", q)
+    assert not conflicts_with_question("In 2022 it grew.", "What was Tesla's revenue?")
+
+
+def test_names_are_words_the_sources_never_write_in_lower_case() -> None:
+    texts = [
+        "Maxwell Award Winners. Player of the Year.",
+        "Joe Burrow won; the winners and the player of the year.",
+    ]
+    common = lower_case_words(texts)
+    q = "Who is the Maxwell Award winner in 2019?"
+    assert typed_terms(texts[0], "name", q, common) == set()
+    assert typed_terms("Joe Burrow of LSU won the award.", "name", q, common) == {
+        "joe",
+        "burrow",
+        "lsu",
+    }
 
 
 @pytest.mark.parametrize(
@@ -131,6 +173,37 @@ async def test_extractive_answers_cite_their_passage_and_corroborating_sources()
         assert s.citations or s.unsupported
         assert all(0 <= c.confidence <= 10 for c in s.citations)
         assert all(0 <= c.source_index < len(SOURCES) for c in s.citations)
+
+
+async def test_a_factoid_answer_gives_one_answer_and_cites_only_sources_stating_it() -> None:
+    sources = [
+        Source(
+            "p0",
+            "Halvorsen Mining named Ada Brennan chief executive in March. She ran its Chilean unit.",
+            0,
+        ),
+        Source("p1", "Ada Brennan became chief executive of Halvorsen Mining this spring.", 0),
+        Source(
+            "n0", "Halvorsen Mining chief executive candidates included Tomas Ruiz and others.", 0
+        ),
+        Source(
+            "n1",
+            "Before that, Tomas Ruiz led Halvorsen Mining's chief executive search committee.",
+            0,
+        ),
+    ]
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    events = [
+        e
+        async for e in generator.answer("Who is the chief executive of Halvorsen Mining?", sources)
+    ]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    assert "Ada Brennan" in final.sentences[0].text
+    # Every sentence states the same answer; no second candidate is offered.
+    assert all("Brennan" in s.text for s in final.sentences)
+    cited = {c.doc_id for s in final.sentences for c in s.citations}
+    assert cited <= {"p0", "p1"}, "a source that does not name her cannot corroborate"
 
 
 async def test_extracted_sentences_are_fully_supported_and_not_researched() -> None:

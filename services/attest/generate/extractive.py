@@ -17,14 +17,20 @@ is invented and every answer sentence has a passage it came from.
   A claim several independent sources repeat is more likely the answer than
   one a single source makes. Sentences without a fact of the asked-for kind
   (datelines do not count: when a text was published is not what it states)
-  are ranked behind those with one. MMR then picks the sentences, so the
-  answer does not repeat itself.
+  are ranked behind those with one, a bare year behind a full date, and a
+  sentence about another year than the one the question names behind both.
+  A name is a capitalized word the sources never write in lower case. MMR
+  then picks the sentences, so the answer does not repeat itself; when the
+  question asks for a kind of fact, a further sentence stays only if it
+  states the same fact as the first, so the answer gives one answer.
 * Citation and confidence: the support of a source for a sentence is the
   geometric mean of the best MiniLM similarity between the sentence and a
   sentence of the source (mapped from [floor, 1] onto [0, 1]) and the
   IDF-weighted share of the sentence's facts found in the source: both must
-  hold. Confidence is round(10 × support); a sentence taken from a source
-  scores 10 against it. Other sources at or above ``min_confidence``
+  hold; when the question asks for a kind of fact, the share counts only
+  the sentence's facts of that kind, so a source corroborates the answer
+  only if it states it. Confidence is round(10 × support); a sentence taken
+  from a source scores 10 against it. Other sources at or above ``min_confidence``
   corroborate it.
 
 The numeric choices are fixed by what the scores mean, not fitted to an
@@ -44,10 +50,12 @@ import numpy.typing as npt
 from attest.core.settings import StrictModel
 from attest.generate.models import Proposal, Source
 from attest.generate.text import (
+    answer_completeness,
     answer_type,
+    conflicts_with_question,
     content_tokens,
-    has_answer_type,
     key_terms,
+    lower_case_words,
     split_sentences,
     strip_dateline,
     tokens,
@@ -181,6 +189,7 @@ class ExtractiveEngine:
         # Answer redundancy: how much of the other sources' relevance backs the
         # sentence's best fact of the asked-for kind.
         kind = answer_type(question)
+        common = lower_case_words(s.text for s in sources)
         owner = np.array([c.source_index for c in cands])
         weight = np.array(
             [
@@ -191,7 +200,7 @@ class ExtractiveEngine:
         votes = np.zeros(len(cands), dtype=np.float32)
         for i, cand in enumerate(cands):
             backing = float(weight.sum() - weight[cand.source_index])
-            terms = typed_terms(cand.text, kind, question)
+            terms = typed_terms(cand.text, kind, question, common)
             if backing <= 0 or not terms:
                 continue
             votes[i] = (
@@ -209,13 +218,28 @@ class ExtractiveEngine:
         w = self.settings.corroboration_weight
         score = (1 - w) * relevance + w * corroboration
         # Sentences that state the kind of fact asked for (a date for "when", a
-        # name for "who", ...) come before those that do not.
-        typed = np.array([has_answer_type(c.text, kind, question) for c in cands])
-        score = score * np.where(typed, 1.0, self.settings.untyped_penalty)
+        # name for "who", ...) come before those that do not, a full date
+        # before a bare year; a sentence about another year than the one asked
+        # about comes last.
+        penalty = self.settings.untyped_penalty
+        typed = np.array([answer_completeness(c.text, kind, question, common) for c in cands])
+        conflict = np.array([conflicts_with_question(c.text, question) for c in cands])
+        score = score * (penalty + (1 - penalty) * typed) * np.where(conflict, penalty, 1.0)
         k = min(max_sentences, self.settings.answer_sentences)
         sims = vectors[1:] @ vectors[1:].T
         chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
-        return [cands[i] for i in chosen if relevance[i] >= self.settings.min_relevance]
+        chosen = [i for i in chosen if relevance[i] >= self.settings.min_relevance]
+        if not chosen or not kind:
+            return [cands[i] for i in chosen]
+        # One answer, not several: when the question asks for a kind of fact,
+        # a further sentence must state the same fact as the best one (it
+        # adds context to that answer), or it is left out.
+        facts = typed_terms(cands[chosen[0]].text, kind, question, common)
+        return [cands[chosen[0]]] + [
+            cands[i]
+            for i in chosen[1:]
+            if not facts or typed_terms(cands[i].text, kind, question, common) & facts
+        ]
 
     # -- support ------------------------------------------------------------------------
 
@@ -242,6 +266,17 @@ class ExtractiveEngine:
         semantic = np.clip((best - floor) / (1 - floor), 0.0, 1.0)
         scorer = _Overlap(list(sources), question)
         lexical = np.array([[scorer.share(s, j) for j in range(len(sources))] for s in sentences])
+        # When the question asks for a kind of fact, a source supports a
+        # sentence only as far as it states the sentence's fact of that kind.
+        kind = answer_type(question) if question else ""
+        if kind:
+            common = lower_case_words(sources)
+            for i, sentence in enumerate(sentences):
+                facts = typed_terms(sentence, kind, question, common)
+                if facts:
+                    lexical[i] = np.minimum(
+                        lexical[i], [scorer.share_of(facts, j) for j in range(len(sources))]
+                    )
         # Both must hold: on the same subject and stating the same facts.
         return np.asarray(np.sqrt(semantic * lexical), dtype=np.float64)
 
@@ -294,6 +329,9 @@ class _Overlap:
         # only when it states no such fact.
         words = content_tokens(sentence)
         novel = (key_terms(sentence) & words) - self.question or words - self.question or words
+        return self.share_of(novel, source)
+
+    def share_of(self, novel: set[str], source: int) -> float:
         if not novel:
             return 0.0
         total = sum(self.idf(w) for w in novel)

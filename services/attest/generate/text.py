@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
+from collections.abc import Iterable
 
 
 def _words(text: str) -> frozenset[str]:
@@ -171,11 +172,28 @@ def answer_type(question: str) -> str:
     return ""
 
 
-def has_answer_type(sentence: str, kind: str, question: str) -> bool:
+def has_answer_type(
+    sentence: str, kind: str, question: str, common: frozenset[str] = frozenset()
+) -> bool:
     """Whether ``sentence`` states a fact of that kind that the question does not."""
     if not kind:
         return True
-    return bool(typed_terms(sentence, kind, question))
+    return bool(typed_terms(sentence, kind, question, common))
+
+
+def lower_case_words(texts: Iterable[str]) -> frozenset[str]:
+    """Words written in lower case somewhere in ``texts``.
+
+    A proper name is capitalized wherever it appears, so a capitalized word
+    that the same texts also write in lower case ("Winners", "Year" in a
+    heading) is an ordinary word, not a name.
+    """
+    return frozenset(
+        w.strip(".-'’")
+        for text in texts
+        for w in _WORD.findall(unicodedata.normalize("NFKC", text))
+        if w[0].islower()
+    )
 
 
 _MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
@@ -193,9 +211,12 @@ def strip_dateline(text: str) -> str:
     return _DATELINE.sub("", text, count=1)
 
 
-def typed_terms(sentence: str, kind: str, question: str) -> set[str]:
+def typed_terms(
+    sentence: str, kind: str, question: str, common: frozenset[str] = frozenset()
+) -> set[str]:
     """The terms of ``sentence`` of the asked-for kind that the question lacks
-    (lower case), its dateline left out; with no kind, its key terms."""
+    (lower case), its dateline left out; with no kind, its key terms. Names
+    exclude the ``common`` words (see ``lower_case_words``)."""
     known = set(tokens(question))
     sentence = strip_dateline(sentence)
     words = _WORD.findall(unicodedata.normalize("NFKC", sentence))
@@ -209,7 +230,57 @@ def typed_terms(sentence: str, kind: str, question: str) -> set[str]:
             if w.strip(".").lower() in _MONTHS or re.fullmatch(r"(1[5-9]|20)\d\d", w)
         ]
     elif kind == "name":
-        hits = [w for w in fresh if w[0].isupper() and w.lower() not in STOPWORDS]
+        hits = [
+            w
+            for w in fresh
+            if w[0].isupper() and w.lower() not in STOPWORDS and w.lower() not in common
+        ]
     else:
         return key_terms(sentence) - known
     return {w.strip(".-'’").lower() for w in hits} - {""}
+
+
+_YEAR = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
+_DAY_MONTH = re.compile(
+    rf"\b(?:{_MONTH_RE}\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_RE})"
+)
+_MONTH_ONLY = re.compile(rf"\b{_MONTH_RE}(?=\W|$)")
+
+
+def answer_completeness(
+    sentence: str, kind: str, question: str, common: frozenset[str] = frozenset()
+) -> float:
+    """How completely ``sentence`` states a fact of the asked-for kind, in [0, 1].
+
+    For a date: day, month and year count a third each, so "December 1, 2017"
+    answers "when" fully and "a 2017 game" a third of the way. Other kinds are
+    stated or not (1 or 0); with no kind, every sentence counts as complete.
+    """
+    if not kind:
+        return 1.0
+    if not has_answer_type(sentence, kind, question, common):
+        return 0.0
+    if kind != "date":
+        return 1.0
+    text = strip_dateline(sentence)
+    parts = 0
+    if _YEAR.search(text):
+        parts += 1
+    if _DAY_MONTH.search(text):
+        parts += 2
+    elif _MONTH_ONLY.search(text):
+        parts += 1
+    return max(parts, 1) / 3
+
+
+def conflicts_with_question(sentence: str, question: str) -> bool:
+    """True when the question names a year and the sentence names only other years.
+
+    "Revenue in Q1 2021" is not answered by a sentence about 2022; the
+    sentence's dateline does not count (it is when the piece appeared).
+    """
+    asked = set(_YEAR.findall(question))
+    if not asked:
+        return False
+    stated = set(_YEAR.findall(strip_dateline(sentence)))
+    return bool(stated) and not stated & asked
