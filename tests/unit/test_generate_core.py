@@ -27,6 +27,7 @@ from attest.generate.text import (
     answer_type,
     conflicts_with_question,
     contains_answer,
+    is_compound,
     lower_case_words,
     split_sentences,
     typed_terms,
@@ -81,6 +82,14 @@ def test_a_sentence_about_another_year_conflicts_with_the_question() -> None:
     assert not conflicts_with_question("Revenue was $10.4 billion.", q)
     assert not conflicts_with_question("Apr 20, 2022 ... Revenue was $10.4 billion.", q)
     assert not conflicts_with_question("In 2022 it grew.", "What was Tesla's revenue?")
+
+
+def test_questions_that_ask_for_several_things() -> None:
+    assert is_compound("How large was the fine, and which regulator imposed it?")
+    assert is_compound("Which organization fined Norvale Copper $2.4 million, and for what?")
+    assert is_compound("How many ships did it order and how many will it take?")
+    assert not is_compound("Who won the women's singles Wimbledon in 2019?")
+    assert not is_compound("What was the combined scope 1 and scope 2 total in 2024?")
 
 
 def test_names_are_words_the_sources_never_write_in_lower_case() -> None:

@@ -20,9 +20,10 @@ is invented and every answer sentence has a passage it came from.
   are ranked behind those with one, a bare year behind a full date, and a
   sentence about another year than the one the question names behind both.
   A name is a capitalized word the sources never write in lower case. MMR
-  then picks the sentences, so the answer does not repeat itself; when the
-  question asks for a kind of fact, a further sentence stays only if it
-  states the same fact as the first, so the answer gives one answer.
+  then picks the sentences, so the answer does not repeat itself; when a
+  single-part question asks for a kind of fact, a further sentence stays
+  only if it states the same fact as the first or is closer to the question
+  than the first, so the answer does not offer rival answers it ranks lower.
 * Citation and confidence: the support of a source for a sentence is the
   geometric mean of the best MiniLM similarity between the sentence and a
   sentence of the source (mapped from [floor, 1] onto [0, 1]) and the
@@ -54,6 +55,7 @@ from attest.generate.text import (
     answer_type,
     conflicts_with_question,
     content_tokens,
+    is_compound,
     key_terms,
     lower_case_words,
     split_sentences,
@@ -233,12 +235,18 @@ class ExtractiveEngine:
             return [cands[i] for i in chosen]
         # One answer, not several: when the question asks for a kind of fact,
         # a further sentence must state the same fact as the best one (it
-        # adds context to that answer), or it is left out.
-        facts = typed_terms(cands[chosen[0]].text, kind, question, common)
-        return [cands[chosen[0]]] + [
+        # adds context to that answer), unless it is closer to the question
+        # than the best one (it ranked lower for want of corroboration, and
+        # the reader should see it), or the question asks for several things.
+        first = chosen[0]
+        facts = typed_terms(cands[first].text, kind, question, common)
+        if not facts or is_compound(question):
+            return [cands[i] for i in chosen]
+        return [cands[first]] + [
             cands[i]
             for i in chosen[1:]
-            if not facts or typed_terms(cands[i].text, kind, question, common) & facts
+            if relevance[i] > relevance[first]
+            or typed_terms(cands[i].text, kind, question, common) & facts
         ]
 
     # -- support ------------------------------------------------------------------------

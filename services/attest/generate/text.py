@@ -284,3 +284,15 @@ def conflicts_with_question(sentence: str, question: str) -> bool:
         return False
     stated = set(_YEAR.findall(strip_dateline(sentence)))
     return bool(stated) and not stated & asked
+
+
+_COMPOUND = re.compile(
+    r"(?:,|\band)\s+(?:(?:and|or)\s+)?(?:who|whom|whose|what|which|when|where|why|how)\b"
+    r"|\band\s+for\s+what\b",
+    re.IGNORECASE,
+)
+
+
+def is_compound(question: str) -> bool:
+    """True when the question asks for several things ("how much ..., and which ...")."""
+    return bool(_COMPOUND.search(question))
