@@ -101,8 +101,8 @@ def test_vectorised_scores_equal_the_reference(setup, variant, top_n):
     got = {s.doc_id: s.score for s in ranked}
     for article in articles:
         assert got[article.doc_id] == pytest.approx(
-            reference_score(scorer, encode, article, query, variant, top_n), abs=1e-5
-        )
+            reference_score(scorer, encode, article, query, variant, top_n), abs=2e-3
+        ), "article vectors are held at half precision"
     scores = [s.score for s in ranked]
     assert scores == sorted(scores, reverse=True)
 
