@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from attest.evaluation.qa import QAItem, QAPassage, convert_rgb, load_qa, score
+from attest.evaluation.qa import Answered, QAItem, QAPassage, convert_rgb, load_qa, score
 from attest.generate import prompts
 from attest.generate.extractive import ExtractiveEngine, mmr
 from attest.generate.models import (
@@ -321,7 +321,8 @@ def test_rgb_conversion_and_metrics(tmp_path: Path) -> None:
         llm_calls=4,
         mode=Mode.LLM,
     )
-    result = score([item], [final])
+    result = score([item], [Answered.from_final(final)])
+    assert "retrieval_recall_at_10" not in result
     assert result["answer_recall"] == 1.0
     assert result["citation_precision"] == 0.5
     assert result["citation_recall"] == 1.0
@@ -330,3 +331,30 @@ def test_rgb_conversion_and_metrics(tmp_path: Path) -> None:
     assert result["mean_confidence_correct"] == 9
     assert result["mean_confidence_incorrect"] == 3
     assert result["llm_calls_per_answer"] == 4
+
+
+def test_pooled_answers_score_retrieval_recall_of_gold_passages() -> None:
+    item = QAItem(
+        "1",
+        "Who won?",
+        ("Ann Lee",),
+        (
+            QAPassage("1-p0", "", "Ann Lee won.", True),
+            QAPassage("1-p1", "", "Lee took the title.", True),
+            QAPassage("1-n0", "", "Bob lost.", False),
+        ),
+    )
+    answered = Answered(
+        text="Ann Lee won.",
+        sentences=((((("1-p0", 10), ("2-p0", 6))), False),),
+        llm_calls=0,
+        insufficient=False,
+        # Another question's passage ranked first: pooled retrieval competes.
+        retrieved=("2-p0", "1-p0", "1-n0", "3-p4", "3-p5", "1-p1"),
+    )
+    result = score([item], [answered])
+    assert result["citation_precision"] == 0.5
+    assert result["citation_recall"] == 0.5
+    assert result["retrieval_recall_at_1"] == 0.0
+    assert result["retrieval_recall_at_5"] == 0.5
+    assert result["retrieval_recall_at_10"] == 1.0

@@ -123,6 +123,32 @@ def convert_rgb(path: Path) -> Iterator[dict[str, Any]]:
             }
 
 
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What scoring needs of one answer, from the generator or the public API."""
+
+    text: str
+    # Per sentence: its citations as (doc id, confidence), and whether it is
+    # marked unsupported.
+    sentences: tuple[tuple[tuple[tuple[str, int], ...], bool], ...]
+    llm_calls: int
+    insufficient: bool
+    # Document ids retrieved for the question, best first (pooled mode only).
+    retrieved: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_final(cls, final: FinalEvent) -> Answered:
+        return cls(
+            text=final.answer,
+            sentences=tuple(
+                (tuple((c.doc_id, c.confidence) for c in s.citations), s.unsupported)
+                for s in final.sentences
+            ),
+            llm_calls=final.llm_calls,
+            insufficient=final.insufficient_information,
+        )
+
+
 async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> FinalEvent:
     sources = [Source(doc_id=p.id, text=p.text, title=p.title) for p in item.passages]
     final: FinalEvent | None = None
@@ -133,7 +159,7 @@ async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> 
     return final
 
 
-def score(items: list[QAItem], finals: list[FinalEvent]) -> dict[str, float]:
+def score(items: list[QAItem], answers: list[Answered]) -> dict[str, float]:
     recall_hits = 0
     cited_pairs = gold_cited = gold_total = 0
     sentences = with_citation = unsupported = 0
@@ -141,24 +167,29 @@ def score(items: list[QAItem], finals: list[FinalEvent]) -> dict[str, float]:
     wrong: list[int] = []
     calls: list[int] = []
     insufficient = 0
-    for item, final in zip(items, finals, strict=True):
+    retrieved_gold: dict[int, int] = {}
+    ks = (1, 5, 10, 20)
+    for item, answer in zip(items, answers, strict=True):
         gold = {p.id for p in item.passages if p.gold}
-        recall_hits += any(contains_answer(final.answer, a) for a in item.answers)
+        recall_hits += any(contains_answer(answer.text, a) for a in item.answers)
         cited: set[str] = set()
-        for s in final.sentences:
+        for citations, is_unsupported in answer.sentences:
             sentences += 1
-            with_citation += bool(s.citations)
-            unsupported += s.unsupported
-            for c in s.citations:
-                cited.add(c.doc_id)
-                (right if c.doc_id in gold else wrong).append(c.confidence)
+            with_citation += bool(citations)
+            unsupported += is_unsupported
+            for doc_id, confidence in citations:
+                cited.add(doc_id)
+                (right if doc_id in gold else wrong).append(confidence)
         cited_pairs += len(cited)
         gold_cited += len(cited & gold)
         gold_total += len(gold)
-        calls.append(final.llm_calls)
-        insufficient += final.insufficient_information
+        calls.append(answer.llm_calls)
+        insufficient += answer.insufficient
+        if answer.retrieved is not None:
+            for k in ks:
+                retrieved_gold[k] = retrieved_gold.get(k, 0) + len(set(answer.retrieved[:k]) & gold)
     n = len(items)
-    return {
+    out = {
         "questions": n,
         "answer_recall": recall_hits / n,
         "citation_precision": gold_cited / cited_pairs if cited_pairs else 0.0,
@@ -177,6 +208,12 @@ def score(items: list[QAItem], finals: list[FinalEvent]) -> dict[str, float]:
         "llm_calls_max": max(calls),
         "insufficient_answers": insufficient,
     }
+    if retrieved_gold:
+        # Supporting-passage recall of retrieval: gold passages among the
+        # first k sources the answer was generated from.
+        for k in ks:
+            out[f"retrieval_recall_at_{k}"] = retrieved_gold[k] / gold_total if gold_total else 0.0
+    return out
 
 
 async def run_qa_eval(
@@ -185,7 +222,7 @@ async def run_qa_eval(
     finals = []
     for item in tqdm(items, desc="answering", unit="q", disable=not progress):
         finals.append(await answer_item(generator, item, mode))
-    return score(items, finals), finals
+    return score(items, [Answered.from_final(f) for f in finals]), finals
 
 
 def table(result: dict[str, float]) -> str:
@@ -203,6 +240,11 @@ def table(result: dict[str, float]) -> str:
             "LLM calls per answer (mean / max)",
             f"{result['llm_calls_per_answer']:.2f} / {int(result['llm_calls_max'])}",
         ),
+    ]
+    rows += [
+        (f"retrieval recall@{k}", f"{result[f'retrieval_recall_at_{k}']:.3f}")
+        for k in (1, 5, 10, 20)
+        if f"retrieval_recall_at_{k}" in result
     ]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)

@@ -1,0 +1,118 @@
+"""Pooled QA evaluation through the public API: retrieval is part of the test.
+
+Every passage of every question is ingested as a document of its own (id =
+the passage id) into one corpus, through the ingest service of an embedded
+stack (every service in this process, as ``attest serve all --embedded``
+runs them). Each question is then asked through ``AnswerService.Ask`` with no
+hint of which passages are its own, so the answer's citations and the
+sources it was generated from are scored against that question's gold
+passages, which now compete with the passages of every other question.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from tqdm import tqdm
+
+from attest.answer.v1 import answer_pb2
+from attest.common.v1 import common_pb2
+from attest.core.channels import create_channel
+from attest.core.server import running
+from attest.core.settings import ServerSettings
+from attest.evaluation.qa import Answered, QAItem
+from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+
+INGEST_BATCH = 500
+
+
+def pooled_documents(items: list[QAItem]) -> list[common_pb2.Document]:
+    """One document per distinct passage id; a repeated id must repeat its text."""
+    docs: dict[str, common_pb2.Document] = {}
+    for item in items:
+        for p in item.passages:
+            known = docs.get(p.id)
+            if known is not None and known.body != p.text:
+                raise ValueError(f"passage id {p.id!r} has two different texts")
+            docs[p.id] = common_pb2.Document(id=p.id, title=p.title, body=p.text)
+    return list(docs.values())
+
+
+def answered_from_proto(answer: answer_pb2.Answer) -> Answered:
+    retrieved = tuple(
+        dict.fromkeys(s.source.doc_id for s in answer.sources if s.added_for_sentence < 0)
+    )
+    return Answered(
+        text=answer.text,
+        sentences=tuple(
+            (tuple((c.doc_id, c.confidence) for c in s.citations), s.unsupported)
+            for s in answer.sentences
+        ),
+        llm_calls=answer.llm_calls,
+        insufficient=answer.insufficient_information,
+        retrieved=retrieved,
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def run_pooled(
+    items: list[QAItem],
+    data_dir: Path,
+    *,
+    top_k: int,
+    echo: Callable[[str], None],
+    progress: bool = True,
+) -> list[Answered]:
+    """Ingest every question's passages into one corpus, then ask every question."""
+    from attest.answer.embedded import embedded_servicers
+    from attest.client import AnswerClient, options
+
+    docs = pooled_documents(items)
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    servicers = embedded_servicers(data_dir, address)
+    settings = ServerSettings(host="127.0.0.1", port=port)
+    async with running(servicers, settings, ready_timeout=600):
+        channel = create_channel(address)
+        try:
+            ingest = ingest_pb2_grpc.IngestServiceStub(channel)
+            bar = tqdm(total=len(docs), desc="ingesting", unit="doc", disable=not progress)
+            failed: list[str] = []
+            for start in range(0, len(docs), INGEST_BATCH):
+                batch = docs[start : start + INGEST_BATCH]
+                job = await ingest.Ingest(
+                    ingest_pb2.IngestRequest(
+                        items=[ingest_pb2.IngestItem(document=d) for d in batch]
+                    ),
+                    timeout=120,
+                )
+                final: ingest_pb2.WatchJobResponse | None = None
+                async for update in ingest.WatchJob(
+                    ingest_pb2.WatchJobRequest(job_id=job.job.job_id), timeout=3600
+                ):
+                    final = update
+                    failed += [
+                        f"{f.doc_id or f.item_index}: {f.reason}" for f in update.new_failures
+                    ]
+                if final is None or final.state != ingest_pb2.JOB_STATE_DONE:
+                    raise RuntimeError(f"ingesting the pooled passages failed: {final}")
+                bar.update(len(batch))
+            bar.close()
+            if failed:
+                raise RuntimeError(f"{len(failed)} passages were not ingested: {failed[:5]}")
+            echo(f"ingested {len(docs)} passages of {len(items)} questions into one corpus")
+        finally:
+            await channel.close()
+        answers = []
+        async with AnswerClient(address) as client:
+            for item in tqdm(items, desc="answering", unit="q", disable=not progress):
+                answer = await client.ask(item.question, options(rerank_top_k=top_k), timeout=300)
+                answers.append(answered_from_proto(answer))
+    return answers
