@@ -67,10 +67,10 @@ async def start_lexical(
             yield harness
         finally:
             await harness.channel.close()
-            await _drop_indexes(settings)
+            await drop_indexes(settings)
 
 
-async def _drop_indexes(settings: LexicalSettings) -> None:
+async def drop_indexes(settings: LexicalSettings) -> None:
     if settings.backend != "opensearch":
         return
     from opensearchpy import AsyncOpenSearch

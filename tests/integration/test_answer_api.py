@@ -1,6 +1,6 @@
 """The answer service through its public gRPC API, over real in-process services.
 
-Lexical (tantivy), semantic (embedded vector engine, ESG graph), rerank (the
+Lexical (on a real OpenSearch node), semantic (embedded vector engine, ESG graph), rerank (the
 embedding fallback) and generate (extractive) run on one server on a free
 port; answer services, each wired differently, run on servers of their own.
 A dependency that is "down" is an address where nothing listens.
@@ -35,7 +35,6 @@ from attest.ingest.passages import split_passages
 from attest.knowledge.graph import load_graph
 from attest.knowledge.linking import EntityLinker
 from attest.lexical.servicer import LexicalServicer
-from attest.lexical.settings import LexicalSettings
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.rerank.servicer import RerankServicer
 from attest.rerank.settings import RerankSettings
@@ -44,6 +43,7 @@ from attest.semantic.index import SemanticIndex
 from attest.semantic.servicer import SemanticServicer
 from attest.semantic.settings import SemanticSettings
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+from tests.conftest import drop_indexes, lexical_settings
 from tests.integration.fake_llm import FakeLLM, cite_json
 from tests.integration.ingest_stack import free_port
 
@@ -96,7 +96,8 @@ class Stack:
         self.channels: list[grpc.aio.Channel] = []
 
     async def start(self) -> None:
-        lexical = LexicalSettings(data_dir=self.tmp, server=LOCAL)
+        lexical = lexical_settings("opensearch", self.tmp)
+        self.exit.push_async_callback(drop_indexes, lexical)
         semantic = SemanticSettings(data_dir=self.tmp, server=LOCAL)
         server = await self.exit.enter_async_context(
             running(
