@@ -22,6 +22,10 @@ latency includes waiting for a CPU.
     python loadtest/bench_lexical.py --docs 20000 --backend tantivy --backend opensearch \\
         --opensearch-url http://127.0.0.1:9200
 
+``--client ghz`` makes the timed service calls with ghz, a Go gRPC client, in
+a process of its own: with the default Python client (grpc.aio) the client's
+own per-call cost, about 1 ms here, is part of the "service" latency.
+
 Exits 1 when the concurrency-1 p50 overhead of a backend exceeds
 ``--max-overhead-ms``. This is a benchmark command, not a test.
 """
@@ -36,6 +40,7 @@ import math
 import os
 import platform
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -73,6 +78,7 @@ LEXICAL = "attest.lexical.v1.LexicalService"
 TENANT = "default"  # the tenant the service's interceptor assigns to every caller
 TOP_K = 10
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 # The public data folder lies beside the repository.
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared/data/news/reuters21578.jsonl"
 DEFAULT_OUTPUT = HERE / "reports" / "lexical-overhead.json"
@@ -327,6 +333,119 @@ async def measure(
     return result
 
 
+# -- ghz as the client ----------------------------------------------------------------
+
+
+def lexical_protoset(out: Path) -> Path:
+    """A descriptor set of the lexical protos for ghz (protoc from grpcio-tools)."""
+    protos = ROOT / "protos"
+    cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{protos}", "--include_imports"]
+    cmd += [f"--descriptor_set_out={out}", "attest/lexical/v1/lexical.proto"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=protos)
+    if proc.returncode != 0:
+        raise BenchError(f"protoc failed: {proc.stderr.strip()}")
+    return out
+
+
+def children_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_ghz(
+    ghz: str, address: str, protoset: Path, data: Path, concurrency: int, total: int
+) -> tuple[list[float], float]:
+    """(latency of every call in seconds, wall seconds) of one ghz run; every call must be OK."""
+    with tempfile.TemporaryDirectory(prefix="attest-ghz-") as tmp:
+        output = Path(tmp) / "report.json"
+        cmd = [
+            ghz,
+            "--insecure",
+            f"--protoset={protoset}",
+            f"--call={LEXICAL}/Search",
+            f"--data-file={data}",
+            f"--concurrency={concurrency}",
+            "--connections=1",
+            f"--total={total}",
+            "--timeout=30s",
+            "--format=json",
+            f"--output={output}",
+            address,
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1800)
+        if not output.is_file():
+            raise BenchError(f"ghz failed ({proc.returncode}): {proc.stderr.strip()}")
+        report = json.loads(output.read_text(encoding="utf-8"))
+    details = report.get("details") or []
+    bad = [d for d in details if d.get("status") != "OK"]
+    if bad or len(details) != total:
+        raise BenchError(f"ghz: {len(details)} of {total} calls reported, {len(bad)} not OK")
+    return [float(d["latency"]) / 1e9 for d in details], float(report["total"]) / 1e9
+
+
+async def measure_ghz(
+    label: str,
+    ghz: str,
+    address: str,
+    call: Call,
+    queries: Sequence[str],
+    concurrency_levels: Sequence[int],
+    *,
+    rounds: int,
+    warmup: int,
+    service_pid: int | None,
+) -> PathResult:
+    """Like ``measure``, with the timed calls made by ghz (a Go client) rather than
+    by this Python process, so the client's own cost stays out of the service's
+    latency. The untimed pass that records the answers still uses ``call``."""
+    result = PathResult()
+    n = len(queries)
+    result.answers = await drive(call, range(n), max(concurrency_levels))
+    with tempfile.TemporaryDirectory(prefix="attest-bench-ghz-") as tmp:
+        protoset = lexical_protoset(Path(tmp) / "lexical.protoset")
+        data = Path(tmp) / "requests.json"
+        data.write_text(
+            json.dumps(
+                [{"query": q, "top_k": TOP_K, "level": "SEARCH_LEVEL_DOCUMENT"} for q in queries]
+            ),
+            encoding="utf-8",
+        )
+        for concurrency in concurrency_levels:
+            await asyncio.to_thread(
+                run_ghz, ghz, address, protoset, data, concurrency, max(warmup, concurrency)
+            )
+            service_cpu = process_cpu_seconds(service_pid)
+            client_cpu = children_cpu_seconds()
+            latencies, wall = await asyncio.to_thread(
+                run_ghz, ghz, address, protoset, data, concurrency, n * rounds
+            )
+            client_cpu = children_cpu_seconds() - client_cpu
+            service_after = process_cpu_seconds(service_pid)
+            sample = Sample(
+                latencies_s=latencies,
+                wall_s=wall,
+                bench_cpu_s=client_cpu,
+                service_cpu_s=(
+                    None
+                    if service_cpu is None or service_after is None
+                    else service_after - service_cpu
+                ),
+                load_1m=load_1m(),
+            )
+            result.levels[concurrency] = sample
+            stats = summarize(sample.latencies_s, sample.wall_s)
+            cpu = f"CPU/req ghz {client_cpu / len(latencies) * 1e3:.2f} ms"
+            if sample.service_cpu_s is not None:
+                cpu += f", service {sample.service_cpu_s / len(latencies) * 1e3:.2f} ms"
+            print(
+                f"  {label:<10} c={concurrency:<3} p50 {stats.p50_ms:8.3f} ms  "
+                f"p99 {stats.p99_ms:8.3f} ms  {stats.throughput_qps:8.1f} q/s  "
+                f"({cpu}; load {sample.load_1m:.1f})",
+                flush=True,
+            )
+    return result
+
+
 def pooled(runs: Sequence[PathResult], concurrency: int) -> Latency:
     """Every cycle's timed requests of one level as one distribution."""
     latencies = [x for run in runs for x in run.levels[concurrency].latencies_s]
@@ -573,15 +692,28 @@ async def measure_service(
                 reply = await stub.Search(requests[i], timeout=30)
                 return [h.doc_id for h in reply.hits]
 
-            result = await measure(
-                f"service#{cycle}",
-                via_service,
-                queries,
-                args.concurrency,
-                rounds=args.rounds,
-                warmup=args.warmup,
-                service_pid=service.process.pid,
-            )
+            if args.ghz:
+                result = await measure_ghz(
+                    f"service#{cycle}",
+                    args.ghz,
+                    service.address,
+                    via_service,
+                    queries,
+                    args.concurrency,
+                    rounds=args.rounds,
+                    warmup=args.warmup,
+                    service_pid=service.process.pid,
+                )
+            else:
+                result = await measure(
+                    f"service#{cycle}",
+                    via_service,
+                    queries,
+                    args.concurrency,
+                    rounds=args.rounds,
+                    warmup=args.warmup,
+                    service_pid=service.process.pid,
+                )
         finally:
             await channel.close()
     return result, index_seconds, service.exit_code
@@ -811,6 +943,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=2.0,
         help="exit 1 when a backend's p50 overhead at concurrency 1 exceeds this",
     )
+    parser.add_argument(
+        "--client",
+        choices=["python", "ghz"],
+        default="python",
+        help="who makes the timed service calls: this process (grpc.aio, whose own cost of "
+        "~1 ms per call lands in the service's latency) or ghz, a Go client (built with go "
+        "once if not found; see loadtest/grpc_load.py)",
+    )
+    parser.add_argument("--ghz", default=None, help="path of the ghz binary (--client ghz)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="JSON report")
     parser.add_argument(
         "--keep", action="store_true", help="keep the data directories and OpenSearch indices"
@@ -825,6 +966,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if not 1 <= args.batch_size <= 1000:
         parser.error("--batch-size must be between 1 and 1000 (the service's limit)")
     args.rounds = max(args.rounds, 2)
+    if args.client == "ghz":
+        from grpc_load import LoadTestError, find_ghz
+
+        try:
+            args.ghz = find_ghz(args.ghz)
+        except LoadTestError as exc:
+            parser.error(str(exc))
+    else:
+        args.ghz = None
     if args.cycles < 1:
         parser.error("--cycles must be at least 1")
     return args
@@ -897,6 +1047,7 @@ async def run(args: argparse.Namespace) -> int:
             "warmup_requests": args.warmup,
             "batch_size": args.batch_size,
             "max_overhead_ms": args.max_overhead_ms,
+            "client": args.client,
         },
         "backends": {r.backend: asdict(r) for r in reports},
         "passed": not failures,
