@@ -7,6 +7,7 @@ graph and the bundled sample news, linked to the graph as ingestion does.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -14,7 +15,9 @@ import grpc
 import numpy as np
 import pytest
 import pytest_asyncio
+from click.testing import CliRunner
 
+from attest.cli import main
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.errors import Unavailable
@@ -44,6 +47,10 @@ def linked_docs():
     return docs
 
 
+# Where the module's semantic server listens, for tests that go through the CLI.
+SERVED: dict[str, str] = {}
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def semantic(tmp_path_factory, linked_docs):
     settings = SemanticSettings(
@@ -52,7 +59,8 @@ async def semantic(tmp_path_factory, linked_docs):
     )
     servicer = SemanticServicer(settings, SemanticIndex(settings, embedder=EMBEDDER))
     async with running([servicer], settings.server, ready_timeout=300) as server:
-        channel = create_channel(f"127.0.0.1:{server.port}")
+        SERVED["address"] = f"127.0.0.1:{server.port}"
+        channel = create_channel(SERVED["address"])
         stub = semantic_pb2_grpc.SemanticServiceStub(channel)
         response = await stub.Index(
             semantic_pb2.IndexRequest(
@@ -127,7 +135,7 @@ async def test_kg_search_and_explain_show_the_emissions_path(semantic):
     )
     paths = [[n.id for n in p.nodes] for p in explained.paths]
     assert any(
-        p[0] == "article" and p[-3:] == ["gri-305", "environment", "sustainability"] for p in paths
+        p[0] == target and p[-3:] == ["gri-305", "environment", "sustainability"] for p in paths
     )
     path = next(
         p
@@ -135,9 +143,35 @@ async def test_kg_search_and_explain_show_the_emissions_path(semantic):
         if [n.id for n in p.nodes][-3:] == ["gri-305", "environment", "sustainability"]
     )
     assert path.nodes[0].relation == "Contained_in"
+    assert (path.nodes[0].id, path.nodes[0].name) == (target, emissions[0].title)
+    assert path.nodes[0].level == common_pb2.KG_NODE_LEVEL_ARTICLE
     assert path.nodes[-2].level == common_pb2.KG_NODE_LEVEL_PILLAR
     assert path.nodes[-3].gri_id == "GRI 305"
     assert all(-1.0 <= n.score <= 1.0 for n in path.nodes)
+
+
+async def test_kg_explain_command_prints_each_path_with_node_scores(semantic):
+    _, _, docs = semantic
+    emissions = {"carbon-dioxide-emission", "greenhouse-gas-emission"}
+    target = next(d for d in docs if emissions & set(d.entity_ids))
+    args = ["kg", "explain", "carbon dioxide emissions", "--doc-id", target.id]
+    args += ["--address", SERVED["address"], "--max-paths", "20"]
+    # The command runs its own event loop, so it runs on a thread of its own.
+    result = await asyncio.to_thread(CliRunner().invoke, main, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "Q: carbon dioxide emissions"
+    assert lines[1].startswith(f"article {target.id}: KG score ")
+    path = next(line for line in lines if "[GRI 305]" in line)
+    # The article first, by its headline, then the entity it is linked to.
+    assert re.match(rf"path \d+: {re.escape(target.title)} \(-?\d\.\d\d\) -Contained_in-> ", path)
+    assert " [GRI 305] (" in path
+    assert re.search(r"-> Environment \(-?\d\.\d\d\) -\w+-> Sustainability \(-?\d\.\d\d\)$", path)
+    missing = await asyncio.to_thread(
+        CliRunner().invoke, main, [*args[:3], "--doc-id", "no-such-article", *args[5:]]
+    )
+    assert missing.exit_code == 1
+    assert "NOT_FOUND" in missing.output
 
 
 async def test_reindex_and_delete(semantic):

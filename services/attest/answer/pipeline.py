@@ -415,10 +415,6 @@ class AnswerPipeline:
             path = paths.get(s.source.doc_id)
             if path is not None:
                 s.kg_path.CopyFrom(path)
-                article = s.kg_path.nodes[0]
-                if article.level == common_pb2.KG_NODE_LEVEL_ARTICLE:
-                    # Explain names the article node generically; name it after the source.
-                    article.id, article.name = s.source.doc_id, s.source.title or article.name
 
     # -- generate ------------------------------------------------------------------------
 

@@ -5,8 +5,10 @@ The main CLI registers the group with ``main.add_command(kg)``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -55,3 +57,86 @@ def stats(graph_path: Path | None, as_json: bool) -> None:
         click.echo(json.dumps({"version": graph.version, **graph.stats()}, indent=2))
     else:
         click.echo(format_stats(graph))
+
+
+def format_explain(response: Any) -> list[str]:
+    """Lines of an ``ExplainResponse``: the score, its nodes, then each path with
+    node scores and the relation of every edge."""
+    lines = [
+        f"article {response.doc_id}: KG score {response.kg_score:.3f} = best node "
+        f"{response.best_node_score:.3f} + mean of the next {len(response.scoring_nodes) - 1} "
+        f"{response.next_nodes_mean:.3f}",
+        "scoring nodes: "
+        + ", ".join(
+            f"{n.name} ({n.score:.2f}, {n.best_attribute})" for n in response.scoring_nodes
+        ),
+    ]
+    for i, path in enumerate(response.paths, 1):
+        parts = []
+        for node in path.nodes:
+            gri = f" [{node.gri_id}]" if node.gri_id else ""
+            parts.append(f"{node.name}{gri} ({node.score:.2f})")
+            if node.relation:
+                parts.append(f"-{node.relation}->")
+        lines.append(f"path {i}: " + " ".join(parts))
+    if response.paths_truncated:
+        lines.append("(more paths; raise --max-paths)")
+    if not response.paths:
+        lines.append("the article has no links to the graph")
+    return lines
+
+
+@kg.command()
+@click.argument("question")
+@click.option("--doc-id", required=True, help="Id of the article to explain.")
+@click.option(
+    "--address",
+    default="127.0.0.1:50050",
+    show_default=True,
+    envvar="ATTEST_ADDRESS",
+    help="Semantic service HOST:PORT (`attest serve all --embedded` listens on 50050).",
+)
+@click.option(
+    "--variant",
+    type=click.Choice(["kg", "kg_enhanced"]),
+    default="kg_enhanced",
+    show_default=True,
+    help="Article attributes: the headline only, or headline, summary and organizations.",
+)
+@click.option("--max-paths", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option("--timeout", type=click.FloatRange(0.1, 600), default=60, show_default=True)
+def explain(
+    question: str, doc_id: str, address: str, variant: str, max_paths: int, timeout: float
+) -> None:
+    """Show why an article scores as it does for QUESTION: its paths to the root, each
+    node scored against the question (SemanticService.Explain on a running stack)."""
+    import grpc
+
+    from attest.core.channels import create_channel
+    from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+    request = semantic_pb2.ExplainRequest(
+        query=question,
+        doc_id=doc_id,
+        kg_variant=(
+            semantic_pb2.KG_VARIANT_PLAIN if variant == "kg" else semantic_pb2.KG_VARIANT_ENHANCED
+        ),
+        max_paths=max_paths,
+    )
+
+    async def run() -> Any:
+        channel = create_channel(address)
+        try:
+            return await semantic_pb2_grpc.SemanticServiceStub(channel).Explain(
+                request, timeout=timeout
+            )
+        finally:
+            await channel.close()
+
+    try:
+        response = asyncio.run(run())
+    except grpc.aio.AioRpcError as err:
+        raise click.ClickException(f"{err.code().name}: {err.details()}") from err
+    click.echo(f"Q: {question}")
+    for line in format_explain(response):
+        click.echo(line)

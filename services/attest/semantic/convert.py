@@ -198,12 +198,16 @@ def hit_to_proto(hit: SemanticHit) -> semantic_pb2.Hit:
 
 
 def node_to_proto(
-    node: NodeScore, graph: KnowledgeGraph, relation: str = ""
+    node: NodeScore,
+    graph: KnowledgeGraph,
+    relation: str = "",
+    article: tuple[str, str] = ("article", "article"),
 ) -> common_pb2.KgPathNode:
+    """A scored node; the article node takes ``article``'s (document id, headline)."""
     if node.node_id == "article":
         return common_pb2.KgPathNode(
-            id="article",
-            name="article",
+            id=article[0],
+            name=article[1],
             level=common_pb2.KG_NODE_LEVEL_ARTICLE,
             score=node.score,
             best_attribute=node.best_attribute,
@@ -221,7 +225,9 @@ def node_to_proto(
     )
 
 
-def path_to_proto(path: list[NodeScore], graph: KnowledgeGraph) -> common_pb2.KgPath:
+def path_to_proto(
+    path: list[NodeScore], graph: KnowledgeGraph, article: tuple[str, str] = ("article", "article")
+) -> common_pb2.KgPath:
     nodes = []
     for i, node in enumerate(path):
         relation = ""
@@ -232,5 +238,5 @@ def path_to_proto(path: list[NodeScore], graph: KnowledgeGraph) -> common_pb2.Kg
             else:
                 edges = [e for e in graph.parent_edges(node.node_id) if e.parent == upper]
                 relation = edges[0].relation if edges else ""
-        nodes.append(node_to_proto(node, graph, relation))
+        nodes.append(node_to_proto(node, graph, relation, article))
     return common_pb2.KgPath(nodes=nodes)

@@ -483,6 +483,11 @@ class SemanticIndex:
             raise NotFound(f"no article {doc_id!r} in the semantic index", field="doc_id")
         return result
 
+    def title(self, tenant: str, doc_id: str) -> str:
+        """The headline of an indexed article ("" when unknown)."""
+        meta = self._meta.get((tenant, doc_id))
+        return meta.title if meta else ""
+
     async def stats(self, tenant: str) -> SemanticCounts:
         articles = await self.store.count(ARTICLES, tenant)
         passages = await self.store.count(PASSAGES, tenant)

@@ -66,13 +66,14 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
         score, nodes, paths = await self.index.explain(tenant_var.get(), request.doc_id, query)
         graph = self.index.graph
         limit = min(request.max_paths or 8, self._limits.max_paths)
+        article = (request.doc_id, self.index.title(tenant_var.get(), request.doc_id))
         return semantic_pb2.ExplainResponse(
             doc_id=request.doc_id,
             kg_score=score.score,
             best_node_score=score.best_score,
             next_nodes_mean=score.next_mean,
-            scoring_nodes=[convert.node_to_proto(n, graph) for n in nodes],
-            paths=[convert.path_to_proto(p, graph) for p in paths[:limit]],
+            scoring_nodes=[convert.node_to_proto(n, graph, article=article) for n in nodes],
+            paths=[convert.path_to_proto(p, graph, article) for p in paths[:limit]],
             paths_truncated=len(paths) > limit,
         )
 
