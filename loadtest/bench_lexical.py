@@ -78,7 +78,6 @@ LEXICAL = "attest.lexical.v1.LexicalService"
 TENANT = "default"  # the tenant the service's interceptor assigns to every caller
 TOP_K = 10
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 # The public data folder lies beside the repository.
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "shared/data/news/reuters21578.jsonl"
 DEFAULT_OUTPUT = HERE / "reports" / "lexical-overhead.json"
@@ -308,43 +307,48 @@ async def measure(
         wall = time.perf_counter() - started
         bench_cpu = time.process_time() - bench_cpu
         service_after = process_cpu_seconds(service_pid)
-        sample = Sample(
-            latencies_s=latencies,
-            wall_s=wall,
-            bench_cpu_s=bench_cpu,
-            service_cpu_s=(
-                None
-                if service_cpu is None or service_after is None
-                else service_after - service_cpu
-            ),
-            load_1m=load_1m(),
-        )
-        result.levels[concurrency] = sample
-        stats = summarize(sample.latencies_s, sample.wall_s)
-        cpu = f"CPU/req bench {bench_cpu / len(latencies) * 1e3:.2f} ms"
-        if sample.service_cpu_s is not None:
-            cpu += f", service {sample.service_cpu_s / len(latencies) * 1e3:.2f} ms"
-        print(
-            f"  {label:<10} c={concurrency:<3} p50 {stats.p50_ms:8.3f} ms  "
-            f"p99 {stats.p99_ms:8.3f} ms  {stats.throughput_qps:8.1f} q/s  "
-            f"({cpu}; load {sample.load_1m:.1f})",
-            flush=True,
+        result.levels[concurrency] = record(
+            label, "bench", concurrency, latencies, wall, bench_cpu, service_cpu, service_after
         )
     return result
 
 
+def record(
+    label: str,
+    client: str,
+    concurrency: int,
+    latencies: list[float],
+    wall: float,
+    client_cpu: float,
+    service_before: float | None,
+    service_after: float | None,
+) -> Sample:
+    """One timed level as a ``Sample``, printed as a line of progress."""
+    sample = Sample(
+        latencies_s=latencies,
+        wall_s=wall,
+        bench_cpu_s=client_cpu,
+        service_cpu_s=(
+            None
+            if service_before is None or service_after is None
+            else service_after - service_before
+        ),
+        load_1m=load_1m(),
+    )
+    stats = summarize(sample.latencies_s, sample.wall_s)
+    cpu = f"CPU/req {client} {client_cpu / len(latencies) * 1e3:.2f} ms"
+    if sample.service_cpu_s is not None:
+        cpu += f", service {sample.service_cpu_s / len(latencies) * 1e3:.2f} ms"
+    print(
+        f"  {label:<10} c={concurrency:<3} p50 {stats.p50_ms:8.3f} ms  "
+        f"p99 {stats.p99_ms:8.3f} ms  {stats.throughput_qps:8.1f} q/s  "
+        f"({cpu}; load {sample.load_1m:.1f})",
+        flush=True,
+    )
+    return sample
+
+
 # -- ghz as the client ----------------------------------------------------------------
-
-
-def lexical_protoset(out: Path) -> Path:
-    """A descriptor set of the lexical protos for ghz (protoc from grpcio-tools)."""
-    protos = ROOT / "protos"
-    cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{protos}", "--include_imports"]
-    cmd += [f"--descriptor_set_out={out}", "attest/lexical/v1/lexical.proto"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=protos)
-    if proc.returncode != 0:
-        raise BenchError(f"protoc failed: {proc.stderr.strip()}")
-    return out
 
 
 def children_cpu_seconds() -> float:
@@ -402,7 +406,12 @@ async def measure_ghz(
     n = len(queries)
     result.answers = await drive(call, range(n), max(concurrency_levels))
     with tempfile.TemporaryDirectory(prefix="attest-bench-ghz-") as tmp:
-        protoset = lexical_protoset(Path(tmp) / "lexical.protoset")
+        from grpc_load import LoadTestError, protoset_of
+
+        try:
+            protoset = protoset_of(["attest/lexical/v1/lexical.proto"], Path(tmp) / "lexical.pb")
+        except LoadTestError as exc:
+            raise BenchError(str(exc)) from exc
         data = Path(tmp) / "requests.json"
         data.write_text(
             json.dumps(
@@ -421,27 +430,8 @@ async def measure_ghz(
             )
             client_cpu = children_cpu_seconds() - client_cpu
             service_after = process_cpu_seconds(service_pid)
-            sample = Sample(
-                latencies_s=latencies,
-                wall_s=wall,
-                bench_cpu_s=client_cpu,
-                service_cpu_s=(
-                    None
-                    if service_cpu is None or service_after is None
-                    else service_after - service_cpu
-                ),
-                load_1m=load_1m(),
-            )
-            result.levels[concurrency] = sample
-            stats = summarize(sample.latencies_s, sample.wall_s)
-            cpu = f"CPU/req ghz {client_cpu / len(latencies) * 1e3:.2f} ms"
-            if sample.service_cpu_s is not None:
-                cpu += f", service {sample.service_cpu_s / len(latencies) * 1e3:.2f} ms"
-            print(
-                f"  {label:<10} c={concurrency:<3} p50 {stats.p50_ms:8.3f} ms  "
-                f"p99 {stats.p99_ms:8.3f} ms  {stats.throughput_qps:8.1f} q/s  "
-                f"({cpu}; load {sample.load_1m:.1f})",
-                flush=True,
+            result.levels[concurrency] = record(
+                label, "ghz", concurrency, latencies, wall, client_cpu, service_cpu, service_after
             )
     return result
 

@@ -302,7 +302,11 @@ def build_protoset(scenarios: Sequence[Scenario], out: Path) -> Path:
     ghz reads descriptors rather than parsing .proto files itself, because the
     parser in ghz predates proto3 ``optional`` fields, which the protos use.
     """
-    protos = sorted({s.proto for s in scenarios})
+    return protoset_of(sorted({s.proto for s in scenarios}), out)
+
+
+def protoset_of(protos: Sequence[str], out: Path) -> Path:
+    """A descriptor set of ``protos`` (paths under protos/) and their imports."""
     cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'protos'}"]
     cmd += ["--include_imports", f"--descriptor_set_out={out}", *protos]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=ROOT / "protos")

@@ -8,6 +8,9 @@ them, and the answer service calls all four.
 
 from __future__ import annotations
 
+import contextlib
+import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from attest.answer.servicer import AnswerServicer
@@ -53,3 +56,24 @@ def embedded_servicers(data_dir: Path, address: str) -> list[Servicer]:
             )
         ),
     ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(data_dir: Path, *, ready_timeout: float = 600) -> AsyncIterator[str]:
+    """Every service on one local server on a free port; yields its address."""
+    from attest.core.server import running
+    from attest.core.settings import ServerSettings
+
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    settings = ServerSettings(host="127.0.0.1", port=port)
+    async with running(
+        embedded_servicers(data_dir, address), settings, ready_timeout=ready_timeout
+    ):
+        yield address

@@ -11,7 +11,6 @@ generation with a 0-10 confidence per citation).
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,8 +22,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
-from attest.core.server import running
-from attest.core.settings import ServerSettings
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 
@@ -55,25 +52,15 @@ def sample_questions() -> list[dict[str, Any]]:
     return _read_jsonl("questions.jsonl")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def run_demo(data_dir: Path, *, top_k: int, echo: Callable[[str], None]) -> None:
     """Ingest the sample through the ingest service, then ask every sample question."""
     from attest.answer.commands import render_answer
-    from attest.answer.embedded import embedded_servicers
+    from attest.answer.embedded import embedded_stack
     from attest.client import AnswerClient, options
 
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
     echo("Starting every service in this process (models and the ESG knowledge graph load) …")
     began = time.perf_counter()
-    servicers = embedded_servicers(data_dir, address)
-    settings = ServerSettings(host="127.0.0.1", port=port)
-    async with running(servicers, settings, ready_timeout=600):
+    async with embedded_stack(data_dir) as address:
         channel = create_channel(address)
         try:
             ingest = ingest_pb2_grpc.IngestServiceStub(channel)

@@ -11,7 +11,6 @@ passages, which now compete with the passages of every other question.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from tqdm import tqdm
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
-from attest.core.server import running
-from attest.core.settings import ServerSettings
 from attest.evaluation.qa import Answered, QAItem
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -56,12 +53,6 @@ def answered_from_proto(answer: answer_pb2.Answer) -> Answered:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def run_pooled(
     items: list[QAItem],
     data_dir: Path,
@@ -71,15 +62,11 @@ async def run_pooled(
     progress: bool = True,
 ) -> list[Answered]:
     """Ingest every question's passages into one corpus, then ask every question."""
-    from attest.answer.embedded import embedded_servicers
+    from attest.answer.embedded import embedded_stack
     from attest.client import AnswerClient, options
 
     docs = pooled_documents(items)
-    port = _free_port()
-    address = f"127.0.0.1:{port}"
-    servicers = embedded_servicers(data_dir, address)
-    settings = ServerSettings(host="127.0.0.1", port=port)
-    async with running(servicers, settings, ready_timeout=600):
+    async with embedded_stack(data_dir) as address:
         channel = create_channel(address)
         try:
             ingest = ingest_pb2_grpc.IngestServiceStub(channel)
