@@ -229,3 +229,74 @@ def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
             expected = encoder.encode([passage_text(title, text)])[0]
             assert (decode_vector(vector) == expected).all()
     assert len(out[1]["passages"]) == 3
+
+
+def test_keyphrases_embedded_for_one_batch_are_not_embedded_again_for_the_next():
+    from attest.ingest.settings import EnrichSettings
+    from attest.ingest.stages import Embedding, Enricher
+    from attest.knowledge.graph import load_graph
+    from attest.semantic.embedding import Embedder
+
+    class Recording:
+        name = "all-MiniLM-L6-v2"
+
+        def __init__(self) -> None:
+            self.model = Embedder()
+            self.calls: list[list[str]] = []
+
+        def encode(self, texts):
+            self.calls.append(list(texts))
+            return self.model.encode(texts)
+
+    body = (
+        "Corliss Garment Works cut its greenhouse gas emissions and water withdrawal "
+        "after an audit found child labour at a supplier. Union members welcomed the "
+        "audit of carbon dioxide emissions."
+    )
+    enricher = Enricher(EnrichSettings())
+    first = enricher.enrich(
+        0,
+        "created",
+        "h",
+        article_from_raw_json(
+            json.dumps({"id": "a", "title": "Audit at Corliss", "body": body}).encode()
+        ),
+    )
+    second = enricher.enrich(
+        0,
+        "created",
+        "h",
+        article_from_raw_json(
+            json.dumps({"id": "b", "title": "Audit at Corliss", "body": body}).encode()
+        ),
+    )
+    encoder = Recording()
+    embedding = Embedding.build(encoder, load_graph(None))
+    embedding.warm_up()
+    encoder.calls.clear()
+    assert embedding._cached is not None
+    # Warm-up embedded the entity names, a keyphrase may be one of them.
+    known = set(embedding._cached.cache)
+    (a,) = embedding.embed([first])
+    (b,) = embedding.embed([second])
+    phrases = set(first["keyphrases"])
+    assert phrases - known
+    assert phrases - known <= set(encoder.calls[0])
+    # The second batch embeds its passage and article text only.
+    assert not phrases & set(encoder.calls[1])
+    assert a["entity_ids"]
+    assert a["entity_ids"] == b["entity_ids"]
+
+
+def test_the_keyphrase_cache_is_bounded_and_keeps_the_recently_used():
+    import numpy as np
+
+    from attest.ingest.stages import _CachedEncode
+
+    cache = _CachedEncode(CountingEncoder(), capacity=3)
+    cache(["a", "b", "c"])
+    cache(["a"])  # a is now the most recent
+    cache(["d"])
+    assert list(cache.cache) == ["c", "a", "d"]
+    assert cache.missing(["a", "b", "d", "b"]) == ["b"]
+    assert np.array_equal(cache(["d"]), CountingEncoder().encode(["d"]))

@@ -15,7 +15,7 @@ from attest.core.settings import (
     StrictModel,
     service_config,
 )
-from attest.semantic.embedding import PACKAGED_MINILM
+from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM
 
 
 class EnrichSettings(StrictModel):
@@ -47,7 +47,7 @@ class EmbedSettings(StrictModel):
 
     model: str = PACKAGED_MINILM
     device: str = "cpu"
-    batch_size: int = Field(default=64, ge=1)
+    batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
     graph_path: Path | None = Field(
         default=None, description="ESG graph YAML; None uses the one shipped with Attest."
     )
@@ -99,7 +99,12 @@ class IngestSettings(ServiceSettings):
         "(settings ATTEST_SEMANTIC_*).",
     )
     client: ClientSettings = ClientSettings(timeout_seconds=120)
-    batch_size: int = Field(default=16, ge=1, le=1000, description="Documents per pipeline task.")
+    batch_size: int = Field(
+        default=64,
+        ge=1,
+        le=1000,
+        description="Documents per pipeline task; larger batches embed with less padding.",
+    )
     enrich: EnrichSettings = EnrichSettings()
     embed: EmbedSettings = EmbedSettings()
     limits: IngestLimits = IngestLimits()

@@ -39,11 +39,23 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
+# Texts per forward pass. sentence-transformers sorts a call's texts by length
+# and pads each batch to its longest text; on a CPU throughput no longer grows
+# past a few thousand tokens a batch, so small batches cost nothing there and
+# waste far less padding when short texts (headlines, keyphrases, summaries)
+# share a call with 200-token passages. Raise it on a GPU.
+DEFAULT_BATCH_SIZE = 16
+
+
 class Embedder:
     """Batched, normalised sentence embeddings. Cheap to build; ``warm_up`` loads."""
 
     def __init__(
-        self, model: str = PACKAGED_MINILM, *, device: str = "cpu", batch_size: int = 64
+        self,
+        model: str = PACKAGED_MINILM,
+        *,
+        device: str = "cpu",
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
         self.model_name = model
         self._device = device

@@ -182,13 +182,21 @@ class SemanticIndex:
             published_at=meta.published_at,
         )
 
-    def _organization_vectors(self, organizations: Sequence[str]) -> Vector | None:
-        if not organizations:
-            return None
+    def _organization_vectors_of(self, docs: Sequence[SemanticDoc]) -> list[Vector | None]:
+        # Names not seen before are embedded in one call for the whole batch.
+        self._embed_organizations([o for d in docs for o in d.organizations])
+        return [self._organization_vectors(d.organizations) for d in docs]
+
+    def _embed_organizations(self, organizations: Sequence[str]) -> None:
         missing = [o for o in dict.fromkeys(organizations) if o not in self._org_vectors]
         if missing:
             for name, vec in zip(missing, self.embedder.encode(missing), strict=True):
                 self._org_vectors[name] = vec
+
+    def _organization_vectors(self, organizations: Sequence[str]) -> Vector | None:
+        if not organizations:
+            return None
+        self._embed_organizations(organizations)
         return np.vstack([self._org_vectors[o] for o in organizations])
 
     def validate_entities(self, entity_ids: Sequence[str], field: str) -> None:
@@ -251,9 +259,7 @@ class SemanticIndex:
                 if p.vector is not None:
                     self._check_vector(p.vector, f"documents[{i}].passage_vectors[{j}]")
         article_vecs, headline_vecs, passage_vecs = await asyncio.to_thread(self._embed_batch, docs)
-        org_vecs = await asyncio.to_thread(
-            lambda: [self._organization_vectors(d.organizations) for d in docs]
-        )
+        org_vecs = await asyncio.to_thread(self._organization_vectors_of, docs)
         article_points: list[Point] = []
         passage_points: list[Point] = []
         articles: list[Article] = []

@@ -14,7 +14,7 @@ from attest.core.settings import (
     StrictModel,
     service_config,
 )
-from attest.semantic.embedding import PACKAGED_MINILM
+from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM
 
 
 class QdrantSettings(StrictModel):
@@ -46,7 +46,7 @@ class SemanticSettings(ServiceSettings):
         description="A sentence-transformers directory, or the packaged all-MiniLM-L6-v2.",
     )
     embedding_device: str = "cpu"
-    embedding_batch_size: int = Field(default=64, ge=1)
+    embedding_batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
     kg_top_n: int = Field(default=3, ge=0, le=50, description="Next-best nodes averaged.")
     graph_path: Path | None = Field(
         default=None, description="ESG graph YAML; None uses the one shipped with Attest."
