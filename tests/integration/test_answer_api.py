@@ -387,3 +387,21 @@ async def test_a_deadline_too_short_is_deadline_exceeded(stack: Stack) -> None:
             await stub.Ask(answer_pb2.AskRequest(question=CHILD_LABOUR), timeout=2)
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert "too short to answer" in (err.value.details() or "")
+
+
+async def test_past_its_slots_and_queue_the_service_sheds_load(stack: Stack) -> None:
+    stub = await stack.answer(limits=AnswerLimits(max_in_flight=1, max_waiting=1))
+    request = answer_pb2.AskRequest(question=CHILD_LABOUR)
+    first = asyncio.ensure_future(stub.Ask(request, timeout=120))
+    await asyncio.sleep(0.2)
+    second = asyncio.ensure_future(stub.Ask(request, timeout=120))  # waits for the slot
+    await asyncio.sleep(0.2)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.AskStream(answer_pb2.AskStreamRequest(question=CHILD_LABOUR)).read()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "at capacity (1 answers running, 1 waiting)" in (err.value.details() or "")
+    answers = [r.answer for r in await asyncio.gather(first, second)]
+    assert answers[0].text == answers[1].text
+    assert "14" in answers[1].text
+    # The queued request's time budget paid for its wait: its pipeline ran on what was left.
+    assert answers[1].total.ToNanoseconds() > 0

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +18,13 @@ from attest.answer.pipeline import AnswerPipeline, Backends, collect
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.core.context import remaining_seconds, tenant_var
-from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from attest.core.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -25,6 +34,49 @@ _NO_JOBS = (
     "queued jobs are not enabled on this server: set ATTEST_ANSWER_JOBS__STATE_URL and "
     "ATTEST_PIPELINE_BROKER_URL, and run `attest worker --queues answer`"
 )
+
+
+class Admission:
+    """At most ``limit`` pipelines at once; up to ``waiting`` more queue for a slot."""
+
+    def __init__(self, limit: int, waiting: int) -> None:
+        self.limit = limit
+        self.max_waiting = waiting
+        self.waiting = 0
+        self.running = 0
+        self._free = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, budget_seconds: float) -> AsyncIterator[float]:
+        """Hold a slot; yields the seconds spent waiting for it."""
+        started = time.monotonic()
+        async with self._free:
+            # First come, first served: nobody overtakes a request that waits.
+            if self.running >= self.limit or self.waiting:
+                if self.waiting >= self.max_waiting:
+                    raise ResourceExhausted(
+                        f"the answer service is at capacity ({self.running} answers running, "
+                        f"{self.waiting} waiting); retry later"
+                    )
+                self.waiting += 1
+                try:
+                    await asyncio.wait_for(
+                        self._free.wait_for(lambda: self.running < self.limit), budget_seconds
+                    )
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"the time budget ({budget_seconds:.1f} s) was spent waiting for one "
+                        f"of the {self.limit} answer slots"
+                    ) from None
+                finally:
+                    self.waiting -= 1
+            self.running += 1
+        try:
+            yield time.monotonic() - started
+        finally:
+            async with self._free:
+                self.running -= 1
+                self._free.notify()
 
 
 class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
@@ -41,6 +93,7 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
         self._jobs: JobStore | None = None
         self._grpc = GrpcBackends(settings) if backends is None else None
         self.pipeline = AnswerPipeline(backends or self._grpc or GrpcBackends(settings), settings)
+        self.admission = Admission(settings.limits.max_in_flight, settings.limits.max_waiting)
 
     def register(self, server: grpc.aio.Server) -> None:
         answer_pb2_grpc.add_AnswerServiceServicer_to_server(self, server)
@@ -56,11 +109,14 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
         if self._jobs is not None:
             self._jobs.close()
 
-    def _events(
+    async def _events(
         self, question: str, options: answer_pb2.AskOptions
     ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
         plan = validate(question, options, self.settings, deadline_seconds=remaining_seconds())
-        return self.pipeline.run(plan)
+        async with self.admission.slot(plan.budget_seconds) as waited:
+            plan = dataclasses.replace(plan, budget_seconds=plan.budget_seconds - waited)
+            async for event in self.pipeline.run(plan):
+                yield event
 
     async def Ask(self, request: answer_pb2.AskRequest, context: Context) -> answer_pb2.AskResponse:
         answer = await collect(self._events(request.question, request.options))

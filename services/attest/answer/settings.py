@@ -52,6 +52,18 @@ class AnswerLimits(StrictModel):
         "DEADLINE_EXCEEDED (options.time_budget below it: INVALID_ARGUMENT).",
     )
     max_budget_seconds: float = Field(default=600.0, gt=0)
+    max_in_flight: int = Field(
+        default=8,
+        ge=1,
+        description="Ask / AskStream pipelines this process runs at once; more wait for a slot, "
+        "the wait counting against their budget. Past saturation, more at once only makes "
+        "every stage slower until per-stage timeouts fire.",
+    )
+    max_waiting: int = Field(
+        default=256,
+        ge=0,
+        description="Requests waiting for a slot; one more is RESOURCE_EXHAUSTED at once.",
+    )
 
 
 class JobSettings(StrictModel):
