@@ -60,6 +60,11 @@ def test_answers_match_on_normalized_words() -> None:
 
 def test_question_types() -> None:
     assert answer_type("When was Splatoon 2 released?") == "date"
+    assert answer_type("What is the launch date of the Model Y?") == "date"
+    assert answer_type("Which date was the plant closed on?") == "date"
+    assert answer_type("What is the update schedule?") == ""
+    assert answer_type("What company bought the mine?") == "name"
+    assert answer_type("What happened at the plant?") == ""
     assert answer_type("Who acquired Instagram?") == "name"
     assert answer_type("What was Tesla's revenue in Q1 2021?") == "number"
     assert answer_type("Super Bowl 2021 location") == ""

@@ -151,17 +151,33 @@ _NUMBER_HINTS = _words(
 )
 
 
+# Words after "what" that make it ask about something other than a named thing
+# ("what is ...", "what happened ...").
+_VERBS_AFTER_WHAT = _words(
+    """
+    is was are were be been do does did has have had will would can could should shall
+    may might must happened happens happen caused causes made makes if about kind sort type
+    """
+)
+
+
 def answer_type(question: str) -> str:
     """The kind of fact a question asks for: "date", "number", "name" or "" (any).
 
-    Classic wh-word typing: when → a date; how many/much and questions about an
-    amount → a number; who/whom/whose and which/what + noun → a name.
+    Classic wh-word typing: when, and what/which asking for a date ("what
+    year ...", "what is the release date of ...") → a date; how many/much and
+    questions about an amount → a number; who/whom/whose and which/what + noun
+    → a name.
     """
     words = tokens(question)
     if not words:
         return ""
     head = words[:2]
-    if "when" in words[:3] or ("what" in head and ({"year", "date", "day"} & set(words[1:3]))):
+    if (
+        "when" in words[:3]
+        or ("what" in head and ({"year", "date", "day"} & set(words[1:3])))
+        or (words[0] in ("what", "which") and {"date", "dates"} & set(words))
+    ):
         return "date"
     if ("how" in head and ({"many", "much", "long", "old"} & set(words[1:3]))) or (
         words[0] == "what" and _NUMBER_HINTS & set(words)
@@ -169,6 +185,8 @@ def answer_type(question: str) -> str:
         return "number"
     if words[0] in ("who", "whom", "whose", "which", "where"):
         return "name"
+    if words[0] == "what" and len(words) > 1 and words[1] not in _VERBS_AFTER_WHAT:
+        return "name"  # "what company ...", "what movie ..."
     return ""
 
 
