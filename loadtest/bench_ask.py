@@ -69,6 +69,7 @@ class Call:
     sentences: int = 0
     detail: str = ""
     degraded: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
 
     @property
     def stage_sum_s(self) -> float:
@@ -110,6 +111,10 @@ def from_answer(question: str, client_s: float, answer: Any) -> Call:
         sentences=len(answer.sentences),
         degraded=tuple(
             answer_pb2.Stage.Name(d.stage).removeprefix("STAGE_") for d in answer.degradations
+        ),
+        reasons=tuple(
+            f"{answer_pb2.Stage.Name(d.stage).removeprefix('STAGE_')}: {d.reason}"
+            for d in answer.degradations
         ),
     )
 
@@ -193,6 +198,7 @@ def summarize_level(clients: int, calls: Sequence[Call], wall_s: float) -> dict[
         "statuses": statuses,
         "errors": sorted({f"{c.status}: {c.detail}"[:300] for c in calls if c.status != "OK"}),
         "degraded_answers": degraded,
+        "degradation_reasons": sorted({r[:300] for c in ok for r in c.reasons}),
         "wall_s": wall_s,
         "answers_per_s": len(ok) / wall_s if wall_s > 0 else 0.0,
     }
@@ -470,7 +476,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{lv['p95_ms'] / 1000:>7.2f} {lv['p99_ms'] / 1000:>7.2f}  {lv['statuses']}"
             + (f", degraded {lv['degraded_answers']}" if lv["degraded_answers"] else "")
         )
-        for error in lv["errors"][:3]:
+        for error in lv["errors"][:3] + lv["degradation_reasons"][:3]:
             print(f"{'':>9}{error}")
     print("mean ms per stage (retrieval stages overlap):")
     for lv in report["levels"]:

@@ -53,11 +53,12 @@ class AnswerLimits(StrictModel):
     )
     max_budget_seconds: float = Field(default=600.0, gt=0)
     max_in_flight: int = Field(
-        default=8,
+        default=4,
         ge=1,
         description="Ask / AskStream pipelines this process runs at once; more wait for a slot, "
         "the wait counting against their budget. Past saturation, more at once only makes "
-        "every stage slower until per-stage timeouts fire.",
+        "every stage slower until per-stage timeouts fire. The default suits a CPU reranker; "
+        "raise it with a GPU reranker and an LLM server.",
     )
     max_waiting: int = Field(
         default=256,
