@@ -309,6 +309,7 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     twin = left.twinx()
     twin.plot(x, [lv["answers_per_s"] for lv in levels], "k--", marker="s", label="answers/s")
     twin.set_ylabel("answers/s")
+    twin.set_ylim(bottom=0)
     left.legend(loc="upper left")
     twin.legend(loc="lower right")
     left.set_title("Ask: latency and throughput")
