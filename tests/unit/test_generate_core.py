@@ -11,6 +11,15 @@ import pytest
 from attest.evaluation.qa import Answered, QAItem, QAPassage, convert_rgb, load_qa, score
 from attest.generate import prompts
 from attest.generate.extractive import ExtractiveEngine, mmr
+from attest.generate.facts import (
+    Fact,
+    completeness,
+    date_facts,
+    facts_of,
+    name_facts,
+    number_facts,
+    text_facts,
+)
 from attest.generate.models import (
     INSUFFICIENT,
     Citation,
@@ -23,14 +32,12 @@ from attest.generate.models import (
 )
 from attest.generate.pipeline import AnswerOptions, Generator
 from attest.generate.text import (
-    answer_completeness,
     answer_type,
     conflicts_with_question,
     contains_answer,
     is_compound,
     lower_case_words,
     split_sentences,
-    typed_terms,
 )
 from attest.semantic.embedding import Embedder
 
@@ -67,17 +74,96 @@ def test_question_types() -> None:
     assert answer_type("What happened at the plant?") == ""
     assert answer_type("Who acquired Instagram?") == "name"
     assert answer_type("What was Tesla's revenue in Q1 2021?") == "number"
-    assert answer_type("Super Bowl 2021 location") == ""
+    assert answer_type("Super Bowl 2021 location") == "name"
+    assert answer_type("What is the name of the company's new mine?") == "name"
+    assert answer_type("Emissions of the Dunmarch smelter") == ""
+
+
+def _completeness(sentence: str, kind: str, question: str, sources: list[str]) -> float:
+    stated = [text_facts(t, kind, question, frozenset()) for t in sources]
+    facts = facts_of(sentence, kind, question, frozenset())
+    return completeness(facts, kind, facts[0] if facts else None, stated)
 
 
 def test_a_full_date_answers_when_more_completely_than_a_year() -> None:
     q = "When was Xenoblade Chronicles 2 released?"
-    assert answer_completeness("It was released on December 1, 2017 worldwide.", "date", q) == 1
-    assert answer_completeness("It came out in December 2017.", "date", q) == pytest.approx(2 / 3)
-    assert answer_completeness("It is a 2017 role-playing game.", "date", q) == pytest.approx(1 / 3)
+    full = "It was released on December 1, 2017 worldwide."
+    assert _completeness(full, "date", q, []) == 1
+    assert _completeness("It came out in December 2017.", "date", q, []) == pytest.approx(2 / 3)
+    assert _completeness("It is a 2017 role-playing game.", "date", q, []) == pytest.approx(1 / 3)
     # The dateline says when the snippet was published, not when the game came out.
-    assert answer_completeness("Apr 13, 2017 ... Nintendo has not said.", "date", q) == 0
-    assert answer_completeness("Anything at all.", "", q) == 1
+    assert _completeness("Apr 13, 2017 ... Nintendo has not said.", "date", q, []) == 0
+    assert _completeness("Anything at all.", "", q, []) == 1
+
+
+def test_a_surname_answers_who_less_completely_than_the_full_name() -> None:
+    q = "Who won the Heisman Trophy in 2012?"
+    sources = ["Johnny Manziel won the 2012 Heisman Trophy.", "Manziel Lecture Hall opens."]
+    assert _completeness("Manziel is the first freshman to win it.", "name", q, sources) == 0.5
+    assert _completeness("Johnny Manziel won it.", "name", q, sources) == 1
+    # A longer run that goes on after the name is a heading, not a fuller name.
+    assert _completeness("Manziel Lecture Hall", "name", q, sources[1:]) == pytest.approx(1)
+
+
+def test_dates_are_read_into_comparable_parts() -> None:
+    text = (
+        "Feb 19, 2014 ... It came out on July 21, 2017, on 21st July in Japan, "
+        "in June of 2020 on PC, on 2015-12-01 in Europe and in 1999 as a demo. You may 5 times."
+    )
+    assert [f.value for f in date_facts(text)] == [
+        (2017, 7, 21),
+        (None, 7, 21),
+        (2020, 6, None),
+        (2015, 12, 1),
+        (1999, None, None),
+    ]
+    # A bare year the question names is not an answer to it.
+    assert date_facts("It happened in 2019.", "When in 2019 did it happen?") == []
+    have = text_facts("The season premiered November 12, 2020 on ABC.", "date", "", frozenset())
+    assert have.states(Fact("date", (2020, 11, 12)))
+    assert have.states(Fact("date", (None, 11, 12)))
+    partial = text_facts("It premieres on Thursday, Nov. 12.", "date", "", frozenset())
+    assert not partial.states(Fact("date", (2020, 11, 12))), "no year: not the whole fact"
+    assert partial.agrees(Fact("date", (2020, 11, 12)))
+    assert not partial.agrees(Fact("date", (2020, 11, 13)))
+
+
+def test_names_are_runs_of_words_the_sources_never_write_in_lower_case() -> None:
+    texts = [
+        "Maxwell Award Winners. Player of the Year.",
+        "Joe Burrow won; the winners and the player of the year.",
+    ]
+    common = lower_case_words(texts)
+    q = "Who is the Maxwell Award winner in 2019?"
+    # "Winners" is the question's "winner" in another form, "Player" a common word.
+    assert name_facts(texts[0], q, common) == []
+    assert name_facts("Joe Burrow of LSU won the award.", q, common) == [
+        Fact("name", ("joe", "burrow", "of", "lsu"))
+    ]
+    got = name_facts("Polish author Olga Tokarczuk and Austria's Peter Handke, Bank of America", "")
+    assert [f.value for f in got] == [
+        ("polish",),
+        ("olga", "tokarczuk"),
+        ("austria",),
+        ("peter", "handke"),
+        ("bank", "of", "america"),
+    ]
+    full = text_facts("Ashleigh Barty beat Karolina Pliskova.", "name", "", frozenset())
+    assert full.states(Fact("name", ("barty",)))
+    short = text_facts("Barty wins the title.", "name", "", frozenset())
+    assert not short.states(Fact("name", ("ashleigh", "barty"))), "a surname is part of the fact"
+    assert short.agrees(Fact("name", ("ashleigh", "barty")))
+    reordered = text_facts("starring Liu Yifei as Mulan", "name", "", frozenset())
+    assert reordered.states(Fact("name", ("yifei", "liu")))
+
+
+def test_amounts_compare_by_value_and_scale() -> None:
+    q = "What was Tesla's revenue in Q1 2021?"
+    got = number_facts("Revenue in Q1 2021 was $10.4 billion, up 74%, on April 26.", q)
+    assert [f.value for f in got] == [(10.4e9, ""), (74.0, "%")]
+    have = text_facts("It paid $19bn for the app.", "number", "", frozenset())
+    assert have.states(Fact("number", (19e9, "")))
+    assert not have.states(Fact("number", (19.3e9, "")))
 
 
 def test_a_sentence_about_another_year_conflicts_with_the_question() -> None:
@@ -95,21 +181,6 @@ def test_questions_that_ask_for_several_things() -> None:
     assert is_compound("How many ships did it order and how many will it take?")
     assert not is_compound("Who won the women's singles Wimbledon in 2019?")
     assert not is_compound("What was the combined scope 1 and scope 2 total in 2024?")
-
-
-def test_names_are_words_the_sources_never_write_in_lower_case() -> None:
-    texts = [
-        "Maxwell Award Winners. Player of the Year.",
-        "Joe Burrow won; the winners and the player of the year.",
-    ]
-    common = lower_case_words(texts)
-    q = "Who is the Maxwell Award winner in 2019?"
-    assert typed_terms(texts[0], "name", q, common) == set()
-    assert typed_terms("Joe Burrow of LSU won the award.", "name", q, common) == {
-        "joe",
-        "burrow",
-        "lsu",
-    }
 
 
 @pytest.mark.parametrize(
@@ -218,6 +289,27 @@ async def test_a_factoid_answer_gives_one_answer_and_cites_only_sources_stating_
     assert all("Brennan" in s.text for s in final.sentences)
     cited = {c.doc_id for s in final.sentences for c in s.citations}
     assert cited <= {"p0", "p1"}, "a source that does not name her cannot corroborate"
+
+
+async def test_a_date_answer_is_corroborated_only_by_sources_stating_the_whole_date() -> None:
+    sources = [
+        Source(
+            "p0", "The Crestmoor smelter reopened on March 3, 2025 after six months of repairs.", 0
+        ),
+        Source(
+            "p1", "Crestmoor's smelter was back in service from 3 March 2025, the company said.", 0
+        ),
+        Source("n0", "Workers said they expected the Crestmoor smelter to reopen on March 3.", 0),
+        Source("n1", "The Crestmoor smelter closed in 2024 for repairs to its furnace.", 0),
+    ]
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    events = [e async for e in generator.answer("When did the Crestmoor smelter reopen?", sources)]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    assert "March 3, 2025" in final.sentences[0].text or "3 March 2025" in final.sentences[0].text
+    cited = {c.doc_id for s in final.sentences for c in s.citations}
+    # "March 3" with no year agrees with the answer but does not state it.
+    assert cited == {"p0", "p1"}
 
 
 async def test_extracted_sentences_are_fully_supported_and_not_researched() -> None:

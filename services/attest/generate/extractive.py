@@ -12,25 +12,30 @@ is invented and every answer sentence has a passage it came from.
   mean of (a) how much of what it adds beyond the question (its names,
   numbers and dates, IDF-weighted over the sources) the three most agreeing
   other sources also state, and (b) answer redundancy: the share of the
-  other sources' relevance that backs its best fact of the kind the question
-  asks for (a date for "when", a name for "who", a number for "how many").
-  A claim several independent sources repeat is more likely the answer than
-  one a single source makes. Sentences without a fact of the asked-for kind
-  (datelines do not count: when a text was published is not what it states)
-  are ranked behind those with one, a bare year behind a full date, and a
-  sentence about another year than the one the question names behind both.
-  A name is a capitalized word the sources never write in lower case. MMR
-  then picks the sentences, so the answer does not repeat itself; when a
-  single-part question asks for a kind of fact, a further sentence stays
-  only if it states the same fact as the first or is closer to the question
-  than the first, so the answer does not offer rival answers it ranks lower.
+  other sources' relevance that agrees with its best fact of the kind the
+  question asks for (a date for "when", a name for "who", an amount for
+  "how much"), facts being read into values (``facts``) so that "21 July
+  2017" and "July 21, 2017" are one fact and "November 12" agrees with
+  "November 12, 2020" but does not state it. A claim several independent
+  sources repeat is more likely the answer than one a single source makes.
+  A sentence is ranked by how completely it states such a fact: a full date
+  before a month, a month before a bare year, a full name before a surname
+  the sources give in full elsewhere, and a sentence without a fact of the
+  asked-for kind (datelines do not count: when a text was published is not
+  what it states) or about another year than the one the question names
+  behind those. MMR then picks the sentences, so the answer does not repeat
+  itself; when a single-part question asks for a kind of fact, a further
+  sentence stays only if it states the first one's fact in full or is
+  closer to the question than the first, so the answer does not offer
+  rival answers it ranks lower.
 * Citation and confidence: the support of a source for a sentence is the
   geometric mean of the best MiniLM similarity between the sentence and a
   sentence of the source (mapped from [floor, 1] onto [0, 1]) and the
   IDF-weighted share of the sentence's facts found in the source: both must
-  hold; when the question asks for a kind of fact, the share counts only
-  the sentence's facts of that kind, so a source corroborates the answer
-  only if it states it. Confidence is round(10 × support); a sentence taken
+  hold; when the question asks for a kind of fact, a source that does not
+  state the sentence's answer fact in full (the one most sources agree
+  with) supports it not at all, so a source corroborates the answer only if
+  it states it. Confidence is round(10 × support); a sentence taken
   from a source scores 10 against it. Other sources at or above ``min_confidence``
   corroborate it.
 
@@ -49,9 +54,9 @@ import numpy as np
 import numpy.typing as npt
 
 from attest.core.settings import StrictModel
+from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
 from attest.generate.models import Proposal, Source
 from attest.generate.text import (
-    answer_completeness,
     answer_type,
     conflicts_with_question,
     content_tokens,
@@ -61,7 +66,6 @@ from attest.generate.text import (
     split_sentences,
     strip_dateline,
     tokens,
-    typed_terms,
 )
 from attest.semantic.embedding import Embedder
 
@@ -189,33 +193,24 @@ class ExtractiveEngine:
             )[:n_top]
             corroboration[i] = float(np.mean(others)) if others else 0.0
         # Answer redundancy: how much of the other sources' relevance backs the
-        # sentence's best fact of the asked-for kind.
+        # sentence's best fact of the asked-for kind, the same fact stated as
+        # completely (see ``facts``).
         kind = answer_type(question)
         common = lower_case_words(s.text for s in sources)
         owner = np.array([c.source_index for c in cands])
-        weight = np.array(
-            [
-                max(0.0, float(relevance[owner == j].max())) if (owner == j).any() else 0.0
-                for j in range(len(sources))
-            ]
-        )
+        weight = [
+            max(0.0, float(relevance[owner == j].max())) if (owner == j).any() else 0.0
+            for j in range(len(sources))
+        ]
+        stated = [text_facts(s.text, kind, question, common) for s in sources]
+        cand_facts = [facts_of(c.text, kind, question, common) for c in cands]
         votes = np.zeros(len(cands), dtype=np.float32)
+        primary: list[Fact | None] = []
         for i, cand in enumerate(cands):
-            backing = float(weight.sum() - weight[cand.source_index])
-            terms = typed_terms(cand.text, kind, question, common)
-            if backing <= 0 or not terms:
-                continue
-            votes[i] = (
-                max(
-                    sum(
-                        weight[j]
-                        for j in range(len(sources))
-                        if j != cand.source_index and t in scorer.tokens[j]
-                    )
-                    for t in terms
-                )
-                / backing
-            )
+            fact, backed = primary_fact(cand_facts[i], stated, weight, exclude=cand.source_index)
+            primary.append(fact)
+            rest = sum(weight) - weight[cand.source_index]
+            votes[i] = backed / rest if rest > 0 else 0.0
         corroboration = 0.5 * corroboration + 0.5 * votes
         w = self.settings.corroboration_weight
         score = (1 - w) * relevance + w * corroboration
@@ -224,7 +219,9 @@ class ExtractiveEngine:
         # before a bare year; a sentence about another year than the one asked
         # about comes last.
         penalty = self.settings.untyped_penalty
-        typed = np.array([answer_completeness(c.text, kind, question, common) for c in cands])
+        typed = np.array(
+            [completeness(f, kind, p, stated) for f, p in zip(cand_facts, primary, strict=True)]
+        )
         conflict = np.array([conflicts_with_question(c.text, question) for c in cands])
         score = score * (penalty + (1 - penalty) * typed) * np.where(conflict, penalty, 1.0)
         k = min(max_sentences, self.settings.answer_sentences)
@@ -239,14 +236,14 @@ class ExtractiveEngine:
         # than the best one (it ranked lower for want of corroboration, and
         # the reader should see it), or the question asks for several things.
         first = chosen[0]
-        facts = typed_terms(cands[first].text, kind, question, common)
-        if not facts or is_compound(question):
+        fact = primary[first]
+        if fact is None or is_compound(question):
             return [cands[i] for i in chosen]
         return [cands[first]] + [
             cands[i]
             for i in chosen[1:]
             if relevance[i] > relevance[first]
-            or typed_terms(cands[i].text, kind, question, common) & facts
+            or text_facts(cands[i].text, kind, question, common).states(fact)
         ]
 
     # -- support ------------------------------------------------------------------------
@@ -279,12 +276,12 @@ class ExtractiveEngine:
         kind = answer_type(question) if question else ""
         if kind:
             common = lower_case_words(sources)
+            stated = [text_facts(s, kind, question, common) for s in sources]
+            ones = [1.0] * len(sources)
             for i, sentence in enumerate(sentences):
-                facts = typed_terms(sentence, kind, question, common)
-                if facts:
-                    lexical[i] = np.minimum(
-                        lexical[i], [scorer.share_of(facts, j) for j in range(len(sources))]
-                    )
+                fact, _ = primary_fact(facts_of(sentence, kind, question, common), stated, ones)
+                if fact is not None:
+                    lexical[i] = np.minimum(lexical[i], [float(s.states(fact)) for s in stated])
         # Both must hold: on the same subject and stating the same facts.
         return np.asarray(np.sqrt(semantic * lexical), dtype=np.float64)
 

@@ -137,12 +137,6 @@ def key_terms(text: str) -> set[str]:
     return out
 
 
-_MONTHS = _words(
-    """
-    january february march april may june july august september october november december
-    jan feb mar apr jun jul aug sep sept oct nov dec
-    """
-)
 _NUMBER_HINTS = _words(
     """
     revenue revenues price cost sales profit income population number amount salary budget
@@ -161,13 +155,19 @@ _VERBS_AFTER_WHAT = _words(
 )
 
 
+_WH_WORDS = _words("what which who whom whose when where why how")
+# A question with no wh-word that asks for a place ("... location", "... venue").
+_PLACE_WORDS = _words("location venue place city country host")
+
+
 def answer_type(question: str) -> str:
     """The kind of fact a question asks for: "date", "number", "name" or "" (any).
 
     Classic wh-word typing: when, and what/which asking for a date ("what
     year ...", "what is the release date of ...") → a date; how many/much and
-    questions about an amount → a number; who/whom/whose and which/what + noun
-    → a name.
+    questions about an amount → a number; who/whom/whose, which/what + noun,
+    "what is the name of" and a question without a wh-word that asks for a
+    place ("... location") → a name.
     """
     words = tokens(question)
     if not words:
@@ -185,18 +185,13 @@ def answer_type(question: str) -> str:
         return "number"
     if words[0] in ("who", "whom", "whose", "which", "where"):
         return "name"
+    if words[0] == "what" and "name" in words[1:4]:
+        return "name"  # "what is the name of ..."
+    if words[0] not in _WH_WORDS and _PLACE_WORDS & set(words):
+        return "name"  # "Super Bowl 2021 location"
     if words[0] == "what" and len(words) > 1 and words[1] not in _VERBS_AFTER_WHAT:
         return "name"  # "what company ...", "what movie ..."
     return ""
-
-
-def has_answer_type(
-    sentence: str, kind: str, question: str, common: frozenset[str] = frozenset()
-) -> bool:
-    """Whether ``sentence`` states a fact of that kind that the question does not."""
-    if not kind:
-        return True
-    return bool(typed_terms(sentence, kind, question, common))
 
 
 def lower_case_words(texts: Iterable[str]) -> frozenset[str]:
@@ -229,66 +224,7 @@ def strip_dateline(text: str) -> str:
     return _DATELINE.sub("", text, count=1)
 
 
-def typed_terms(
-    sentence: str, kind: str, question: str, common: frozenset[str] = frozenset()
-) -> set[str]:
-    """The terms of ``sentence`` of the asked-for kind that the question lacks
-    (lower case), its dateline left out; with no kind, its key terms. Names
-    exclude the ``common`` words (see ``lower_case_words``)."""
-    known = set(tokens(question))
-    sentence = strip_dateline(sentence)
-    words = _WORD.findall(unicodedata.normalize("NFKC", sentence))
-    fresh = [w for w in words if w.strip(".-'’").lower() not in known]
-    if kind == "number":
-        hits = [w for w in fresh if any(ch.isdigit() for ch in w)]
-    elif kind == "date":
-        hits = [
-            w
-            for w in fresh
-            if w.strip(".").lower() in _MONTHS or re.fullmatch(r"(1[5-9]|20)\d\d", w)
-        ]
-    elif kind == "name":
-        hits = [
-            w
-            for w in fresh
-            if w[0].isupper() and w.lower() not in STOPWORDS and w.lower() not in common
-        ]
-    else:
-        return key_terms(sentence) - known
-    return {w.strip(".-'’").lower() for w in hits} - {""}
-
-
 _YEAR = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
-_DAY_MONTH = re.compile(
-    rf"\b(?:{_MONTH_RE}\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_RE})"
-)
-_MONTH_ONLY = re.compile(rf"\b{_MONTH_RE}(?=\W|$)")
-
-
-def answer_completeness(
-    sentence: str, kind: str, question: str, common: frozenset[str] = frozenset()
-) -> float:
-    """How completely ``sentence`` states a fact of the asked-for kind, in [0, 1].
-
-    For a date: day, month and year count a third each, so "December 1, 2017"
-    answers "when" fully and "a 2017 game" a third of the way. Other kinds are
-    stated or not (1 or 0); with no kind, every sentence counts as complete.
-    """
-    if not kind:
-        return 1.0
-    if not has_answer_type(sentence, kind, question, common):
-        return 0.0
-    if kind != "date":
-        return 1.0
-    text = strip_dateline(sentence)
-    parts = 0
-    if _YEAR.search(text):
-        parts += 1
-    if _DAY_MONTH.search(text):
-        parts += 2
-    elif _MONTH_ONLY.search(text):
-        parts += 1
-    return max(parts, 1) / 3
 
 
 def conflicts_with_question(sentence: str, question: str) -> bool:

@@ -1,0 +1,335 @@
+"""Answer facts: the dates, names and amounts a sentence states, as comparable values.
+
+A factoid question ("when …", "who …", "how much …") is answered by one fact,
+and a source backs the answer only if it states that same fact completely:
+"November 12" does not back "November 12, 2020", "Barty" does not back
+"Ashleigh Barty", "$19 billion" does not back "$19.3 billion". Comparing
+words one by one cannot tell these apart ("2020" is everywhere in a 2020
+news set), so facts are read into values first:
+
+* a date is (year, month, day) with the parts the text gives, in any of the
+  usual English forms ("July 21, 2017", "21st July 2017", "Jul. 21",
+  "June of 2020", "2017-07-21", a bare year); it is stated by a date that
+  has every part it has, equal;
+* a name is a run of capitalized words that are not in the question, not
+  written in lower case anywhere in the sources (see ``lower_case_words``)
+  and not function words; it is stated by a text whose words contain the run;
+* an amount is a number with its scale ("19bn" = "19 billion" = 19e9;
+  a percentage is its own unit); dates and the question's own numbers are
+  not amounts.
+
+A dateline ("Feb 19, 2014 ...") says when a piece appeared, not what it
+states, so it is left out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nltk.stem.snowball import EnglishStemmer
+
+from attest.generate.text import _WORD, STOPWORDS, strip_dateline, tokens
+
+_STEM = EnglishStemmer()
+
+_MONTH_NUMBER = {
+    name: number
+    for number, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
+        1,
+    )
+    for name in names
+}
+# Months are capitalized in English; the longer names come first so that
+# "Sept" is not read as "Sep".
+_MONTH = (
+    r"(?P<{g}>January|February|March|April|May|June|July|August|September|October"
+    r"|November|December|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?"
+)
+_DAY = r"(?P<{g}>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?P<{g}>(?:1[5-9]|20)\d\d)"
+_DATE = re.compile(
+    "|".join(
+        [
+            # 2017-07-21
+            r"\b(?P<iy>(?:1[5-9]|20)\d\d)-(?P<im>[01]\d)-(?P<id>[0-3]\d)\b",
+            # July 21, 2017 / Jul. 21 / July 21st
+            rf"\b{_MONTH.format(g='am')}\s+{_DAY.format(g='ad')}\b(?:,?\s+{_YEAR.format(g='ay')}\b)?",
+            # 21 July 2017 / 21st of July
+            rf"\b{_DAY.format(g='bd')}\s+(?:of\s+)?{_MONTH.format(g='bm')}(?:,?\s+{_YEAR.format(g='by')}\b)?",
+            # June 2020 / June of 2020
+            rf"\b{_MONTH.format(g='cm')}(?:\s+of)?,?\s+{_YEAR.format(g='cy')}\b",
+            # 2017
+            rf"\b{_YEAR.format(g='yy')}\b",
+        ]
+    )
+)
+_SCALE = {
+    "thousand": 1e3,
+    "k": 1e3,
+    "million": 1e6,
+    "mn": 1e6,
+    "m": 1e6,
+    "mln": 1e6,
+    "billion": 1e9,
+    "bn": 1e9,
+    "b": 1e9,
+    "trillion": 1e12,
+    "tn": 1e12,
+}
+_AMOUNT = re.compile(
+    r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+    r"\s*(?P<unit>%|percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b"
+    r"|mln\b|mn\b|bn\b|tn\b|[kmb]\b)?",
+    re.IGNORECASE,
+)
+# Lower-case words that may sit inside a name ("Bank of America", "Vincent van Gogh").
+_NAME_JOINERS = frozenset({"of", "de", "da", "del", "der", "van", "von", "la", "le", "du", "bin"})
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One stated fact of a kind: ``value`` is comparable across texts."""
+
+    kind: str
+    value: tuple[object, ...]
+
+    @property
+    def specificity(self) -> int:
+        """How much the fact says: the number of date parts; 1 for names and amounts."""
+        if self.kind == "date":
+            return sum(part is not None for part in self.value)
+        return 1
+
+
+@dataclass(frozen=True, slots=True)
+class TextFacts:
+    """The facts of one kind a text states, and its words (for names)."""
+
+    facts: tuple[Fact, ...]
+    words: tuple[str, ...]
+
+    def states(self, fact: Fact) -> bool:
+        if fact.kind == "date":
+            return any(_date_covers(f.value, fact.value) for f in self.facts)
+        if fact.kind == "name":
+            # Names are also written in another order ("Liu Yifei", "Yifei Liu").
+            return _contains_run(self.words, fact.value) or any(
+                set(fact.value) <= set(f.value) for f in self.facts
+            )
+        if fact.kind == "number":
+            return any(_same_amount(f.value, fact.value) for f in self.facts)
+        return False
+
+    def agrees(self, fact: Fact) -> bool:
+        """Whether the text states ``fact`` or a part of it ("Barty" for "Ashleigh
+        Barty", "November 17" for "November 17, 2019"): it does not contradict
+        the fact and says at least some of it."""
+        if self.states(fact):
+            return True
+        if fact.kind == "date":
+            return any(_date_covers(fact.value, f.value) for f in self.facts)
+        if fact.kind == "name":
+            return any(set(f.value) <= set(fact.value) for f in self.facts)
+        return False
+
+
+def _date_covers(have: tuple[object, ...], want: tuple[object, ...]) -> bool:
+    return all(w is None or h == w for h, w in zip(have, want, strict=True))
+
+
+def _contains_run(words: Sequence[str], run: tuple[object, ...]) -> bool:
+    n = len(run)
+    return n > 0 and any(tuple(words[i : i + n]) == run for i in range(len(words) - n + 1))
+
+
+def _same_amount(have: tuple[object, ...], want: tuple[object, ...]) -> bool:
+    (hv, hu), (wv, wu) = have, want
+    assert isinstance(hv, float)
+    assert isinstance(wv, float)
+    return hu == wu and math.isclose(hv, wv, rel_tol=1e-9)
+
+
+def stem(word: str) -> str:
+    return str(_STEM.stem(word.lower()))
+
+
+def _dates(text: str) -> list[tuple[tuple[object, ...], tuple[int, int]]]:
+    """(year, month, day) with None for the parts not given, and where each date is."""
+    out: list[tuple[tuple[object, ...], tuple[int, int]]] = []
+    for m in _DATE.finditer(text):
+        g = m.groupdict()
+        value: tuple[int | None, int | None, int | None]
+        if g["iy"]:
+            value = (int(g["iy"]), int(g["im"]), int(g["id"]))
+        elif g["am"] or g["bm"]:
+            year = g["ay"] or g["by"]
+            named = _MONTH_NUMBER[(g["am"] or g["bm"]).lower()]
+            value = (int(year) if year else None, named, int(g["ad"] or g["bd"]))
+        elif g["cm"]:
+            value = (int(g["cy"]), _MONTH_NUMBER[g["cm"].lower()], None)
+        else:
+            value = (int(g["yy"]), None, None)
+        day, month = value[2], value[1]
+        if (day is not None and not 1 <= day <= 31) or (month is not None and not 1 <= month <= 12):
+            continue
+        out.append((value, m.span()))
+    return out
+
+
+def _clean(text: str) -> str:
+    return strip_dateline(unicodedata.normalize("NFKC", text))
+
+
+def date_facts(text: str, question: str = "") -> list[Fact]:
+    """Dates stated in ``text``; a bare year the question names is not an answer."""
+    asked = {int(y) for y in re.findall(r"\b(?:1[5-9]|20)\d\d\b", question)}
+    out = []
+    for value, _ in _dates(_clean(text)):
+        if value[1] is None and value[0] in asked:
+            continue
+        out.append(Fact("date", value))
+    return list(dict.fromkeys(out))
+
+
+def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -> list[Fact]:
+    """Runs of name words: capitalized, not asked about, never written in lower case."""
+    asked = {stem(t) for t in tokens(question)}
+    out: list[Fact] = []
+    run: list[str] = []
+    last_end = -1
+    text = _clean(text)
+
+    def close() -> None:
+        while run and run[-1] in _NAME_JOINERS:
+            run.pop()
+        if run:
+            out.append(Fact("name", tuple(run)))
+        run.clear()
+
+    for match in _WORD.finditer(text):
+        word = match.group()
+        possessive = word.endswith(("'s", "’s"))
+        if possessive:
+            word = word[:-2]
+        token = word.strip(".-'’").lower()
+        adjacent = last_end >= 0 and text[last_end : match.start()].strip() == ""
+        last_end = match.end()
+        is_name = (
+            word[0].isupper()
+            and bool(token)
+            and token not in STOPWORDS
+            and token not in common
+            and stem(token) not in asked
+        )
+        if not adjacent or not (is_name or (token in _NAME_JOINERS and run)):
+            close()
+        if is_name or (token in _NAME_JOINERS and run):
+            run.append(token)
+        # A possessor is a name of its own ("Austria's Peter Handke"), and
+        # punctuation after a word (a comma, a period) ends the name.
+        if possessive or text[match.end() : match.end() + 1] in '.,;:!?()"”':
+            close()
+    close()
+    return list(dict.fromkeys(out))
+
+
+def number_facts(text: str, question: str) -> list[Fact]:
+    """Amounts stated in ``text``: not dates and not the question's own numbers."""
+    text = _clean(text)
+    spans = [span for _, span in _dates(text)]
+    asked = set(re.findall(r"\d+(?:\.\d+)?", question.replace(",", "")))
+    out = []
+    for m in _AMOUNT.finditer(text):
+        if any(s <= m.start() < e for s, e in spans):
+            continue
+        number = m.group("num").replace(",", "")
+        if number in asked:
+            continue
+        unit = (m.group("unit") or "").lower()
+        if unit in ("%", "percent", "per cent"):
+            out.append(Fact("number", (float(number), "%")))
+        else:
+            out.append(Fact("number", (float(number) * _SCALE.get(unit, 1.0), "")))
+    return list(dict.fromkeys(out))
+
+
+def facts_of(text: str, kind: str, question: str, common: frozenset[str]) -> list[Fact]:
+    """The facts of ``kind`` that ``text`` states, in text order."""
+    if kind == "date":
+        return date_facts(text, question)
+    if kind == "name":
+        return name_facts(text, question, common)
+    if kind == "number":
+        return number_facts(text, question)
+    return []
+
+
+def text_facts(text: str, kind: str, question: str, common: frozenset[str]) -> TextFacts:
+    return TextFacts(tuple(facts_of(text, kind, question, common)), tuple(tokens(_clean(text))))
+
+
+def primary_fact(
+    facts: Sequence[Fact],
+    sources: Sequence[TextFacts],
+    weights: Sequence[float],
+    exclude: int | None = None,
+) -> tuple[Fact | None, float]:
+    """The fact of ``facts`` the sources agree with most (by summed weight, the
+    source ``exclude`` left out), a more specific one on a tie, and its backing."""
+    best: Fact | None = None
+    best_key = (-1.0, -1)
+    for fact in facts:
+        support = sum(
+            w
+            for j, (s, w) in enumerate(zip(sources, weights, strict=True))
+            if j != exclude and s.agrees(fact)
+        )
+        key = (support, fact.specificity)
+        if key > best_key:
+            best, best_key = fact, key
+    return best, max(best_key[0], 0.0)
+
+
+def completeness(
+    facts: Sequence[Fact], kind: str, primary: Fact | None, sources: Sequence[TextFacts]
+) -> float:
+    """How completely a sentence with ``facts`` answers a question of ``kind``, in
+    [0, 1]: a full date is 1, a month and year 2/3, a bare year 1/3; a name is
+    the share of the fullest form of it the sources give ("Manziel" is half of
+    "Johnny Manziel"); an amount is 1; no fact of the kind is 0; with no kind,
+    every sentence is complete."""
+    if not kind:
+        return 1.0
+    if not facts:
+        return 0.0
+    if kind == "date":
+        return max(f.specificity for f in facts) / 3
+    if kind == "name" and primary is not None:
+        # The fuller forms of a name put given names before it ("Johnny" before
+        # "Manziel"); a longer run that goes on after it is a heading
+        # ("Peter Handke Lecture"), not a fuller name.
+        n = len(primary.value)
+        fullest = max(
+            (len(f.value) for s in sources for f in s.facts if f.value[-n:] == primary.value),
+            default=n,
+        )
+        return n / max(fullest, n)
+    return 1.0
