@@ -35,6 +35,7 @@ from attest.generate.text import (
     answer_type,
     conflicts_with_question,
     contains_answer,
+    dateline_year,
     is_compound,
     lower_case_words,
     split_sentences,
@@ -173,6 +174,27 @@ def test_a_sentence_about_another_year_conflicts_with_the_question() -> None:
     assert not conflicts_with_question("Revenue was $10.4 billion.", q)
     assert not conflicts_with_question("Apr 20, 2022 ... Revenue was $10.4 billion.", q)
     assert not conflicts_with_question("In 2022 it grew.", "What was Tesla's revenue?")
+    # With no year of its own, a news sentence is about the year it appeared.
+    nobel = "Who was awarded the 2019 Nobel Prize in Literature?"
+    assert conflicts_with_question(
+        "The prize has been awarded to Abdulrazak Gurnah.", nobel, "2021"
+    )
+    assert not conflicts_with_question("The prize was awarded to Peter Handke.", nobel, "2019")
+    assert not conflicts_with_question("The 2019 prize went to Peter Handke.", nobel, "2021")
+    assert dateline_year("Oct 7, 2021 ... The Nobel prize in literature") == "2021"
+    assert dateline_year("The Nobel prize in 2021") == ""
+
+
+def test_a_sentence_about_another_one_of_what_the_question_names_conflicts() -> None:
+    crown = "When does season 4 of The Crown premiere?"
+    assert conflicts_with_question("Season 3 of The Crown premiered on November 17, 2019.", crown)
+    assert not conflicts_with_question("Season 4 arrives on Netflix on Nov 15.", crown)
+    assert not conflicts_with_question("The fourth season premiered on 15 November 2020.", crown)
+    tesla = "What was Tesla's revenue in Q1 2021?"
+    assert conflicts_with_question("Tesla's Q2 revenue was $6.04 billion.", tesla)
+    oscars = "Which actor won Best Actor at the 92nd Academy Awards Ceremony?"
+    assert conflicts_with_question("At the 91st Academy Awards, Rami Malek won.", oscars)
+    assert not conflicts_with_question("At the 92nd Academy Awards, Joaquin Phoenix won.", oscars)
 
 
 def test_questions_that_ask_for_several_things() -> None:

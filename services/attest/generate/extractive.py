@@ -23,21 +23,24 @@ is invented and every answer sentence has a passage it came from.
   the sources give in full elsewhere, and a sentence without a fact of the
   asked-for kind (datelines do not count: when a text was published is not
   what it states) or about another year than the one the question names
-  behind those. MMR then picks the sentences, so the answer does not repeat
-  itself; when a single-part question asks for a kind of fact, a further
-  sentence stays only if it states the first one's fact in full or is
-  closer to the question than the first, so the answer does not offer
-  rival answers it ranks lower.
+  (with no year of its own: published in another year) or another one of
+  what it names ("season 3" for "season 4") behind those. MMR then picks
+  the sentences, so the answer does not repeat itself; when a single-part
+  question asks for a kind of fact, a further sentence stays only if it
+  states the first one's fact in full, so the answer gives one answer with
+  its context and never rival answers it ranks lower.
 * Citation and confidence: the support of a source for a sentence is the
   geometric mean of the best MiniLM similarity between the sentence and a
   sentence of the source (mapped from [floor, 1] onto [0, 1]) and the
   IDF-weighted share of the sentence's facts found in the source: both must
   hold; when the question asks for a kind of fact, a source that does not
-  state the sentence's answer fact in full (the one most sources agree
-  with) supports it not at all, so a source corroborates the answer only if
-  it states it. Confidence is round(10 × support); a sentence taken
-  from a source scores 10 against it. Other sources at or above ``min_confidence``
-  corroborate it.
+  state the sentence's answer fact in full (the one the sources most
+  relevant to the question agree with most) supports it not at all, so a
+  source corroborates the answer only if it states it; a source about
+  another year or another one of what the question names supports no
+  sentence. Confidence is round(10 × support); a sentence taken from a
+  source scores 10 against it. Other sources at or above
+  ``min_confidence`` corroborate it.
 
 The numeric choices are fixed by what the scores mean, not fitted to an
 evaluation set; they are settings so that a deployment can calibrate them.
@@ -60,6 +63,7 @@ from attest.generate.text import (
     answer_type,
     conflicts_with_question,
     content_tokens,
+    dateline_year,
     is_compound,
     key_terms,
     lower_case_words,
@@ -222,7 +226,10 @@ class ExtractiveEngine:
         typed = np.array(
             [completeness(f, kind, p, stated) for f, p in zip(cand_facts, primary, strict=True)]
         )
-        conflict = np.array([conflicts_with_question(c.text, question) for c in cands])
+        published = [dateline_year(s.text) for s in sources]
+        conflict = np.array(
+            [conflicts_with_question(c.text, question, published[c.source_index]) for c in cands]
+        )
         score = score * (penalty + (1 - penalty) * typed) * np.where(conflict, penalty, 1.0)
         k = min(max_sentences, self.settings.answer_sentences)
         sims = vectors[1:] @ vectors[1:].T
@@ -231,10 +238,8 @@ class ExtractiveEngine:
         if not chosen or not kind:
             return [cands[i] for i in chosen]
         # One answer, not several: when the question asks for a kind of fact,
-        # a further sentence must state the same fact as the best one (it
-        # adds context to that answer), unless it is closer to the question
-        # than the best one (it ranked lower for want of corroboration, and
-        # the reader should see it), or the question asks for several things.
+        # a further sentence must state the best one's fact in full (it adds
+        # context to that answer), unless the question asks for several things.
         first = chosen[0]
         fact = primary[first]
         if fact is None or is_compound(question):
@@ -242,8 +247,7 @@ class ExtractiveEngine:
         return [cands[first]] + [
             cands[i]
             for i in chosen[1:]
-            if relevance[i] > relevance[first]
-            or text_facts(cands[i].text, kind, question, common).states(fact)
+            if text_facts(cands[i].text, kind, question, common).states(fact)
         ]
 
     # -- support ------------------------------------------------------------------------
@@ -261,25 +265,33 @@ class ExtractiveEngine:
             return np.zeros((len(sentences), len(sources)))
         parts = [fragments(s, 1) or [s] for s in sources]
         flat = [p for ps in parts for p in ps]
-        vectors = self.embedder.encode([*sentences, *flat])
-        sims = vectors[: len(sentences)] @ vectors[len(sentences) :].T
+        n = len(sentences)
+        vectors = self.embedder.encode([*sentences, *flat, *([question] if question else [])])
+        sims = vectors[:n] @ vectors[n : n + len(flat)].T
         owner = np.repeat(np.arange(len(sources)), [len(p) for p in parts])
-        best = np.full((len(sentences), len(sources)), -1.0)
+        best = np.full((n, len(sources)), -1.0)
         for j in range(len(sources)):
             best[:, j] = sims[:, owner == j].max(axis=1)
         floor = self.settings.cosine_floor
         semantic = np.clip((best - floor) / (1 - floor), 0.0, 1.0)
         scorer = _Overlap(list(sources), question)
         lexical = np.array([[scorer.share(s, j) for j in range(len(sources))] for s in sentences])
+        if question:
+            # A source about another year, or another one of what the
+            # question names ("season 3" for "season 4"), backs no answer to it.
+            off = [conflicts_with_question(s, question, dateline_year(s)) for s in sources]
+            lexical[:, off] = 0
         # When the question asks for a kind of fact, a source supports a
-        # sentence only as far as it states the sentence's fact of that kind.
+        # sentence only if it states the sentence's answer fact in full: the
+        # fact the sources most relevant to the question agree with most.
         kind = answer_type(question) if question else ""
         if kind:
+            asked = vectors[n : n + len(flat)] @ vectors[-1]
+            weight = [max(0.0, float(asked[owner == j].max())) for j in range(len(sources))]
             common = lower_case_words(sources)
             stated = [text_facts(s, kind, question, common) for s in sources]
-            ones = [1.0] * len(sources)
             for i, sentence in enumerate(sentences):
-                fact, _ = primary_fact(facts_of(sentence, kind, question, common), stated, ones)
+                fact, _ = primary_fact(facts_of(sentence, kind, question, common), stated, weight)
                 if fact is not None:
                     lexical[i] = np.minimum(lexical[i], [float(s.states(fact)) for s in stated])
         # Both must hold: on the same subject and stating the same facts.

@@ -227,17 +227,50 @@ def strip_dateline(text: str) -> str:
 _YEAR = re.compile(r"\b(1[5-9]\d\d|20\d\d)\b")
 
 
-def conflicts_with_question(sentence: str, question: str) -> bool:
-    """True when the question names a year and the sentence names only other years.
+def dateline_year(text: str) -> str:
+    """The year of ``text``'s leading dateline ("Oct 7, 2021 ..."), or ""."""
+    match = _DATELINE.match(text)
+    years = _YEAR.findall(match.group()) if match else []
+    return years[0] if years else ""
 
-    "Revenue in Q1 2021" is not answered by a sentence about 2022; the
-    sentence's dateline does not count (it is when the piece appeared).
+
+# A word and the number that tells which one ("season 4", "Q1", "PS5", "92nd").
+_LABELLED = re.compile(r"\b([A-Za-z]{1,12})[ -]?(\d{1,3})(?:st|nd|rd|th)?\b")
+_ORDINAL = re.compile(r"\b(\d{1,3})(?:st|nd|rd|th)\s+([A-Za-z]{3,})")
+
+
+def _labels(text: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for word, number in _LABELLED.findall(text):
+        if word.lower() not in STOPWORDS:
+            out.setdefault(word.lower(), set()).add(number)
+    for number, word in _ORDINAL.findall(text):
+        out.setdefault(word.lower(), set()).add(number)
+    return out
+
+
+def conflicts_with_question(sentence: str, question: str, published: str = "") -> bool:
+    """True when the sentence is about another one of what the question names.
+
+    * Another year: the question names a year and the sentence names only
+      other years ("Revenue in Q1 2021" is not answered by a sentence about
+      2022). The sentence's dateline is when the piece appeared, not what it
+      states; but a sentence that names no year at all is taken to be about
+      the year it was published (``published``, its source's dateline year),
+      as news is.
+    * Another number of the same thing: "season 4" is not answered by a
+      sentence about "season 3" only, nor "Q1" by one about "Q2".
     """
     asked = set(_YEAR.findall(question))
-    if not asked:
+    body = strip_dateline(sentence)
+    stated = set(_YEAR.findall(body)) or ({published} if published else set())
+    if asked and stated and not stated & asked:
+        return True
+    wanted = _labels(re.sub(_YEAR, " ", question))
+    if not wanted:
         return False
-    stated = set(_YEAR.findall(strip_dateline(sentence)))
-    return bool(stated) and not stated & asked
+    have = _labels(re.sub(_YEAR, " ", body))
+    return any(word in have and not have[word] & numbers for word, numbers in wanted.items())
 
 
 _COMPOUND = re.compile(
