@@ -334,6 +334,35 @@ async def test_a_date_answer_is_corroborated_only_by_sources_stating_the_whole_d
     assert cited == {"p0", "p1"}
 
 
+async def test_sources_about_another_year_neither_vote_nor_corroborate() -> None:
+    later = [
+        Source(f"n{i}", f"Oct {i + 5}, 2021 ... The Aldermoor Prize has been awarded to {text}", 0)
+        for i, text in enumerate(
+            [
+                "the novelist Tomas Brandt for his river trilogy.",
+                "Tomas Brandt, whose novels follow one family over a century.",
+                "Tomas Brandt, the first writer from the coast to win it.",
+            ]
+        )
+    ]
+    sources = [
+        Source(
+            "p0", "The 2019 Aldermoor Prize went to the poet Ines Varga for her fourth book.", 0
+        ),
+        Source("p1", "Ines Varga won the Aldermoor Prize in 2019 for her collected poems.", 0),
+        Source("x0", "Tomas Brandt won the Aldermoor Prize for his first novel.", 0),
+        *later,
+    ]
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    events = [e async for e in generator.answer("Who won the 2019 Aldermoor Prize?", sources)]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    # Three sources published in 2021 name another winner: they are about
+    # 2021 and do not make the undated sentence naming him the answer.
+    assert "Ines Varga" in final.sentences[0].text
+    assert {c.doc_id for s in final.sentences for c in s.citations} == {"p0", "p1"}
+
+
 async def test_extracted_sentences_are_fully_supported_and_not_researched() -> None:
     asked: list[str] = []
 

@@ -190,9 +190,16 @@ class ExtractiveEngine:
         scorer = _Overlap([s.text for s in sources], question)
         corroboration = np.zeros(len(cands), dtype=np.float32)
         n_top = self.settings.corroborating_sources
+        # A source about another year, or another one of what the question
+        # names, neither corroborates nor votes.
+        off = off_topic([s.text for s in sources], question)
         for i, cand in enumerate(cands):
             others = sorted(
-                (scorer.share(cand.text, j) for j in range(len(sources)) if j != cand.source_index),
+                (
+                    scorer.share(cand.text, j)
+                    for j in range(len(sources))
+                    if j != cand.source_index and not off[j]
+                ),
                 reverse=True,
             )[:n_top]
             corroboration[i] = float(np.mean(others)) if others else 0.0
@@ -203,7 +210,9 @@ class ExtractiveEngine:
         common = lower_case_words(s.text for s in sources)
         owner = np.array([c.source_index for c in cands])
         weight = [
-            max(0.0, float(relevance[owner == j].max())) if (owner == j).any() else 0.0
+            max(0.0, float(relevance[owner == j].max()))
+            if (owner == j).any() and not off[j]
+            else 0.0
             for j in range(len(sources))
         ]
         stated = [text_facts(s.text, kind, question, common) for s in sources]
@@ -276,18 +285,20 @@ class ExtractiveEngine:
         semantic = np.clip((best - floor) / (1 - floor), 0.0, 1.0)
         scorer = _Overlap(list(sources), question)
         lexical = np.array([[scorer.share(s, j) for j in range(len(sources))] for s in sentences])
-        if question:
-            # A source about another year, or another one of what the
-            # question names ("season 3" for "season 4"), backs no answer to it.
-            off = [conflicts_with_question(s, question, dateline_year(s)) for s in sources]
-            lexical[:, off] = 0
+        # A source about another year, or another one of what the question
+        # names ("season 3" for "season 4"), backs no answer to it.
+        off = off_topic(sources, question)
+        lexical[:, off] = 0
         # When the question asks for a kind of fact, a source supports a
         # sentence only if it states the sentence's answer fact in full: the
         # fact the sources most relevant to the question agree with most.
         kind = answer_type(question) if question else ""
         if kind:
             asked = vectors[n : n + len(flat)] @ vectors[-1]
-            weight = [max(0.0, float(asked[owner == j].max())) for j in range(len(sources))]
+            weight = [
+                0.0 if off[j] else max(0.0, float(asked[owner == j].max()))
+                for j in range(len(sources))
+            ]
             common = lower_case_words(sources)
             stated = [text_facts(s, kind, question, common) for s in sources]
             for i, sentence in enumerate(sentences):
@@ -319,6 +330,14 @@ class ExtractiveEngine:
             ]
             out.append([Proposal(sentence=i, source=j, confidence=confidence[j]) for j in picked])
         return out
+
+
+def off_topic(sources: Sequence[str], question: str) -> list[bool]:
+    """Per source: whether it is about another year or another one of what the
+    question names (``conflicts_with_question``, its dateline as its year)."""
+    if not question:
+        return [False] * len(sources)
+    return [conflicts_with_question(s, question, dateline_year(s)) for s in sources]
 
 
 def to_confidence(support: float) -> int:
