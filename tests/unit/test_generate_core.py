@@ -181,6 +181,9 @@ def test_a_sentence_about_another_year_conflicts_with_the_question() -> None:
     )
     assert not conflicts_with_question("The prize was awarded to Peter Handke.", nobel, "2019")
     assert not conflicts_with_question("The 2019 prize went to Peter Handke.", nobel, "2021")
+    chair = "Who became the independent chair of Marrowgate Bank in 2025?"
+    assert not conflicts_with_question("Whitlock had held both posts since 2019.", chair, "2025")
+    assert conflicts_with_question("Whitlock had held both posts since 2019.", chair)
     assert dateline_year("Oct 7, 2021 ... The Nobel prize in literature") == "2021"
     assert dateline_year("The Nobel prize in 2021") == ""
 

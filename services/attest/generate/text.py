@@ -254,16 +254,16 @@ def conflicts_with_question(sentence: str, question: str, published: str = "") -
 
     * Another year: the question names a year and the sentence names only
       other years ("Revenue in Q1 2021" is not answered by a sentence about
-      2022). The sentence's dateline is when the piece appeared, not what it
-      states; but a sentence that names no year at all is taken to be about
-      the year it was published (``published``, its source's dateline year),
-      as news is.
+      2022). A news sentence is also about the year it was published
+      (``published``, its source's dateline year): "had held both posts
+      since 2019" in a 2025 piece is about 2025 too, and one that names no
+      year at all is about the year it appeared.
     * Another number of the same thing: "season 4" is not answered by a
       sentence about "season 3" only, nor "Q1" by one about "Q2".
     """
     asked = set(_YEAR.findall(question))
     body = strip_dateline(sentence)
-    stated = set(_YEAR.findall(body)) or ({published} if published else set())
+    stated = set(_YEAR.findall(body)) | ({published} if published else set())
     if asked and stated and not stated & asked:
         return True
     wanted = _labels(re.sub(_YEAR, " ", question))
