@@ -265,6 +265,14 @@ async def _answer(question: str, **kw: object) -> list[object]:
     return [e async for e in generator.answer(question, SOURCES, **kw)]  # type: ignore[arg-type]
 
 
+async def _final(question: str, sources: list[Source]) -> FinalEvent:
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    events = [e async for e in generator.answer(question, sources)]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    return final
+
+
 async def test_extractive_answers_cite_their_passage_and_corroborating_sources() -> None:
     events = await _answer("How much did Norvale Copper cut its emissions?")
     assert [e.source_index for e in events if isinstance(e, SummaryEvent)] == [0, 1, 2]
@@ -302,13 +310,7 @@ async def test_a_factoid_answer_gives_one_answer_and_cites_only_sources_stating_
             0,
         ),
     ]
-    generator = Generator(ExtractiveEngine(EMBEDDER))
-    events = [
-        e
-        async for e in generator.answer("Who is the chief executive of Halvorsen Mining?", sources)
-    ]
-    final = events[-1]
-    assert isinstance(final, FinalEvent)
+    final = await _final("Who is the chief executive of Halvorsen Mining?", sources)
     assert "Ada Brennan" in final.sentences[0].text
     # Every sentence states the same answer; no second candidate is offered.
     assert all("Brennan" in s.text for s in final.sentences)
@@ -327,10 +329,7 @@ async def test_a_date_answer_is_corroborated_only_by_sources_stating_the_whole_d
         Source("n0", "Workers said they expected the Crestmoor smelter to reopen on March 3.", 0),
         Source("n1", "The Crestmoor smelter closed in 2024 for repairs to its furnace.", 0),
     ]
-    generator = Generator(ExtractiveEngine(EMBEDDER))
-    events = [e async for e in generator.answer("When did the Crestmoor smelter reopen?", sources)]
-    final = events[-1]
-    assert isinstance(final, FinalEvent)
+    final = await _final("When did the Crestmoor smelter reopen?", sources)
     assert "March 3, 2025" in final.sentences[0].text or "3 March 2025" in final.sentences[0].text
     cited = {c.doc_id for s in final.sentences for c in s.citations}
     # "March 3" with no year agrees with the answer but does not state it.
@@ -356,10 +355,7 @@ async def test_sources_about_another_year_neither_vote_nor_corroborate() -> None
         Source("x0", "Tomas Brandt won the Aldermoor Prize for his first novel.", 0),
         *later,
     ]
-    generator = Generator(ExtractiveEngine(EMBEDDER))
-    events = [e async for e in generator.answer("Who won the 2019 Aldermoor Prize?", sources)]
-    final = events[-1]
-    assert isinstance(final, FinalEvent)
+    final = await _final("Who won the 2019 Aldermoor Prize?", sources)
     # Three sources published in 2021 name another winner: they are about
     # 2021 and do not make the undated sentence naming him the answer.
     assert "Ines Varga" in final.sentences[0].text

@@ -24,6 +24,7 @@ states, so it is left out.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from nltk.stem.snowball import EnglishStemmer
 
-from attest.generate.text import _WORD, STOPWORDS, strip_dateline, tokens
+from attest.generate.text import STOPWORDS, WORD, strip_dateline, tokens
 
 _STEM = EnglishStemmer()
 
@@ -167,6 +168,7 @@ def _same_amount(have: tuple[object, ...], want: tuple[object, ...]) -> bool:
     return hu == wu and math.isclose(hv, wv, rel_tol=1e-9)
 
 
+@functools.lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     return str(_STEM.stem(word.lower()))
 
@@ -224,7 +226,7 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
             out.append(Fact("name", tuple(run)))
         run.clear()
 
-    for match in _WORD.finditer(text):
+    for match in WORD.finditer(text):
         word = match.group()
         possessive = word.endswith(("'s", "’s"))
         if possessive:

@@ -29,7 +29,8 @@ _ABBREVIATIONS = _words(
 # A candidate boundary: sentence punctuation, optional closing quotes or
 # brackets, then whitespace.
 _BOUNDARY = re.compile(r"""([.!?…]+["'”’)\]]*)\s+""")
-_WORD = re.compile(r"[\w][\w'’.-]*[\w]|[\w]", re.UNICODE)
+# A word: letters and digits with apostrophes, periods or hyphens inside ("U.S.", "co-founder").
+WORD = re.compile(r"[\w][\w'’.-]*[\w]|[\w]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
 
 # Common English function words: they carry no evidence that a source supports
@@ -94,7 +95,7 @@ def split_sentences(text: str) -> list[str]:
 
 def tokens(text: str) -> list[str]:
     """Lower-case word tokens, punctuation stripped."""
-    return [t.strip(".-'’").lower() for t in _WORD.findall(unicodedata.normalize("NFKC", text))]
+    return [t.strip(".-'’").lower() for t in WORD.findall(unicodedata.normalize("NFKC", text))]
 
 
 def content_tokens(text: str) -> set[str]:
@@ -128,7 +129,7 @@ def key_terms(text: str) -> set[str]:
     source backs a claim.
     """
     out = set()
-    for match in _WORD.finditer(unicodedata.normalize("NFKC", text)):
+    for match in WORD.finditer(unicodedata.normalize("NFKC", text)):
         word = match.group()
         if word[0].isupper() or any(ch.isdigit() for ch in word):
             token = word.strip(".-'’").lower()
@@ -204,7 +205,7 @@ def lower_case_words(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(
         w.strip(".-'’")
         for text in texts
-        for w in _WORD.findall(unicodedata.normalize("NFKC", text))
+        for w in WORD.findall(unicodedata.normalize("NFKC", text))
         if w[0].islower()
     )
 
