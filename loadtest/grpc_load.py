@@ -5,9 +5,8 @@ Scenarios (``--scenario``, repeatable):
 - ``bm25``: ``LexicalService.Search`` (top 10 documents);
 - ``dense``: ``SemanticService.Search`` (dense mode, top 10 documents);
 - ``ask``: ``AnswerService.Ask`` with default options (extractive generation
-  when no LLM is configured). The answer service lands after the search
-  services: until ``attest serve`` knows it, asking for this scenario against
-  the embedded stack stops with a message instead of measuring nothing.
+  when no LLM is configured). A scenario whose service ``attest serve all``
+  does not run stops with a message instead of measuring nothing.
 
 Without ``--address`` the command starts the embedded stack itself
 (``attest serve all`` on a free port with a fresh data directory), waits for
@@ -567,8 +566,8 @@ def run(args: argparse.Namespace) -> int:
             missing = [s.name for s in scenarios if s.service not in served_services()]
             if missing:
                 raise LoadTestError(
-                    f"scenario {', '.join(missing)} needs a service `attest serve` does not "
-                    "provide yet (the answer service); point --address at a stack that has it"
+                    f"scenario {', '.join(missing)} needs a service `attest serve all` does not "
+                    "run; point --address at a stack that has it"
                 )
             log = ROOT / ".attest" / "loadtest" / "server.log"
             log.parent.mkdir(parents=True, exist_ok=True)
