@@ -38,6 +38,7 @@ from attest.generate.text import (
     dateline_year,
     is_compound,
     lower_case_words,
+    ordinary_words,
     split_sentences,
 )
 from attest.semantic.embedding import Embedder
@@ -148,6 +149,15 @@ def test_names_are_runs_of_words_the_sources_never_write_in_lower_case() -> None
         ("austria",),
         ("peter", "handke"),
         ("bank", "of", "america"),
+    ]
+    texts = ["Two winners were named. Barty won. Voters chose Ashleigh Barty.", "Results came."]
+    ordinary = ordinary_words(texts)
+    # Capitalized only where a sentence starts: not names; capitalized inside one too: names.
+    assert {"two", "voters", "results"} <= ordinary
+    assert not {"barty", "ashleigh"} & ordinary
+    assert name_facts(texts[0], "Who won?", ordinary) == [
+        Fact("name", ("barty",)),
+        Fact("name", ("ashleigh", "barty")),
     ]
     full = text_facts("Ashleigh Barty beat Karolina Pliskova.", "name", "", frozenset())
     assert full.states(Fact("name", ("barty",)))

@@ -66,7 +66,7 @@ from attest.generate.text import (
     dateline_year,
     is_compound,
     key_terms,
-    lower_case_words,
+    ordinary_words,
     split_sentences,
     strip_dateline,
     tokens,
@@ -207,7 +207,7 @@ class ExtractiveEngine:
         # sentence's best fact of the asked-for kind, the same fact stated as
         # completely (see ``facts``).
         kind = answer_type(question)
-        common = lower_case_words(s.text for s in sources)
+        common = ordinary_words(s.text for s in sources)
         owner = np.array([c.source_index for c in cands])
         weight = [
             max(0.0, float(relevance[owner == j].max()))
@@ -299,7 +299,7 @@ class ExtractiveEngine:
                 0.0 if off[j] else max(0.0, float(asked[owner == j].max()))
                 for j in range(len(sources))
             ]
-            common = lower_case_words(sources)
+            common = ordinary_words(sources)
             stated = [text_facts(s, kind, question, common) for s in sources]
             for i, sentence in enumerate(sentences):
                 fact, _ = primary_fact(facts_of(sentence, kind, question, common), stated, weight)

@@ -12,8 +12,9 @@ news set), so facts are read into values first:
   "June of 2020", "2017-07-21", a bare year); it is stated by a date that
   has every part it has, equal;
 * a name is a run of capitalized words that are not in the question, not
-  written in lower case anywhere in the sources (see ``lower_case_words``)
-  and not function words; it is stated by a text whose words contain the run;
+  ordinary words of the sources (written in lower case somewhere, or
+  capitalized only where a sentence starts: see ``ordinary_words``) and
+  not function words; it is stated by a text whose words contain the run;
 * an amount is a number with its scale ("19bn" = "19 billion" = 19e9;
   a percentage is its own unit); dates and the question's own numbers are
   not amounts.

@@ -210,6 +210,27 @@ def lower_case_words(texts: Iterable[str]) -> frozenset[str]:
     )
 
 
+def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
+    """Words of ``texts`` that are not names: those written in lower case
+    somewhere (``lower_case_words``) and, lower-cased, those capitalized only
+    where a sentence starts ("Results of the election ...", "Two winners
+    were named"): a name is capitalized inside sentences too."""
+    texts = [unicodedata.normalize("NFKC", t) for t in texts]
+    initial: set[str] = set()
+    inside: set[str] = set()
+    for text in texts:
+        end = -1
+        for match in WORD.finditer(text):
+            word = match.group().strip(".-'’")
+            gap = text[end : match.start()] if end >= 0 else "."
+            end = match.end()
+            if not word or not word[0].isupper():
+                continue
+            starts = any(ch in gap for ch in ".!?…")
+            (initial if starts else inside).add(word.lower())
+    return lower_case_words(texts) | frozenset(initial - inside)
+
+
 _MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 # A leading dateline: "Jul 22, 2020 ...", "22 July 2020 -", "LONDON, May 5 (Reuters) -".
 _DATELINE = re.compile(
