@@ -15,12 +15,16 @@
 # minute.
 #   usage: bash .ci/deploy-checks.sh
 set -euo pipefail
+# schemas_for runs in a command substitution: without this a failure inside
+# it would go unnoticed and leave a schema folder marked ready but empty.
+shopt -s inherit_errexit
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.8.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
+PIP_VERSION=25.3
 HADOLINT_VERSION=2.15.1
 CHECK_JSONSCHEMA_VERSION=0.39.0
 # The chart's kubeVersion floor and a recent release.
@@ -53,7 +57,10 @@ schemas_for() {  # schemas_for 1.30.0 -> prints the folder of that release's str
     local wheel_dir=$cache/wheels
     local wheel=$wheel_dir/kubernetes_validate-$KUBERNETES_VALIDATE_VERSION-py3-none-any.whl
     if [[ ! -e $wheel ]]; then
-      python3 -m pip download --quiet --disable-pip-version-check --no-deps \
+      # The project's virtual environment (first on PATH in CI) has no pip:
+      # run a pinned pip of its own through uv.
+      uvx --quiet --from "pip==$PIP_VERSION" pip download --quiet \
+        --disable-pip-version-check --no-deps \
         "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" -d "$wheel_dir" >&2
     fi
     rm -rf "$dir"
