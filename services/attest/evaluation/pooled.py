@@ -7,6 +7,8 @@ runs them). Each question is then asked through ``AnswerService.Ask`` with no
 hint of which passages are its own, so the answer's citations and the
 sources it was generated from are scored against that question's gold
 passages, which now compete with the passages of every other question.
+Questions are asked through ``AskStream``, so each revision is seen with the
+citations the sentence had before it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from attest.answer.v1 import answer_pb2
+from attest.client import AnswerClient
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
-from attest.evaluation.qa import Answered, QAItem
+from attest.evaluation.qa import Answered, QAItem, RevisionLog
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 INGEST_BATCH = 500
@@ -37,7 +40,10 @@ def pooled_documents(items: list[QAItem]) -> list[common_pb2.Document]:
     return list(docs.values())
 
 
-def answered_from_proto(answer: answer_pb2.Answer) -> Answered:
+def answered_from_proto(
+    answer: answer_pb2.Answer,
+    revisions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (),
+) -> Answered:
     retrieved = tuple(
         dict.fromkeys(s.source.doc_id for s in answer.sources if s.added_for_sentence < 0)
     )
@@ -50,7 +56,33 @@ def answered_from_proto(answer: answer_pb2.Answer) -> Answered:
         llm_calls=answer.llm_calls,
         insufficient=answer.insufficient_information,
         retrieved=retrieved,
+        revisions=revisions,
+        researches=answer.researches,
     )
+
+
+async def ask_streamed(
+    client: AnswerClient, question: str, ask_options: answer_pb2.AskOptions
+) -> Answered:
+    """Ask through ``AskStream``, so that every revision is seen with the
+    citations of the sentence before it."""
+    log = RevisionLog()
+    final: answer_pb2.Answer | None = None
+    async for event in client.ask_stream(question, ask_options, timeout=300):
+        kind = event.WhichOneof("event")
+        if kind == "sentence":
+            log.sentence(event.sentence.index, _cited(event.sentence))
+        elif kind == "revision":
+            log.revision(event.revision.sentence_index, _cited(event.revision.sentence))
+        elif kind == "final":
+            final = event.final
+    if final is None:
+        raise RuntimeError(f"no final answer to {question!r}")
+    return answered_from_proto(final, tuple(log.revisions))
+
+
+def _cited(sentence: common_pb2.AnswerSentence) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.doc_id for c in sentence.citations))
 
 
 async def run_pooled(
@@ -60,12 +92,16 @@ async def run_pooled(
     top_k: int,
     echo: Callable[[str], None],
     progress: bool = True,
+    documents: list[common_pb2.Document] | None = None,
+    asked: list[QAItem] | None = None,
 ) -> list[Answered]:
-    """Ingest every question's passages into one corpus, then ask every question."""
+    """Ingest every question's passages into one corpus (or ``documents``,
+    when given), then ask every question (or those of ``asked``) with
+    ``top_k`` sources after reranking."""
     from attest.answer.embedded import embedded_stack
-    from attest.client import AnswerClient, options
+    from attest.client import options
 
-    docs = pooled_documents(items)
+    docs = documents if documents is not None else pooled_documents(items)
     async with embedded_stack(data_dir) as address:
         channel = create_channel(address)
         try:
@@ -94,12 +130,15 @@ async def run_pooled(
             bar.close()
             if failed:
                 raise RuntimeError(f"{len(failed)} passages were not ingested: {failed[:5]}")
-            echo(f"ingested {len(docs)} passages of {len(items)} questions into one corpus")
+            what = "documents" if documents is not None else "passages"
+            echo(f"ingested {len(docs)} {what} of {len(items)} questions into one corpus")
         finally:
             await channel.close()
         answers = []
+        questions = items if asked is None else asked
         async with AnswerClient(address) as client:
-            for item in tqdm(items, desc="answering", unit="q", disable=not progress):
-                answer = await client.ask(item.question, options(rerank_top_k=top_k), timeout=300)
-                answers.append(answered_from_proto(answer))
+            for item in tqdm(questions, desc="answering", unit="q", disable=not progress):
+                answers.append(
+                    await ask_streamed(client, item.question, options(rerank_top_k=top_k))
+                )
     return answers

@@ -5,38 +5,88 @@ One line per question::
     {"id": "0", "question": "...", "answers": ["Tampa, Florida", ...],
      "passages": [{"id": "0-p0", "title": "", "text": "...", "gold": true}, ...]}
 
-Each question is answered from its own passages only (no retrieval, no
-re-search), through the same ``Generator`` the generate service runs.
+Optional fields: ``"answer_parts": [["55%"], ["40%", "forty per cent"]]``,
+where a right answer states every part (each a list of accepted spellings)
+instead of any one of ``answers``; ``"answerable": false``, where the
+passages do not answer the question and the right answer is to abstain
+(``insufficient_information``). A question without a gold passage is
+unanswerable too.
+
+Each question is answered from its own passages only (no retrieval), through
+the same ``Generator`` the generate service runs.
 
 Metrics (micro-averaged unless said otherwise):
 
-* answer recall: share of questions whose answer text contains at least one
-  gold answer, both normalized (lower case, no punctuation or articles) and
-  matched on word boundaries;
+* answer recall, strict: of the answerable questions, the share whose answer
+  text contains a gold answer (or every part), both normalized (lower case,
+  no punctuation or articles) and matched on word boundaries;
+* answer recall, numeric-tolerant: the same, where a numeric gold answer
+  ("$1616.00", "3.2%", "16 million") also matches when every amount it
+  states agrees with an amount in the answer within a relative tolerance
+  (1 %) after scale normalization: "1,615.9 million" reads as 1.6159e9, a
+  side without a scale word takes the other side's ("$1616.00" agrees with
+  "$1,615.9 million"), percentages only agree with percentages, and a bare
+  integer (a year, a count) must be equal;
+* abstention rate: of the unanswerable questions, the share answered with
+  ``insufficient_information``; beside it the same share of the answerable
+  questions (abstentions that lose an answer);
 * citation precision: of the distinct (question, passage) pairs the answer
-  cites, the share whose passage is gold;
+  cites, the share whose passage is gold (over every question: a citation in
+  an answer to an unanswerable question is never gold);
 * citation recall: of the gold (question, passage) pairs, the share cited;
 * sentences cited / unsupported: share of answer sentences with at least one
   citation / explicitly marked unsupported (their sum must be 100 %);
-* mean confidence of correct (gold passage) and incorrect citations, over
-  every sentence-citation pair;
-* LLM calls per answer: mean and maximum.
+* confidence AUROC: over every sentence–citation pair, the probability that a
+  citation of a gold passage has a higher confidence than a citation of a
+  non-gold one, ties counted one half (Mann–Whitney); undefined when either
+  kind is absent. Beside it the mean confidence of each kind;
+* re-search rate: the share of answers with at least one revision; the
+  share of revisions that raised (lowered) the precision of the revised
+  sentence's citations (gold share of its distinct cited passages, 0 when it
+  cites none), the share that left the sentence citing nothing (withdrawn or
+  unsupported), and the precision of the revised sentences' citations before
+  and after (pooled over them: a withdrawn sentence's citations leave the
+  "after" side);
+* re-searches per answer (sentences re-searched, as the answer reports them)
+  and LLM calls per answer: mean and maximum;
+* retrieval recall@k (pooled only): gold passages among the first k sources
+  the answer was generated from, for every k up to the number of sources
+  kept.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import re
 import statistics
-from collections.abc import Iterator
-from dataclasses import dataclass
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tqdm import tqdm
 
-from attest.generate.models import FinalEvent, Mode, Source
+from attest.generate.models import (
+    Citation,
+    FinalEvent,
+    Mode,
+    RevisionEvent,
+    SentenceEvent,
+    Source,
+)
 from attest.generate.pipeline import AnswerOptions, Generator
 from attest.generate.text import contains_answer
+
+# Relative tolerance of numeric-tolerant answer matching.
+NUMERIC_TOLERANCE = 0.01
+# Retrieval recall is reported at these k, up to the number of sources kept.
+RECALL_KS = (1, 5, 10, 20)
+
+Half = Literal["even", "odd"]
+Metrics = dict[str, Any]
 
 
 class QADatasetError(ValueError):
@@ -57,6 +107,14 @@ class QAItem:
     question: str
     answers: tuple[str, ...]
     passages: tuple[QAPassage, ...]
+    # When given, a right answer states every part (each: accepted spellings).
+    answer_parts: tuple[tuple[str, ...], ...] = ()
+    answerable: bool = True
+
+    @property
+    def has_answer(self) -> bool:
+        """Marked answerable and with at least one gold passage."""
+        return self.answerable and any(p.gold for p in self.passages)
 
 
 def load_qa(path: Path) -> list[QAItem]:
@@ -78,15 +136,46 @@ def load_qa(path: Path) -> list[QAItem]:
                     str(row["question"]),
                     tuple(str(a) for a in row["answers"]),
                     passages,
+                    tuple(tuple(str(a) for a in part) for part in row.get("answer_parts") or ()),
+                    bool(row.get("answerable", True)),
                 )
             except (json.JSONDecodeError, KeyError, TypeError) as exc:
                 raise QADatasetError(f"{path}:{number}: not a QA line ({exc})") from exc
             if not item.question.strip() or not item.passages:
                 raise QADatasetError(f"{path}:{number}: needs a question and passages")
+            if any(not part for part in item.answer_parts):
+                raise QADatasetError(f"{path}:{number}: an empty answer part")
             items.append(item)
     if not items:
         raise QADatasetError(f"{path}: no questions")
     return items
+
+
+# File names too common to tell two question sets apart ("hotpotqa_dev/qa.jsonl").
+GENERIC_STEMS = frozenset(
+    {"qa", "data", "dataset", "dev", "test", "train", "validation", "questions", "eval"}
+)
+
+
+def dataset_name(path: Path) -> str:
+    """What a question set is called in output: the file name without its
+    extension, preceded by its folder's name when the file name is generic."""
+    stem = path.stem
+    folder = path.resolve().parent.name
+    if stem.lower() in GENERIC_STEMS and folder:
+        return f"{folder}-{stem}"
+    return stem
+
+
+def half_of(question_id: str) -> Half:
+    """The half a question belongs to: the parity of an integer id (RGB's ids
+    are 0-99), else of the first byte of the id's SHA-256 (stable everywhere)."""
+    text = question_id.strip()
+    if re.fullmatch(r"\d+", text, re.ASCII):
+        number = int(text)
+    else:
+        number = hashlib.sha256(question_id.encode("utf-8")).digest()[0]
+    return "even" if number % 2 == 0 else "odd"
 
 
 def _answers(value: Any) -> list[str]:
@@ -99,28 +188,159 @@ def _answers(value: Any) -> list[str]:
     return out
 
 
-def convert_rgb(path: Path) -> Iterator[dict[str, Any]]:
+def convert_rgb(path: Path, *, negatives_only: bool = False) -> Iterator[dict[str, Any]]:
     """RGB's en_fact.json → QA lines: positive passages are gold, negatives are
-    distractors; the counterfactual ``positive_wrong`` passages are left out."""
+    distractors; the counterfactual ``positive_wrong`` passages are left out.
+
+    ``negatives_only``: RGB's negative-rejection protocol, each question with
+    only its negative passages, marked unanswerable (a question without
+    negatives is left out)."""
     with path.open(encoding="utf-8") as handle:
         for line in handle:
             if not line.strip():
                 continue
             row = json.loads(line)
             qid = str(row["id"])
+            positives = [] if negatives_only else row.get("positive", [])
             passages = [
                 {"id": f"{qid}-p{i}", "title": "", "text": t, "gold": True}
-                for i, t in enumerate(row.get("positive", []))
+                for i, t in enumerate(positives)
             ] + [
                 {"id": f"{qid}-n{i}", "title": "", "text": t, "gold": False}
                 for i, t in enumerate(row.get("negative", []))
             ]
-            yield {
+            if not passages:
+                continue
+            out: dict[str, Any] = {
                 "id": qid,
                 "question": row["query"],
                 "answers": _answers(row["answer"]),
                 "passages": passages,
             }
+            if negatives_only:
+                out["answerable"] = False
+            yield out
+
+
+# --- answer matching ---------------------------------------------------------
+
+_SCALE = {
+    "thousand": 1e3,
+    "k": 1e3,
+    "million": 1e6,
+    "mn": 1e6,
+    "mln": 1e6,
+    "m": 1e6,
+    "billion": 1e9,
+    "bn": 1e9,
+    "b": 1e9,
+    "trillion": 1e12,
+    "tn": 1e12,
+}
+_AMOUNT = re.compile(
+    r"(?P<currency>[$€£¥])?\s?(?<![\w.,])"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+    r"(?:\s?(?P<unit>%|percent\b|per\s+cent\b|thousand\b|million\b|billion\b|trillion\b"
+    r"|mn\b|mln\b|bn\b|tn\b|[kmb]\b))?",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Amount:
+    """A number as written: its value, its scale word (None when none is
+    written), whether it is a percentage, and whether it is a rounded
+    quantity (currency, decimals, scale or percent) rather than a bare
+    integer such as a year or a count."""
+
+    value: float
+    scale: float | None
+    percent: bool
+    approximate: bool
+
+
+def read_amounts(text: str) -> list[Amount]:
+    out = []
+    for m in _AMOUNT.finditer(unicodedata.normalize("NFKC", text)):
+        number = m.group("num").replace(",", "")
+        unit = " ".join((m.group("unit") or "").lower().split())
+        percent = unit in ("%", "percent", "per cent")
+        scale = _SCALE[unit] if unit and not percent else None
+        approximate = bool(m.group("currency")) or percent or scale is not None or "." in number
+        out.append(Amount(float(number), scale, percent, approximate))
+    return out
+
+
+def amounts_agree(gold: Amount, got: Amount, tolerance: float = NUMERIC_TOLERANCE) -> bool:
+    if gold.percent != got.percent:
+        return False
+    if not gold.approximate:
+        return got.scale is None and got.value == gold.value
+    scaled = gold.value * (gold.scale or 1.0), got.value * (got.scale or 1.0)
+    if math.isclose(*scaled, rel_tol=tolerance):
+        return True
+    # A side without a scale word takes the other's ("$1616.00" in millions).
+    unstated = gold.scale is None or got.scale is None
+    return unstated and math.isclose(gold.value, got.value, rel_tol=tolerance)
+
+
+def numeric_answer(answer: str) -> list[Amount]:
+    """The amounts of a numeric gold answer ("$1616.00", "45 per share"): one
+    that states an amount and at most two other words; else none."""
+    amounts = read_amounts(answer)
+    rest = _AMOUNT.sub(" ", unicodedata.normalize("NFKC", answer))
+    if len(re.findall(r"[^\W\d_]+", rest)) > 2:
+        return []
+    return amounts
+
+
+def numeric_match(text: str, answer: str, tolerance: float = NUMERIC_TOLERANCE) -> bool:
+    """``contains_answer``, or a numeric ``answer`` whose every amount agrees
+    with an amount stated in ``text``."""
+    if contains_answer(text, answer):
+        return True
+    wanted = numeric_answer(answer)
+    if not wanted:
+        return False
+    stated = read_amounts(text)
+    return all(any(amounts_agree(w, s, tolerance) for s in stated) for w in wanted)
+
+
+def answer_right(item: QAItem, text: str, *, tolerant: bool = False) -> bool:
+    """Whether ``text`` states the item's answer: every part, else any answer."""
+    match: Callable[[str], bool] = (
+        (lambda a: numeric_match(text, a)) if tolerant else (lambda a: contains_answer(text, a))
+    )
+    if item.answer_parts:
+        return all(any(match(a) for a in part) for part in item.answer_parts)
+    return any(match(a) for a in item.answers)
+
+
+def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
+    """Probability that a positive scores above a negative, ties counted one
+    half (the Mann–Whitney U statistic over positives × negatives, from
+    average ranks); None when either class is empty."""
+    if not positives or not negatives:
+        return None
+    scored = sorted([(float(s), True) for s in positives] + [(float(s), False) for s in negatives])
+    rank_sum = 0.0
+    start = 0
+    while start < len(scored):
+        end = start
+        while end < len(scored) and scored[end][0] == scored[start][0]:
+            end += 1
+        # Ranks start + 1 … end share their mean.
+        rank_sum += (start + 1 + end) / 2 * sum(1 for _, pos in scored[start:end] if pos)
+        start = end
+    n_pos, n_neg = len(positives), len(negatives)
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
+# --- answers -----------------------------------------------------------------
+
+
+def _cited(citations: Sequence[Citation]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.doc_id for c in citations))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +355,10 @@ class Answered:
     insufficient: bool
     # Document ids retrieved for the question, best first (pooled mode only).
     retrieved: tuple[str, ...] | None = None
+    # Per revision: the document ids the sentence cited before and after it.
+    revisions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    # Sentences re-searched, as the answer reports them.
+    researches: int = 0
 
     @classmethod
     def from_final(cls, final: FinalEvent) -> Answered:
@@ -146,32 +370,82 @@ class Answered:
             ),
             llm_calls=final.llm_calls,
             insufficient=final.insufficient_information,
+            researches=final.researches,
         )
 
 
-async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> FinalEvent:
+class RevisionLog:
+    """The citations of each sentence as streamed, and every revision's
+    citations before and after."""
+
+    def __init__(self) -> None:
+        self._current: dict[int, tuple[str, ...]] = {}
+        self.revisions: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+
+    def sentence(self, index: int, cited: tuple[str, ...]) -> None:
+        self._current[index] = cited
+
+    def revision(self, index: int, cited: tuple[str, ...]) -> None:
+        self.revisions.append((self._current.get(index, ()), cited))
+        self._current[index] = cited
+
+
+async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> Answered:
     sources = [Source(doc_id=p.id, text=p.text, title=p.title) for p in item.passages]
     final: FinalEvent | None = None
+    log = RevisionLog()
     async for event in generator.answer(item.question, sources, AnswerOptions(mode=mode)):
-        if isinstance(event, FinalEvent):
+        if isinstance(event, SentenceEvent):
+            log.sentence(event.sentence.index, _cited(event.sentence.citations))
+        elif isinstance(event, RevisionEvent):
+            log.revision(event.sentence_index, _cited(event.sentence.citations))
+        elif isinstance(event, FinalEvent):
             final = event
     assert final is not None
-    return final
+    return replace(Answered.from_final(final), revisions=tuple(log.revisions))
 
 
-def score(items: list[QAItem], answers: list[Answered]) -> dict[str, float]:
-    recall_hits = 0
+# --- scoring -----------------------------------------------------------------
+
+
+def _precision(cited: Sequence[str], gold: set[str]) -> float:
+    return sum(d in gold for d in cited) / len(cited) if cited else 0.0
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def score(
+    items: Sequence[QAItem], answers: Sequence[Answered], *, sources_kept: int | None = None
+) -> Metrics:
+    """The metrics of the module docstring. ``sources_kept``: how many sources
+    each pooled answer was generated from; retrieval recall is reported up to
+    that k (every k of RECALL_KS when not given)."""
+    answerable = unanswerable = 0
+    strict_hits = tolerant_hits = 0
+    abstained_answerable = abstained_unanswerable = 0
     cited_pairs = gold_cited = gold_total = 0
     sentences = with_citation = unsupported = 0
     right: list[int] = []
     wrong: list[int] = []
     calls: list[int] = []
+    researches: list[int] = []
+    revised_answers = revisions = raised = lowered = uncited = 0
+    before_gold = before_cited = after_gold = after_cited = 0
     insufficient = 0
     retrieved_gold: dict[int, int] = {}
-    ks = (1, 5, 10, 20)
+    ks = RECALL_KS if sources_kept is None else _recall_ks(sources_kept)
     for item, answer in zip(items, answers, strict=True):
         gold = {p.id for p in item.passages if p.gold}
-        recall_hits += any(contains_answer(answer.text, a) for a in item.answers)
+        if item.has_answer:
+            answerable += 1
+            strict_hits += answer_right(item, answer.text)
+            tolerant_hits += answer_right(item, answer.text, tolerant=True)
+            abstained_answerable += answer.insufficient
+        else:
+            unanswerable += 1
+            abstained_unanswerable += answer.insufficient
         cited: set[str] = set()
         for citations, is_unsupported in answer.sentences:
             sentences += 1
@@ -184,14 +458,30 @@ def score(items: list[QAItem], answers: list[Answered]) -> dict[str, float]:
         gold_cited += len(cited & gold)
         gold_total += len(gold)
         calls.append(answer.llm_calls)
+        researches.append(answer.researches)
         insufficient += answer.insufficient
+        revised_answers += bool(answer.revisions)
+        for before, after in answer.revisions:
+            revisions += 1
+            raised += _precision(after, gold) > _precision(before, gold)
+            lowered += _precision(after, gold) < _precision(before, gold)
+            uncited += not after
+            before_gold += sum(d in gold for d in before)
+            before_cited += len(before)
+            after_gold += sum(d in gold for d in after)
+            after_cited += len(after)
         if answer.retrieved is not None:
             for k in ks:
                 retrieved_gold[k] = retrieved_gold.get(k, 0) + len(set(answer.retrieved[:k]) & gold)
     n = len(items)
-    out = {
+    out: Metrics = {
         "questions": n,
-        "answer_recall": recall_hits / n,
+        "answerable": answerable,
+        "unanswerable": unanswerable,
+        "answer_recall": strict_hits / answerable if answerable else None,
+        "answer_recall_numeric": tolerant_hits / answerable if answerable else None,
+        "abstention_rate": _share(abstained_unanswerable, unanswerable),
+        "abstention_rate_answerable": _share(abstained_answerable, answerable),
         "citation_precision": gold_cited / cited_pairs if cited_pairs else 0.0,
         "citation_recall": gold_cited / gold_total if gold_total else 0.0,
         "sentences": sentences,
@@ -200,51 +490,170 @@ def score(items: list[QAItem], answers: list[Answered]) -> dict[str, float]:
         "sentences_cited_or_unsupported": (with_citation + unsupported) / sentences
         if sentences
         else 1.0,
+        "confidence_auroc": auroc(right, wrong),
         "mean_confidence_correct": statistics.fmean(right) if right else 0.0,
         "mean_confidence_incorrect": statistics.fmean(wrong) if wrong else 0.0,
         "citations_correct": len(right),
         "citations_incorrect": len(wrong),
-        "llm_calls_per_answer": statistics.fmean(calls),
-        "llm_calls_max": max(calls),
+        "research_rate": revised_answers / n if n else 0.0,
+        "revisions": revisions,
+        "revisions_raising_precision": _share(raised, revisions),
+        "revisions_lowering_precision": _share(lowered, revisions),
+        "revisions_leaving_uncited": _share(uncited, revisions),
+        "revised_precision_before": _share(before_gold, before_cited),
+        "revised_precision_after": _share(after_gold, after_cited),
+        "researches_per_answer": statistics.fmean(researches) if researches else 0.0,
+        "researches_max": max(researches, default=0),
+        "llm_calls_per_answer": statistics.fmean(calls) if calls else 0.0,
+        "llm_calls_max": max(calls, default=0),
         "insufficient_answers": insufficient,
     }
     if retrieved_gold:
         # Supporting-passage recall of retrieval: gold passages among the
         # first k sources the answer was generated from.
+        if sources_kept is not None:
+            out["sources_kept"] = sources_kept
         for k in ks:
             out[f"retrieval_recall_at_{k}"] = retrieved_gold[k] / gold_total if gold_total else 0.0
     return out
 
 
+def _recall_ks(kept: int) -> tuple[int, ...]:
+    """The k of RECALL_KS that ``kept`` sources can measure, and ``kept`` itself."""
+    return tuple(sorted({k for k in RECALL_KS if k <= kept} | {kept}))
+
+
+def score_halves(
+    items: Sequence[QAItem], answers: Sequence[Answered], *, sources_kept: int | None = None
+) -> dict[str, Metrics]:
+    """``score`` of each half (``half_of``) that has questions."""
+    out: dict[str, Metrics] = {}
+    for half in ("even", "odd"):
+        pairs = [(i, a) for i, a in zip(items, answers, strict=True) if half_of(i.id) == half]
+        if pairs:
+            out[half] = score(
+                [i for i, _ in pairs], [a for _, a in pairs], sources_kept=sources_kept
+            )
+    return out
+
+
+def per_question(items: Sequence[QAItem], answers: Sequence[Answered]) -> list[dict[str, Any]]:
+    """One record per question, for reading the answers by hand."""
+    out = []
+    for item, answer in zip(items, answers, strict=True):
+        gold = {p.id for p in item.passages if p.gold}
+        cited = list(dict.fromkeys(d for cs, _ in answer.sentences for d, _ in cs))
+        out.append(
+            {
+                "id": item.id,
+                "half": half_of(item.id),
+                "answerable": item.has_answer,
+                "right": answer_right(item, answer.text) if item.has_answer else None,
+                "right_numeric": answer_right(item, answer.text, tolerant=True)
+                if item.has_answer
+                else None,
+                "abstained": answer.insufficient,
+                "cited": cited,
+                "cited_not_gold": [d for d in cited if d not in gold],
+                "confidences": [[c for _, c in cs] for cs, _ in answer.sentences],
+                "revisions": len(answer.revisions),
+                "researches": answer.researches,
+                "answer": answer.text,
+            }
+        )
+    return out
+
+
 async def run_qa_eval(
     generator: Generator, items: list[QAItem], mode: Mode | None, progress: bool = True
-) -> tuple[dict[str, float], list[FinalEvent]]:
-    finals = []
+) -> tuple[Metrics, list[Answered]]:
+    answers = []
     for item in tqdm(items, desc="answering", unit="q", disable=not progress):
-        finals.append(await answer_item(generator, item, mode))
-    return score(items, [Answered.from_final(f) for f in finals]), finals
+        answers.append(await answer_item(generator, item, mode))
+    return score(items, answers), answers
 
 
-def table(result: dict[str, float]) -> str:
-    rows = [
-        ("questions", f"{int(result['questions'])}"),
-        ("answer recall", f"{result['answer_recall']:.3f}"),
-        ("citation precision", f"{result['citation_precision']:.3f}"),
-        ("citation recall", f"{result['citation_recall']:.3f}"),
-        ("sentences cited", f"{result['sentences_cited']:.1%}"),
-        ("sentences unsupported", f"{result['sentences_unsupported']:.1%}"),
-        ("cited or unsupported", f"{result['sentences_cited_or_unsupported']:.1%}"),
-        ("mean confidence, correct citations", f"{result['mean_confidence_correct']:.2f}"),
-        ("mean confidence, incorrect citations", f"{result['mean_confidence_incorrect']:.2f}"),
-        (
-            "LLM calls per answer (mean / max)",
-            f"{result['llm_calls_per_answer']:.2f} / {int(result['llm_calls_max'])}",
+# --- table -------------------------------------------------------------------
+
+
+def _num(key: str, digits: int = 3) -> Callable[[Metrics], str]:
+    def fmt(m: Metrics) -> str:
+        value = m.get(key)
+        return "undefined" if value is None else f"{value:.{digits}f}"
+
+    return fmt
+
+
+def _pct(key: str) -> Callable[[Metrics], str]:
+    def fmt(m: Metrics) -> str:
+        value = m.get(key)
+        return "undefined" if value is None else f"{value:.1%}"
+
+    return fmt
+
+
+ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
+    (
+        "questions (answerable / unanswerable)",
+        lambda m: f"{int(m['questions'])} ({int(m['answerable'])} / {int(m['unanswerable'])})",
+    ),
+    ("answer recall, strict", _num("answer_recall")),
+    ("answer recall, numeric-tolerant", _num("answer_recall_numeric")),
+    ("abstention rate, unanswerable", _num("abstention_rate")),
+    ("abstention rate, answerable", _num("abstention_rate_answerable")),
+    ("citation precision", _num("citation_precision")),
+    ("citation recall", _num("citation_recall")),
+    ("sentences cited", _pct("sentences_cited")),
+    ("sentences unsupported", _pct("sentences_unsupported")),
+    ("cited or unsupported", _pct("sentences_cited_or_unsupported")),
+    ("confidence AUROC, correct vs incorrect", _num("confidence_auroc")),
+    (
+        "citations correct / incorrect",
+        lambda m: f"{int(m['citations_correct'])} / {int(m['citations_incorrect'])}",
+    ),
+    (
+        "mean confidence, correct / incorrect",
+        lambda m: f"{m['mean_confidence_correct']:.2f} / {m['mean_confidence_incorrect']:.2f}",
+    ),
+    ("re-search rate (answers revised)", _num("research_rate")),
+    ("revisions", lambda m: f"{int(m['revisions'])}"),
+    (
+        "revisions raising / lowering precision",
+        lambda m: (
+            f"{_num('revisions_raising_precision')(m)} / {_num('revisions_lowering_precision')(m)}"
         ),
-    ]
-    rows += [
-        (f"retrieval recall@{k}", f"{result[f'retrieval_recall_at_{k}']:.3f}")
-        for k in (1, 5, 10, 20)
-        if f"retrieval_recall_at_{k}" in result
-    ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+    ),
+    ("revisions leaving the sentence uncited", _num("revisions_leaving_uncited")),
+    (
+        "precision of revised sentences, before / after",
+        lambda m: f"{_num('revised_precision_before')(m)} / {_num('revised_precision_after')(m)}",
+    ),
+    (
+        "re-searches per answer (mean / max)",
+        lambda m: f"{m['researches_per_answer']:.2f} / {int(m['researches_max'])}",
+    ),
+    (
+        "LLM calls per answer (mean / max)",
+        lambda m: f"{m['llm_calls_per_answer']:.2f} / {int(m['llm_calls_max'])}",
+    ),
+]
+
+
+def table(result: Metrics, halves: dict[str, Metrics] | None = None) -> str:
+    """The metrics as aligned rows; with ``halves``, a column per half."""
+    columns = [("all", result), *((name, m) for name, m in (halves or {}).items())]
+    rows = list(ROWS)
+    ks = sorted(
+        int(key.rsplit("_", 1)[1]) for key in result if key.startswith("retrieval_recall_at_")
+    )
+    rows += [(f"retrieval recall@{k}", _num(f"retrieval_recall_at_{k}")) for k in ks]
+    cells = [[name, *(fmt(m) for _, m in columns)] for name, fmt in rows]
+    if len(columns) > 1:
+        cells.insert(0, ["", *(name for name, _ in columns)])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i]) for i, cell in enumerate(row)
+        ).rstrip()
+        for row in cells
+    )

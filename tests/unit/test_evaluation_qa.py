@@ -1,0 +1,420 @@
+"""`attest eval qa`: metrics of trust (AUROC, abstention,
+numeric-tolerant recall, re-search), RGB negatives and output naming."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from attest.answer.v1 import answer_pb2
+from attest.client import AnswerClient
+from attest.common.v1 import common_pb2
+from attest.evaluation.pooled import ask_streamed
+from attest.evaluation.qa import (
+    Answered,
+    QAItem,
+    QAPassage,
+    answer_item,
+    answer_right,
+    auroc,
+    convert_rgb,
+    dataset_name,
+    half_of,
+    load_qa,
+    numeric_match,
+    read_amounts,
+    score,
+    score_halves,
+    table,
+)
+from attest.generate.models import (
+    Citation,
+    FinalEvent,
+    Mode,
+    RevisionEvent,
+    Sentence,
+    SentenceEvent,
+)
+from attest.generate.pipeline import Generator
+from attest.generate.text import contains_answer
+
+
+def _item(qid: str, gold: bool = True, answerable: bool = True, **kw: Any) -> QAItem:
+    passages = (QAPassage(f"{qid}-p0", "", "text", True),) if gold else ()
+    passages += (QAPassage(f"{qid}-n0", "", "other", False),)
+    return QAItem(qid, "q?", kw.get("answers", ("Ann Lee",)), passages, answerable=answerable)
+
+
+def _answer(
+    text: str,
+    cites: tuple[tuple[str, int], ...] = (),
+    insufficient: bool = False,
+    **kw: Any,
+) -> Answered:
+    return Answered(
+        text=text,
+        sentences=((cites, not cites),),
+        llm_calls=0,
+        insufficient=insufficient,
+        **kw,
+    )
+
+
+def _row(printed: str, label: str) -> list[str]:
+    """The cells of a table row after its label."""
+    for line in printed.splitlines():
+        if line.startswith(label + "  "):
+            return [c.strip() for c in line[len(label) :].split("  ") if c.strip()]
+    raise AssertionError(f"no row {label!r} in\n{printed}")
+
+
+# --- AUROC -------------------------------------------------------------------
+
+
+def test_auroc_counts_pairs_with_ties_as_one_half() -> None:
+    assert auroc([9, 10], [1, 2]) == 1.0
+    assert auroc([1, 2], [9, 10]) == 0.0
+    assert auroc([10, 10], [10, 10]) == 0.5
+    # Pairs: (10>5)(10>5)(8>5) + ties (10=10)(10=10) count 0.5, (8<10) 0 → 4/6.
+    assert auroc([10, 10, 8], [10, 5]) == pytest.approx(4 / 6)
+
+
+def test_auroc_agrees_with_scikit_learn() -> None:
+    metrics = pytest.importorskip("sklearn.metrics")
+    pos = [10, 10, 9, 7, 7, 5, 10, 3]
+    neg = [10, 8, 7, 7, 2, 10, 0]
+    expected = metrics.roc_auc_score([1] * len(pos) + [0] * len(neg), pos + neg)
+    assert auroc(pos, neg) == pytest.approx(expected)
+
+
+def test_auroc_of_one_class_is_undefined_not_an_error() -> None:
+    assert auroc([], [1, 2]) is None
+    assert auroc([3], []) is None
+    item = _item("1")
+    result = score([item], [_answer("Ann Lee won.", (("1-p0", 10),))])
+    assert result["confidence_auroc"] is None
+    assert result["citations_incorrect"] == 0
+    assert _row(table(result), "confidence AUROC, correct vs incorrect") == ["undefined"]
+    assert json.loads(json.dumps(result))["confidence_auroc"] is None
+
+
+def test_auroc_over_every_sentence_citation_pair() -> None:
+    item = _item("1")
+    answered = Answered(
+        text="Ann Lee won. Bob lost.",
+        sentences=(((("1-p0", 9), ("1-n0", 9)), False), ((("1-n0", 4),), False)),
+        llm_calls=0,
+        insufficient=False,
+    )
+    result = score([item], [answered])
+    # Correct: [9]; incorrect: [9, 4] → (0.5 + 1) / 2.
+    assert result["confidence_auroc"] == 0.75
+
+
+# --- answer matching ---------------------------------------------------------
+
+
+def test_numeric_answers_match_within_tolerance_after_scale_normalization() -> None:
+    assert numeric_match("Revenue was $1,615.9 million in 2022.", "$1616.00")
+    assert not contains_answer("Revenue was $1,615.9 million in 2022.", "$1616.00")
+    assert numeric_match("It spent $1.6 billion.", "$1,600 million")
+    assert numeric_match("a rate of 3.21%", "3.2%")
+    assert not numeric_match("Revenue was $1,700 million.", "$1616.00")
+    assert not numeric_match("a rate of 3.5%", "3.2%")
+    # A percentage only agrees with a percentage.
+    assert not numeric_match("3.2 billion dollars", "3.2 percent")
+    # Bare integers (years, counts) must be equal: 2028 is not 2030 ± 1 %.
+    assert not numeric_match("by 2028", "2030")
+    assert numeric_match("by 2030", "2030")
+
+
+def test_a_gold_answer_with_words_beside_its_number_is_matched_strictly() -> None:
+    gold = "1.82 million tonnes of carbon dioxide equivalent"
+    assert not numeric_match("emissions of 1.82 million tonnes of CO2e", gold)
+    assert numeric_match("emissions of 1.82 million tonnes of carbon dioxide equivalent", gold)
+
+
+def test_amounts_are_read_with_scale_and_percent() -> None:
+    a, b, c, d = read_amounts("$1,615.9 million, 55 per cent, 2.6m and 12,000 hectares")
+    assert (a.value, a.scale, a.percent, a.approximate) == (1615.9, 1e6, False, True)
+    assert (b.value, b.percent) == (55.0, True)
+    assert (c.value, c.scale) == (2.6, 1e6)
+    assert (d.value, d.scale, d.approximate) == (12000.0, None, False)
+
+
+def test_answer_parts_must_all_be_stated() -> None:
+    item = QAItem("q", "?", ("x",), (), answer_parts=(("55%",), ("40%", "forty per cent")))
+    assert answer_right(item, "raised to 55% from 40%")
+    assert answer_right(item, "raised to 55% from forty per cent")
+    assert not answer_right(item, "raised to 55%")
+
+
+# --- abstention, recall, re-search -------------------------------------------
+
+
+def test_abstention_is_counted_on_unanswerable_questions_and_recall_on_answerable() -> None:
+    items = [
+        _item("1"),  # answerable, answered right
+        _item("2"),  # answerable, abstained
+        _item("3", gold=False),  # no gold passage: unanswerable, abstained
+        _item("4", answerable=False),  # marked unanswerable, answered anyway
+        _item("5", gold=False),  # unanswerable, abstained
+    ]
+    answers = [
+        _answer("Ann Lee won.", (("1-p0", 9),)),
+        _answer("insufficient information available", insufficient=True),
+        _answer("insufficient information available", insufficient=True),
+        _answer("Ann Lee won.", (("4-n0", 8),)),
+        _answer("insufficient information available", insufficient=True),
+    ]
+    result = score(items, answers)
+    assert (result["answerable"], result["unanswerable"]) == (2, 3)
+    assert result["answer_recall"] == 0.5
+    assert result["answer_recall_numeric"] == 0.5
+    assert result["abstention_rate"] == pytest.approx(2 / 3)
+    assert result["abstention_rate_answerable"] == 0.5
+    # A citation in an answer to an unanswerable question is never gold.
+    assert result["citation_precision"] == 0.5
+    assert result["insufficient_answers"] == 3
+
+
+def test_without_unanswerable_questions_abstention_rate_is_undefined() -> None:
+    result = score([_item("1")], [_answer("Ann Lee won.", (("1-p0", 9),))])
+    assert result["abstention_rate"] is None
+    assert _row(table(result), "abstention rate, unanswerable") == ["undefined"]
+
+
+def test_numeric_tolerant_recall_counts_rounded_figures() -> None:
+    item = QAItem("f", "?", ("$1616.00",), (QAPassage("f-p0", "", "t", True),))
+    result = score([item], [_answer("It was $1,615.9 million.", (("f-p0", 9),))])
+    assert result["answer_recall"] == 0.0
+    assert result["answer_recall_numeric"] == 1.0
+
+
+def test_research_rate_and_revisions_that_raise_precision() -> None:
+    items = [_item("1"), _item("2"), _item("3")]
+    answers = [
+        # Re-searched twice: one revision swaps a distractor for the gold passage,
+        # one removes the gold citation.
+        _answer(
+            "Ann Lee won.",
+            (("1-p0", 9),),
+            revisions=((("1-n0",), ("1-p0",)), (("1-p0",), ())),
+            researches=2,
+        ),
+        _answer("Ann Lee won.", (("2-p0", 9),), revisions=((("2-n0",), ("2-n0", "2-p0")),)),
+        _answer("Ann Lee won.", (("3-p0", 9),)),
+    ]
+    result = score(items, answers)
+    assert result["research_rate"] == pytest.approx(2 / 3)
+    assert result["revisions"] == 3
+    assert result["revisions_raising_precision"] == pytest.approx(2 / 3)
+    assert result["revisions_lowering_precision"] == pytest.approx(1 / 3)
+    assert result["revisions_leaving_uncited"] == pytest.approx(1 / 3)
+    # Before: 1-n0, 1-p0, 2-n0 → 1 of 3 gold; after: 1-p0, 2-n0, 2-p0 → 2 of 3.
+    assert result["revised_precision_before"] == pytest.approx(1 / 3)
+    assert result["revised_precision_after"] == pytest.approx(2 / 3)
+    assert (result["researches_per_answer"], result["researches_max"]) == (2 / 3, 2)
+
+
+def test_without_revisions_their_shares_are_undefined() -> None:
+    result = score([_item("1")], [_answer("Ann Lee won.", (("1-p0", 9),))])
+    assert result["research_rate"] == 0.0
+    assert result["revisions_raising_precision"] is None
+    assert _row(table(result), "revisions raising / lowering precision") == [
+        "undefined / undefined"
+    ]
+
+
+class _Scripted:
+    """Stands in for a Generator: streams prepared events."""
+
+    def __init__(self, events: list[Any]) -> None:
+        self.events = events
+
+    async def answer(self, *args: object) -> AsyncIterator[Any]:
+        for event in self.events:
+            yield event
+
+
+async def test_answer_item_records_each_revision_with_the_citations_it_replaced() -> None:
+    weak = Sentence(0, "Ann Lee won.", (Citation(1, "1-n0", -1, 3),))
+    other = Sentence(1, "It was close.", (Citation(0, "1-p0", -1, 9),))
+    revised = Sentence(0, "Ann Lee won.", (Citation(0, "1-p0", -1, 9),))
+    final = FinalEvent(
+        answer="Ann Lee won. It was close.",
+        sentences=(revised, other),
+        insufficient_information=False,
+        researches=1,
+        unsupported_sentences=0,
+        discarded_citations=0,
+        timings=(),
+        total_seconds=0.1,
+        llm_calls=0,
+        mode=Mode.EXTRACTIVE,
+    )
+    events = [
+        SentenceEvent(weak),
+        SentenceEvent(other),
+        RevisionEvent(revised, 3, "Ann Lee won.", (), 2),
+        final,
+    ]
+    answered = await answer_item(cast(Generator, _Scripted(events)), _item("1"), None)
+    assert answered.revisions == ((("1-n0",), ("1-p0",)),)
+    assert answered.researches == 1
+    assert score([_item("1")], [answered])["revisions_raising_precision"] == 1.0
+
+
+async def test_pooled_answers_stream_their_revisions() -> None:
+    def sentence(index: int, doc: str, confidence: int) -> common_pb2.AnswerSentence:
+        return common_pb2.AnswerSentence(
+            index=index,
+            text="Ann Lee won.",
+            citations=[common_pb2.Citation(doc_id=doc, confidence=confidence)],
+            confidence=confidence,
+        )
+
+    final = answer_pb2.Answer(
+        text="Ann Lee won.",
+        sentences=[sentence(0, "1-p0", 9)],
+        sources=[
+            answer_pb2.AnswerSource(source=common_pb2.Source(doc_id="1-n0"), added_for_sentence=-1),
+            answer_pb2.AnswerSource(source=common_pb2.Source(doc_id="1-p0"), added_for_sentence=0),
+        ],
+        researches=1,
+    )
+    stream = [
+        answer_pb2.AskStreamResponse(sentence=sentence(0, "1-n0", 3)),
+        answer_pb2.AskStreamResponse(
+            revision=common_pb2.SentenceRevision(
+                sentence_index=0, sentence=sentence(0, "1-p0", 9), previous_confidence=3
+            )
+        ),
+        answer_pb2.AskStreamResponse(final=final),
+    ]
+
+    class Client:
+        async def ask_stream(self, *args: object, **kw: object) -> AsyncIterator[Any]:
+            for event in stream:
+                yield event
+
+    answered = await ask_streamed(cast(AnswerClient, Client()), "Who won?", answer_pb2.AskOptions())
+    assert answered.revisions == ((("1-n0",), ("1-p0",)),)
+    # Sources added by re-search are not part of what retrieval returned.
+    assert answered.retrieved == ("1-n0",)
+    assert answered.researches == 1
+
+
+# --- retrieval recall --------------------------------------------------------
+
+
+def test_retrieval_recall_is_reported_only_up_to_the_sources_kept() -> None:
+    item = _item("1")
+    answered = _answer(
+        "Ann Lee won.", (("1-p0", 9),), retrieved=(*(f"x{i}" for i in range(9)), "1-p0")
+    )
+    result = score([item], [answered], sources_kept=10)
+    assert result["sources_kept"] == 10
+    assert result["retrieval_recall_at_10"] == 1.0
+    assert result["retrieval_recall_at_5"] == 0.0
+    assert "retrieval_recall_at_20" not in result
+    three = score([item], [answered], sources_kept=3)
+    assert sorted(k for k in three if k.startswith("retrieval_recall_at_")) == [
+        "retrieval_recall_at_1",
+        "retrieval_recall_at_3",
+    ]
+    assert "retrieval recall@3" in table(three)
+
+
+# --- halves and naming -------------------------------------------------------
+
+
+def test_halves_by_integer_parity_else_a_stable_hash() -> None:
+    assert [half_of(str(i)) for i in range(4)] == ["even", "odd", "even", "odd"]
+    assert half_of(" 17 ") == "odd"
+    # SHA-256 of the id: the same on every machine and run.
+    assert half_of("5a85ea095542994775f606a8") == "even"
+    assert half_of("q02") == "odd"
+    halves = score_halves(
+        [_item("1"), _item("2")],
+        [_answer("Ann Lee won.", (("1-p0", 9),)), _answer("nobody")],
+    )
+    assert halves["odd"]["answer_recall"] == 1.0
+    assert halves["even"]["answer_recall"] == 0.0
+    printed = table(score([_item("1")], [_answer("x")]), halves)
+    assert printed.splitlines()[0].split() == ["all", "even", "odd"]
+
+
+def test_outputs_are_named_after_the_input_file(tmp_path: Path) -> None:
+    assert dataset_name(tmp_path / "rgb.jsonl") == "rgb"
+    assert dataset_name(tmp_path / "rgb-negatives.jsonl") == "rgb-negatives"
+    # Two sets that are both called qa.jsonl keep apart by their folders.
+    assert dataset_name(tmp_path / "hotpotqa_dev" / "qa.jsonl") == "hotpotqa_dev-qa"
+    assert dataset_name(tmp_path / "filings" / "qa.jsonl") == "filings-qa"
+
+
+# --- RGB negatives only ------------------------------------------------------
+
+
+def _rgb(tmp_path: Path) -> Path:
+    raw = tmp_path / "en_fact.json"
+    rows = [
+        {
+            "id": 7,
+            "query": "Who won?",
+            "answer": [["Ann Lee", "A. Lee"]],
+            "positive": ["Ann Lee won."],
+            "negative": ["Bob lost.", "The final was in May."],
+            "positive_wrong": ["Cy Doe won."],
+        },
+        {"id": 8, "query": "When?", "answer": "May", "positive": ["In May."], "negative": []},
+    ]
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return raw
+
+
+def test_negatives_only_keeps_each_questions_negatives_marked_unanswerable(
+    tmp_path: Path,
+) -> None:
+    rows = list(convert_rgb(_rgb(tmp_path), negatives_only=True))
+    # A question without negatives has nothing to be asked over.
+    assert rows == [
+        {
+            "id": "7",
+            "question": "Who won?",
+            "answers": ["Ann Lee", "A. Lee"],
+            "passages": [
+                {"id": "7-n0", "title": "", "text": "Bob lost.", "gold": False},
+                {"id": "7-n1", "title": "", "text": "The final was in May.", "gold": False},
+            ],
+            "answerable": False,
+        }
+    ]
+    path = tmp_path / "neg.jsonl"
+    path.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    (item,) = load_qa(path)
+    assert not item.answerable
+    assert not item.has_answer
+    # Passage ids are those of the full conversion: the same texts, the same ids.
+    full = list(convert_rgb(_rgb(tmp_path)))
+    assert {p["id"] for p in rows[0]["passages"]} < {p["id"] for p in full[0]["passages"]}
+    assert "answerable" not in full[0]
+
+
+def test_load_qa_reads_answer_parts_and_answerability(tmp_path: Path) -> None:
+    path = tmp_path / "qa.jsonl"
+    row = {
+        "id": "a",
+        "question": "?",
+        "answers": [],
+        "answer_parts": [["55%"], ["40%", "forty"]],
+        "passages": [{"id": "p", "text": "t", "gold": True}],
+    }
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    (item,) = load_qa(path)
+    assert item.answer_parts == (("55%",), ("40%", "forty"))
+    assert item.has_answer
