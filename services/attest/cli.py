@@ -324,7 +324,7 @@ _register_pfid()
 
 
 def _register_generate() -> None:
-    from attest.generate.commands import convert_rgb_command, eval_qa
+    from attest.evaluation.commands import convert_rgb_command, eval_qa
 
     eval_group.add_command(eval_qa)
     eval_group.add_command(convert_rgb_command)

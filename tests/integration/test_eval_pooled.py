@@ -111,8 +111,14 @@ def test_pooled_eval_retrieves_and_cites_each_questions_own_passages(tmp_path: P
     assert figures["mode"] == "extractive-pooled"
     assert figures["questions"] == 3
     # Each question's own gold passage is retrieved among 6 pooled passages
-    # and cited; every sentence is cited.
-    assert figures["retrieval_recall_at_5"] == 1.0
+    # and cited; every sentence is cited. Recall is reported up to the 3
+    # sources kept, no further.
+    assert figures["sources_kept"] == 3
+    assert figures["retrieval_recall_at_3"] == 1.0
+    assert "retrieval_recall_at_5" not in figures
+    assert figures["unanswerable"] == 0
+    assert figures["answer_recall_numeric"] == 1.0
+    assert len(figures["per_question"]) == 3
     assert figures["answer_recall"] == 1.0
     assert figures["citation_recall"] == 1.0
     assert figures["sentences_cited_or_unsupported"] == 1.0

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from click.testing import CliRunner
 
 from attest.answer.v1 import answer_pb2
+from attest.cli import main
 from attest.client import AnswerClient
 from attest.common.v1 import common_pb2
 from attest.evaluation.pooled import ask_streamed
@@ -403,6 +405,17 @@ def test_negatives_only_keeps_each_questions_negatives_marked_unanswerable(
     full = list(convert_rgb(_rgb(tmp_path)))
     assert {p["id"] for p in rows[0]["passages"]} < {p["id"] for p in full[0]["passages"]}
     assert "answerable" not in full[0]
+
+
+def test_convert_rgb_command_writes_the_negatives_only_set(tmp_path: Path) -> None:
+    target = tmp_path / "rgb-negatives.jsonl"
+    result = CliRunner().invoke(
+        main, ["eval", "convert-rgb", str(_rgb(tmp_path)), str(target), "--negatives-only"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "wrote 1 questions" in result.output
+    (item,) = load_qa(target)
+    assert [p.gold for p in item.passages] == [False, False]
 
 
 def test_load_qa_reads_answer_parts_and_answerability(tmp_path: Path) -> None:

@@ -1,0 +1,221 @@
+"""``attest eval qa`` and ``attest eval convert-rgb``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from attest.core.logging import configure_logging
+from attest.core.settings import LoggingSettings
+
+if TYPE_CHECKING:
+    from attest.evaluation.qa import Answered, QAItem
+
+T = TypeVar("T")
+
+_MODE = click.option(
+    "--mode",
+    type=click.Choice(["extractive", "llm"]),
+    default="extractive",
+    show_default=True,
+    help="llm uses the LLM configured by ATTEST_GENERATE_LLM__* (URL, kind, model).",
+)
+_DATA_DIR = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Pooled: where the embedded stack keeps the corpus (default: a fresh temporary "
+    "directory, removed afterwards).",
+)
+
+
+def _output(output: Path | None, name: str) -> Path:
+    return output or Path(".attest") / "eval" / f"{name}.json"
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _check_pooled_mode(mode: str) -> None:
+    from attest.generate.settings import GenerateSettings
+
+    if (mode == "llm") != bool(GenerateSettings().llm.url):
+        raise click.UsageError(
+            "pooled runs answer with the stack as configured: --mode llm needs "
+            "ATTEST_GENERATE_LLM__URL, and --mode extractive needs it unset"
+        )
+
+
+def _in_data_dir(data_dir: Path | None, go: Callable[[Path], Coroutine[Any, Any, T]]) -> T:
+    """Run ``go`` on ``data_dir``, or on a temporary directory removed afterwards."""
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return asyncio.run(go(data_dir))
+    with tempfile.TemporaryDirectory(prefix="attest-eval-pooled-") as tmp:
+        return asyncio.run(go(Path(tmp)))
+
+
+@click.command(name="qa")
+@click.option(
+    "--dataset",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help='JSONL: {"id","question","answers":[...],"passages":[{"id","title","text","gold"}]}, '
+    'optionally "answer_parts" and "answerable".',
+)
+@_MODE
+@click.option("--limit", type=click.IntRange(1), default=None, help="First N questions only.")
+@click.option(
+    "--split",
+    type=click.Choice(["even", "odd"]),
+    default=None,
+    help="Only this half of the questions: by the parity of an integer id, else of a hash "
+    "of the id. Pooled: every question's passages are still ingested.",
+)
+@click.option("--halves", is_flag=True, help="Print a column for each half beside the total.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Metrics JSON (default .attest/eval/<name>[-<half>]-qa-<mode>.json, where <name> is "
+    "the file name, preceded by its folder's for a generic one such as qa.jsonl).",
+)
+@click.option(
+    "--pooled",
+    is_flag=True,
+    help="Pool every question's passages into one corpus, ingest it into an embedded stack "
+    "and ask each question through the answer service (retrieval is part of the test).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Pooled: sources given to the generator after reranking; retrieval recall is "
+    "reported up to this k.",
+)
+@_DATA_DIR
+def eval_qa(
+    dataset: Path,
+    mode: str,
+    limit: int | None,
+    split: str | None,
+    halves: bool,
+    output: Path | None,
+    pooled: bool,
+    top_k: int,
+    data_dir: Path | None,
+) -> None:
+    """Answer each question from its passages; print answer, abstention,
+    citation, confidence and re-search metrics.
+
+    With --pooled, the passages of all questions form one corpus and each
+    question goes through the full pipeline (retrieval, fusion, reranking,
+    generation) of the answer service; supporting-passage recall of the
+    retrieved sources is reported as well.
+    """
+    from attest.evaluation.qa import (
+        QADatasetError,
+        dataset_name,
+        half_of,
+        load_qa,
+        per_question,
+        score,
+        score_halves,
+        table,
+    )
+
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    try:
+        items = load_qa(dataset)[:limit]
+    except QADatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    asked = [i for i in items if split is None or half_of(i.id) == split]
+    if not asked:
+        raise click.ClickException(f"no questions in the {split} half")
+    kept: int | None = None
+    if pooled:
+        _check_pooled_mode(mode)
+        answers = _answer_pooled(items, asked, top_k, data_dir)
+        kind, kept = f"{mode}-pooled", top_k
+    else:
+        answers = _answer_each(asked, mode)
+        kind = mode
+    result = score(asked, answers, sources_kept=kept)
+    by_half = score_halves(asked, answers, sources_kept=kept)
+    name = dataset_name(dataset) + (f"-{split}" if split else "")
+    output = _output(output, f"{name}-qa-{kind}")
+    _write(
+        output,
+        {
+            "dataset": name,
+            "path": str(dataset),
+            "mode": kind,
+            "split": split or "all",
+            **result,
+            "halves": by_half,
+            "per_question": per_question(asked, answers),
+        },
+    )
+    click.echo(f"{name}  ({dataset})  mode={kind}" + (f"  split={split}" if split else ""))
+    click.echo(table(result, by_half if halves else None))
+    click.echo(f"wrote {output}")
+
+
+def _answer_each(items: list[QAItem], mode: str) -> list[Answered]:
+    from attest.evaluation.qa import run_qa_eval
+    from attest.generate.models import Mode
+    from attest.generate.settings import GenerateSettings, build_generator
+
+    generator = build_generator(GenerateSettings(), with_llm=mode == "llm")
+    generator.extractive.warm_up()
+
+    async def go() -> list[Answered]:
+        try:
+            _, answers = await run_qa_eval(generator, items, Mode(mode))
+        finally:
+            await generator.close()
+        return answers
+
+    return asyncio.run(go())
+
+
+def _answer_pooled(
+    items: list[QAItem], asked: list[QAItem], top_k: int, data_dir: Path | None
+) -> list[Answered]:
+    from attest.evaluation.pooled import run_pooled
+
+    async def go(where: Path) -> list[Answered]:
+        return await run_pooled(items, where, top_k=top_k, echo=click.echo, asked=asked)
+
+    return _in_data_dir(data_dir, go)
+
+
+@click.command(name="convert-rgb")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--negatives-only",
+    is_flag=True,
+    help="RGB's negative rejection: each question with only its negative passages, marked "
+    "unanswerable (the right answer is insufficient information).",
+)
+def convert_rgb_command(source: Path, target: Path, negatives_only: bool) -> None:
+    """Convert RGB's en_fact.json into the QA JSONL of ``attest eval qa``."""
+    from attest.evaluation.qa import convert_rgb
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with target.open("w", encoding="utf-8") as handle:
+        for row in convert_rgb(source, negatives_only=negatives_only):
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    click.echo(f"wrote {count} questions to {target}")
