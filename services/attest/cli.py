@@ -324,9 +324,10 @@ _register_pfid()
 
 
 def _register_generate() -> None:
-    from attest.evaluation.commands import convert_rgb_command, eval_qa
+    from attest.evaluation.commands import convert_rgb_command, eval_demo, eval_qa
 
     eval_group.add_command(eval_qa)
+    eval_group.add_command(eval_demo)
     eval_group.add_command(convert_rgb_command)
 
 

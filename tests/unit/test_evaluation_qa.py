@@ -1,5 +1,5 @@
-"""`attest eval qa`: metrics of trust (AUROC, abstention,
-numeric-tolerant recall, re-search), RGB negatives and output naming."""
+"""`attest eval qa` and `attest eval demo`: metrics of trust (AUROC, abstention,
+numeric-tolerant recall, re-search), RGB negatives, the demo's labels and output naming."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from attest.answer.v1 import answer_pb2
 from attest.cli import main
 from attest.client import AnswerClient
 from attest.common.v1 import common_pb2
+from attest.demo.labels import demo_items, labelled_questions
+from attest.demo.run import read_jsonl, sample_questions
+from attest.evaluation.commands import demo_summary
 from attest.evaluation.pooled import ask_streamed
 from attest.evaluation.qa import (
     Answered,
@@ -28,6 +31,7 @@ from attest.evaluation.qa import (
     half_of,
     load_qa,
     numeric_match,
+    per_question,
     read_amounts,
     score,
     score_halves,
@@ -431,3 +435,50 @@ def test_load_qa_reads_answer_parts_and_answerability(tmp_path: Path) -> None:
     (item,) = load_qa(path)
     assert item.answer_parts == (("55%",), ("40%", "forty"))
     assert item.has_answer
+
+
+# --- the demo's labels -------------------------------------------------------
+
+
+def test_demo_labels_cover_every_question_and_six_unanswerable_ones() -> None:
+    items = demo_items()
+    asked = [q["id"] for q in sample_questions()]
+    assert len(asked) == 12
+    assert set(asked) <= {i.id for i in items}
+    assert len({i.id for i in items}) == len(items)
+    unanswerable = [i for i in items if not i.has_answer]
+    assert len(unanswerable) >= 6
+    assert any("Apple" in i.question for i in unanswerable)
+    for row in labelled_questions():
+        assert row["answer"]
+        assert row["answerable"] or row["missing"]
+    for item in items:
+        assert len(item.passages) == 48
+        assert bool(item.answer_parts) == item.has_answer
+
+
+def test_every_part_of_every_demo_answer_is_stated_by_a_supporting_article() -> None:
+    corpus = {d["id"]: f"{d['title']}. {d['body']}" for d in read_jsonl("sample_corpus.jsonl")}
+    for item in demo_items():
+        gold = [p.id for p in item.passages if p.gold]
+        for part in item.answer_parts:
+            assert any(contains_answer(corpus[d], a) for d in gold for a in part), (item.id, part)
+        # The gold answer as written is right by its own parts.
+        assert not item.has_answer or answer_right(item, item.answers[0]), item.id
+
+
+def test_demo_summary_reports_the_three_checks() -> None:
+    items = [i for i in demo_items() if i.id in ("q03", "q09", "u01")]
+    by_id = {i.id: i for i in items}
+    answers = {
+        "q03": _answer("It found 14 workers under 16.", (("esg-005", 10), ("esg-006", 7))),
+        "q09": _answer("The rate was 3.2%.", (("esg-024", 10),)),
+        "u01": _answer("insufficient information available", insufficient=True),
+    }
+    records = per_question(list(by_id.values()), [answers[i] for i in by_id])
+    lines = demo_summary(records)
+    assert "q03  right      cited: esg-005 esg-006*" in lines
+    assert "u01  abstained  cited: -" in lines
+    assert "answers right by the labels: 2 of 2" in lines
+    assert "citations of an article that does not state the answer: 1 (q03:esg-006)" in lines
+    assert "unanswerable questions answered with insufficient information: 1 of 1" in lines

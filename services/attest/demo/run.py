@@ -25,14 +25,14 @@ from attest.core.channels import create_channel
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 
-def _read_jsonl(name: str) -> list[dict[str, Any]]:
+def read_jsonl(name: str) -> list[dict[str, Any]]:
     text = resources.files("attest.demo").joinpath(name).read_text(encoding="utf-8")
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def sample_documents() -> list[common_pb2.Document]:
     docs = []
-    for raw in _read_jsonl("sample_corpus.jsonl"):
+    for raw in read_jsonl("sample_corpus.jsonl"):
         published = Timestamp()
         published.FromDatetime(datetime.fromisoformat(raw["published_at"]).replace(tzinfo=UTC))
         docs.append(
@@ -49,7 +49,7 @@ def sample_documents() -> list[common_pb2.Document]:
 
 
 def sample_questions() -> list[dict[str, Any]]:
-    return _read_jsonl("questions.jsonl")
+    return read_jsonl("questions.jsonl")
 
 
 async def run_demo(data_dir: Path, *, top_k: int, echo: Callable[[str], None]) -> None:

@@ -1,4 +1,4 @@
-"""``attest eval qa`` and ``attest eval convert-rgb``."""
+"""``attest eval qa``, ``attest eval demo`` and ``attest eval convert-rgb``."""
 
 from __future__ import annotations
 
@@ -197,6 +197,80 @@ def _answer_pooled(
         return await run_pooled(items, where, top_k=top_k, echo=click.echo, asked=asked)
 
     return _in_data_dir(data_dir, go)
+
+
+@click.command(name="demo")
+@_MODE
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Sources given to the generator after reranking (as `attest demo`).",
+)
+@_DATA_DIR
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Metrics JSON (default .attest/eval/demo-qa-<mode>-pooled.json).",
+)
+def eval_demo(mode: str, top_k: int, data_dir: Path | None, output: Path | None) -> None:
+    """Ingest the bundled sample as `attest demo` does, ask its labelled questions
+    (services/attest/demo/questions.jsonl and unanswerable.jsonl) through the
+    answer service and score them against the labels."""
+    from attest.demo.labels import demo_items
+    from attest.demo.run import sample_documents
+    from attest.evaluation.pooled import run_pooled
+    from attest.evaluation.qa import per_question, score, table
+
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    _check_pooled_mode(mode)
+    items = demo_items()
+
+    async def go(where: Path) -> list[Answered]:
+        return await run_pooled(
+            items, where, top_k=top_k, echo=click.echo, documents=sample_documents()
+        )
+
+    answers = _in_data_dir(data_dir, go)
+    result = score(items, answers, sources_kept=top_k)
+    records = per_question(items, answers)
+    kind = f"{mode}-pooled"
+    output = _output(output, f"demo-qa-{kind}")
+    _write(output, {"dataset": "demo", "mode": kind, **result, "per_question": records})
+    click.echo(f"demo  mode={kind}")
+    click.echo(table(result))
+    click.echo("")
+    for line in demo_summary(records):
+        click.echo(line)
+    click.echo(f"wrote {output}")
+
+
+def demo_summary(records: list[dict[str, Any]]) -> list[str]:
+    """One line per question (a non-supporting citation is starred), then the
+    demo's three checks."""
+    lines = []
+    for r in records:
+        if r["answerable"]:
+            verdict = "right" if r["right"] else "WRONG"
+        else:
+            verdict = "abstained" if r["abstained"] else "ANSWERED"
+        cited = " ".join(d + ("*" if d in r["cited_not_gold"] else "") for d in r["cited"])
+        lines.append(f"{r['id']}  {verdict:<9}  cited: {cited or '-'}")
+    answerable = [r for r in records if r["answerable"]]
+    unanswerable = [r for r in records if not r["answerable"]]
+    wrong_citations = [f"{r['id']}:{d}" for r in records for d in r["cited_not_gold"]]
+    lines += [
+        "",
+        f"answers right by the labels: {sum(bool(r['right']) for r in answerable)} of "
+        f"{len(answerable)}",
+        f"citations of an article that does not state the answer: {len(wrong_citations)}"
+        + (f" ({', '.join(wrong_citations)})" if wrong_citations else ""),
+        f"unanswerable questions answered with insufficient information: "
+        f"{sum(bool(r['abstained']) for r in unanswerable)} of {len(unanswerable)}",
+    ]
+    return lines
 
 
 @click.command(name="convert-rgb")
