@@ -104,6 +104,8 @@ def test_auroc_of_one_class_is_undefined_not_an_error() -> None:
     result = score([item], [_answer("Ann Lee won.", (("1-p0", 10),))])
     assert result["confidence_auroc"] is None
     assert result["citations_incorrect"] == 0
+    assert result["mean_confidence_incorrect"] is None
+    assert _row(table(result), "mean confidence, correct / incorrect") == ["10.00 / undefined"]
     assert _row(table(result), "confidence AUROC, correct vs incorrect") == ["undefined"]
     assert json.loads(json.dumps(result))["confidence_auroc"] is None
 
@@ -131,6 +133,11 @@ def test_numeric_answers_match_within_tolerance_after_scale_normalization() -> N
     assert numeric_match("a rate of 3.21%", "3.2%")
     assert not numeric_match("Revenue was $1,700 million.", "$1616.00")
     assert not numeric_match("a rate of 3.5%", "3.2%")
+    assert not numeric_match("revenue of $6 billion", "$6.04 billion")
+    # Only a gold amount borrows the answer's scale; a time is not an amount.
+    assert not numeric_match("a dividend of $6 per share", "$6.04 billion")
+    assert not numeric_match("the call at 6:00 p.m.", "$6.04 billion")
+    assert not numeric_match("It earned 1616.", "$1616.00")
     # A percentage only agrees with a percentage.
     assert not numeric_match("3.2 billion dollars", "3.2 percent")
     # Bare integers (years, counts) must be equal: 2028 is not 2030 ± 1 %.

@@ -23,10 +23,12 @@ Metrics (micro-averaged unless said otherwise):
 * answer recall, numeric-tolerant: the same, where a numeric gold answer
   ("$1616.00", "3.2%", "16 million") also matches when every amount it
   states agrees with an amount in the answer within a relative tolerance
-  (1 %) after scale normalization: "1,615.9 million" reads as 1.6159e9, a
-  side without a scale word takes the other side's ("$1616.00" agrees with
-  "$1,615.9 million"), percentages only agree with percentages, and a bare
-  integer (a year, a count) must be equal;
+  (0.5 %) after scale normalization: "1,615.9 million" reads as 1.6159e9, a
+  gold amount without a scale word takes the answer's ("$1616.00" agrees
+  with "$1,615.9 million"), percentages only agree with percentages, a
+  rounded gold amount (currency, decimals, scale or percent) only with a
+  rounded amount of the answer (not the "6" of "6:00"), and a bare integer
+  (a year, a count) must be equal;
 * abstention rate: of the unanswerable questions, the share answered with
   ``insufficient_information``; beside it the same share of the answerable
   questions (abstentions that lose an answer);
@@ -81,7 +83,7 @@ from attest.generate.pipeline import AnswerOptions, Generator
 from attest.generate.text import contains_answer
 
 # Relative tolerance of numeric-tolerant answer matching.
-NUMERIC_TOLERANCE = 0.01
+NUMERIC_TOLERANCE = 0.005
 # Retrieval recall is reported at these k, up to the number of sources kept.
 RECALL_KS = (1, 5, 10, 20)
 
@@ -238,8 +240,8 @@ _SCALE = {
     "tn": 1e12,
 }
 _AMOUNT = re.compile(
-    r"(?P<currency>[$€£¥])?\s?(?<![\w.,])"
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+    r"(?P<currency>[$€£¥])?\s?(?<![\w.,:])"
+    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![:\d])"
     r"(?:\s?(?P<unit>%|percent\b|per\s+cent\b|thousand\b|million\b|billion\b|trillion\b"
     r"|mn\b|mln\b|bn\b|tn\b|[kmb]\b))?",
     re.IGNORECASE,
@@ -276,12 +278,14 @@ def amounts_agree(gold: Amount, got: Amount, tolerance: float = NUMERIC_TOLERANC
         return False
     if not gold.approximate:
         return got.scale is None and got.value == gold.value
+    if not got.approximate:
+        return False
     scaled = gold.value * (gold.scale or 1.0), got.value * (got.scale or 1.0)
     if math.isclose(*scaled, rel_tol=tolerance):
         return True
-    # A side without a scale word takes the other's ("$1616.00" in millions).
-    unstated = gold.scale is None or got.scale is None
-    return unstated and math.isclose(gold.value, got.value, rel_tol=tolerance)
+    # A gold amount without a scale word takes the answer's ("$1616.00" for a
+    # question asked in millions).
+    return gold.scale is None and math.isclose(gold.value, got.value, rel_tol=tolerance)
 
 
 def numeric_answer(answer: str) -> list[Amount]:
@@ -491,8 +495,8 @@ def score(
         if sentences
         else 1.0,
         "confidence_auroc": auroc(right, wrong),
-        "mean_confidence_correct": statistics.fmean(right) if right else 0.0,
-        "mean_confidence_incorrect": statistics.fmean(wrong) if wrong else 0.0,
+        "mean_confidence_correct": statistics.fmean(right) if right else None,
+        "mean_confidence_incorrect": statistics.fmean(wrong) if wrong else None,
         "citations_correct": len(right),
         "citations_incorrect": len(wrong),
         "research_rate": revised_answers / n if n else 0.0,
@@ -592,6 +596,14 @@ def _pct(key: str) -> Callable[[Metrics], str]:
     return fmt
 
 
+def _pair(first: str, second: str, digits: int = 3) -> Callable[[Metrics], str]:
+    return lambda m: f"{_num(first, digits)(m)} / {_num(second, digits)(m)}"
+
+
+def _count(key: str) -> Callable[[Metrics], str]:
+    return lambda m: f"{int(m[key])}"
+
+
 ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
     (
         "questions (answerable / unanswerable)",
@@ -613,20 +625,18 @@ ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
     ),
     (
         "mean confidence, correct / incorrect",
-        lambda m: f"{m['mean_confidence_correct']:.2f} / {m['mean_confidence_incorrect']:.2f}",
+        _pair("mean_confidence_correct", "mean_confidence_incorrect", 2),
     ),
     ("re-search rate (answers revised)", _num("research_rate")),
-    ("revisions", lambda m: f"{int(m['revisions'])}"),
+    ("revisions", _count("revisions")),
     (
         "revisions raising / lowering precision",
-        lambda m: (
-            f"{_num('revisions_raising_precision')(m)} / {_num('revisions_lowering_precision')(m)}"
-        ),
+        _pair("revisions_raising_precision", "revisions_lowering_precision"),
     ),
     ("revisions leaving the sentence uncited", _num("revisions_leaving_uncited")),
     (
         "precision of revised sentences, before / after",
-        lambda m: f"{_num('revised_precision_before')(m)} / {_num('revised_precision_after')(m)}",
+        _pair("revised_precision_before", "revised_precision_after"),
     ),
     (
         "re-searches per answer (mean / max)",
