@@ -279,6 +279,7 @@ async def test_answer_item_records_each_revision_with_the_citations_it_replaced(
     answered = await answer_item(cast(Generator, _Scripted(events)), _item("1"), None)
     assert answered.revisions == ((("1-n0",), ("1-p0",)),)
     assert answered.researches == 1
+    assert answered.sentence_texts == ("Ann Lee won.", "It was close.")
     assert score([_item("1")], [answered])["revisions_raising_precision"] == 1.0
 
 
@@ -320,6 +321,7 @@ async def test_pooled_answers_stream_their_revisions() -> None:
     # Sources added by re-search are not part of what retrieval returned.
     assert answered.retrieved == ("1-n0",)
     assert answered.researches == 1
+    assert answered.sentence_texts == ("Ann Lee won.",)
 
 
 # --- retrieval recall --------------------------------------------------------
@@ -478,14 +480,21 @@ def test_demo_summary_reports_the_three_checks() -> None:
     items = [i for i in demo_items() if i.id in ("q03", "q09", "u01")]
     by_id = {i.id: i for i in items}
     answers = {
-        "q03": _answer("It found 14 workers under 16.", (("esg-005", 10), ("esg-006", 7))),
+        "q03": Answered(
+            text="It found 14 workers under 16. Fennick ranked 8th.",
+            sentences=(((("esg-005", 10),), False), ((("esg-026", 7),), False)),
+            llm_calls=0,
+            insufficient=False,
+            sentence_texts=("It found 14 workers under 16.", "Fennick ranked 8th."),
+        ),
         "q09": _answer("The rate was 3.2%.", (("esg-024", 10),)),
         "u01": _answer("insufficient information available", insufficient=True),
     }
     records = per_question(list(by_id.values()), [answers[i] for i in by_id])
     lines = demo_summary(records)
-    assert "q03  right      cited: esg-005 esg-006*" in lines
+    assert "q03  right      cited: esg-005 esg-026*" in lines
     assert "u01  abstained  cited: -" in lines
     assert "answers right by the labels: 2 of 2" in lines
-    assert "citations of an article that does not state the answer: 1 (q03:esg-006)" in lines
+    assert "citations of an article that does not state the answer: 1 (q03:esg-026)" in lines
+    assert "answer sentences that state no part of the answer: 1 (q03#2)" in lines
     assert "unanswerable questions answered with insufficient information: 1 of 1" in lines

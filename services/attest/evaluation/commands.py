@@ -248,8 +248,8 @@ def eval_demo(mode: str, top_k: int, data_dir: Path | None, output: Path | None)
 
 
 def demo_summary(records: list[dict[str, Any]]) -> list[str]:
-    """One line per question (a non-supporting citation is starred), then the
-    demo's three checks."""
+    """One line per question (a citation of an article that does not state the
+    answer is starred), then the demo's checks."""
     lines = []
     for r in records:
         if r["answerable"]:
@@ -261,12 +261,15 @@ def demo_summary(records: list[dict[str, Any]]) -> list[str]:
     answerable = [r for r in records if r["answerable"]]
     unanswerable = [r for r in records if not r["answerable"]]
     wrong_citations = [f"{r['id']}:{d}" for r in records for d in r["cited_not_gold"]]
+    filler = [f"{r['id']}#{i + 1}" for r in records for i in r["sentences_without_answer"]]
     lines += [
         "",
         f"answers right by the labels: {sum(bool(r['right']) for r in answerable)} of "
         f"{len(answerable)}",
         f"citations of an article that does not state the answer: {len(wrong_citations)}"
         + (f" ({', '.join(wrong_citations)})" if wrong_citations else ""),
+        f"answer sentences that state no part of the answer: {len(filler)}"
+        + (f" ({', '.join(filler)})" if filler else ""),
         f"unanswerable questions answered with insufficient information: "
         f"{sum(bool(r['abstained']) for r in unanswerable)} of {len(unanswerable)}",
     ]

@@ -58,6 +58,7 @@ def answered_from_proto(
         retrieved=retrieved,
         revisions=revisions,
         researches=answer.researches,
+        sentence_texts=tuple(s.text for s in answer.sentences),
     )
 
 

@@ -310,14 +310,21 @@ def numeric_match(text: str, answer: str, tolerance: float = NUMERIC_TOLERANCE) 
     return all(any(amounts_agree(w, s, tolerance) for s in stated) for w in wanted)
 
 
+def _parts(item: QAItem) -> tuple[tuple[str, ...], ...]:
+    return item.answer_parts or (item.answers,)
+
+
 def answer_right(item: QAItem, text: str, *, tolerant: bool = False) -> bool:
     """Whether ``text`` states the item's answer: every part, else any answer."""
     match: Callable[[str], bool] = (
         (lambda a: numeric_match(text, a)) if tolerant else (lambda a: contains_answer(text, a))
     )
-    if item.answer_parts:
-        return all(any(match(a) for a in part) for part in item.answer_parts)
-    return any(match(a) for a in item.answers)
+    return all(any(match(a) for a in part) for part in _parts(item))
+
+
+def states_a_part(item: QAItem, text: str) -> bool:
+    """Whether ``text`` states at least one part of the item's answer."""
+    return any(numeric_match(text, a) for part in _parts(item) for a in part)
 
 
 def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
@@ -363,6 +370,8 @@ class Answered:
     revisions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
     # Sentences re-searched, as the answer reports them.
     researches: int = 0
+    # The text of each sentence, in the order of ``sentences``.
+    sentence_texts: tuple[str, ...] = ()
 
     @classmethod
     def from_final(cls, final: FinalEvent) -> Answered:
@@ -375,6 +384,7 @@ class Answered:
             llm_calls=final.llm_calls,
             insufficient=final.insufficient_information,
             researches=final.researches,
+            sentence_texts=tuple(s.text for s in final.sentences),
         )
 
 
@@ -559,6 +569,15 @@ def per_question(items: Sequence[QAItem], answers: Sequence[Answered]) -> list[d
                 "abstained": answer.insufficient,
                 "cited": cited,
                 "cited_not_gold": [d for d in cited if d not in gold],
+                # Sentences of an answer to an answerable question that state
+                # no part of its answer (filler).
+                "sentences_without_answer": [
+                    i
+                    for i, text in enumerate(answer.sentence_texts)
+                    if not states_a_part(item, text)
+                ]
+                if item.has_answer
+                else [],
                 "confidences": [[c for _, c in cs] for cs, _ in answer.sentences],
                 "revisions": len(answer.revisions),
                 "researches": answer.researches,
