@@ -1,9 +1,9 @@
 """Protocol-level fake LLM servers: real aiohttp HTTP servers on loopback.
 
-``FakeLLM("tgi")`` speaks TGI's native ``POST /generate`` (``generated_text``,
-errors as ``{"error", "error_type"}`` with 422 validation / 429 overloaded);
-``FakeLLM("openai")`` speaks ``POST /v1/chat/completions`` (``choices``,
-errors as ``{"error": {"message", "type"}}``). Replies come from a script
+Both speak ``POST /v1/chat/completions`` (``choices``): ``FakeLLM("tgi")`` as
+TGI's Messages API does, errors as ``{"error", "error_type"}`` with 422
+validation / 429 overloaded; ``FakeLLM("openai")`` with errors as
+``{"error": {"message", "type"}}``. Replies come from a script
 (one per request, in order) and then from a responder that sees the prompt,
 so a test drives every step of the pipeline: text, malformed output, errors,
 delays and overload.
@@ -30,6 +30,7 @@ class Reply:
     delay: float = 0.0
     retry_after: float | None = None
     raw: Any = None  # a body sent as is (wrong shapes)
+    finish_reason: str = "stop"  # "length": cut off at the token limit
 
 
 @dataclass
@@ -55,10 +56,7 @@ class FakeLLM:
 
     async def start(self) -> FakeLLM:
         app = web.Application()
-        if self.flavor == "tgi":
-            app.router.add_post("/generate", self._tgi)
-        else:
-            app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/chat/completions", self._chat)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -92,18 +90,15 @@ class FakeLLM:
     def _headers(reply: Reply) -> dict[str, str]:
         return {"Retry-After": str(reply.retry_after)} if reply.retry_after is not None else {}
 
-    async def _tgi(self, request: web.Request) -> web.Response:
-        payload = await request.json()
-        inputs = payload["inputs"]
-        reply = await self._reply("", inputs, payload)
-        if reply.raw is not None:
-            return web.json_response(reply.raw, status=reply.status)
-        if reply.status >= 400:
+    def _error(self, reply: Reply) -> web.Response:
+        body: dict[str, Any]
+        if self.flavor == "tgi":
             body = {"error": reply.text or "failed", "error_type": reply.error_type}
-            return web.json_response(body, status=reply.status, headers=self._headers(reply))
-        return web.json_response({"generated_text": reply.text})
+        else:
+            body = {"error": {"message": reply.text or "failed", "type": reply.error_type}}
+        return web.json_response(body, status=reply.status, headers=self._headers(reply))
 
-    async def _openai(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.Response:
         payload = await request.json()
         messages = payload["messages"]
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
@@ -112,8 +107,7 @@ class FakeLLM:
         if reply.raw is not None:
             return web.json_response(reply.raw, status=reply.status)
         if reply.status >= 400:
-            body = {"error": {"message": reply.text or "failed", "type": reply.error_type}}
-            return web.json_response(body, status=reply.status, headers=self._headers(reply))
+            return self._error(reply)
         return web.json_response(
             {
                 "id": "fake",
@@ -123,9 +117,13 @@ class FakeLLM:
                     {
                         "index": 0,
                         "message": {"role": "assistant", "content": reply.text},
-                        "finish_reason": "stop",
+                        "finish_reason": reply.finish_reason,
                     }
                 ],
+                "usage": {
+                    "prompt_tokens": len(prompt.split()),
+                    "completion_tokens": len(reply.text.split()),
+                },
             }
         )
 

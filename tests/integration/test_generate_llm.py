@@ -26,6 +26,7 @@ from attest.core.errors import (
 )
 from attest.core.server import running
 from attest.core.settings import ServerSettings
+from attest.generate import prompts
 from attest.generate.extractive import ExtractiveEngine
 from attest.generate.llm import LLMSettings, create_client
 from attest.generate.models import (
@@ -153,13 +154,16 @@ async def test_each_sentence_gets_citations_and_confidences(fake: FakeLLM) -> No
     answer_prompt = fake.prompts("Question:")[0]
     assert '<source id="1">\nSummary: Acme Copper cut' in answer_prompt
     assert INSUFFICIENT in answer_prompt
-    # The citation call is grammar-constrained JSON.
+    # Chat messages, deterministic, and the citation call is grammar-constrained JSON.
     cite_payload = fake.requests[-1].payload
+    assert [m["role"] for m in cite_payload["messages"]] == ["system", "user"]
+    assert (cite_payload["temperature"], cite_payload["seed"]) == (0, 0)
+    assert cite_payload["model"] == "fake-model"
     if fake.flavor == "tgi":
-        assert cite_payload["parameters"]["grammar"]["type"] == "json"
+        assert cite_payload["response_format"] == {"type": "json", "value": prompts.CITE_SCHEMA}
     else:
         assert cite_payload["response_format"]["type"] == "json_schema"
-        assert cite_payload["model"] == "fake-model"
+        assert cite_payload["response_format"]["json_schema"]["schema"] == prompts.CITE_SCHEMA
 
 
 async def test_weak_sentence_is_researched_once_and_revised(fake: FakeLLM) -> None:
@@ -207,17 +211,17 @@ async def test_weak_sentence_is_researched_once_and_revised(fake: FakeLLM) -> No
 
 
 @pytest.mark.parametrize(
-    ("reply", "discarded"),
+    ("reply", "discarded", "asked"),
     [
-        ("this is not JSON {", 1),
-        (cite_json((1, 7, 9)), 1),  # no source 7
-        (cite_json((1, 0, 9)), 1),  # sources are numbered from 1
-        (cite_json((1, 1, 11)), 1),  # confidence above 10
-        (cite_json((1, 1, "high")), 1),  # confidence not a number
-        (cite_json((1, 1, 7.5)), 1),
-        (cite_json((9, 1, 7)), 1),  # no sentence 9
-        ('{"citations": "all of them"}', 1),
-        ('{"citations": [{"sentence": 1, "source": "1; DROP", "confidence": 9}]}', 1),
+        ("this is not JSON {", 1, 2),
+        (cite_json((1, 7, 9)), 1, 1),  # no source 7
+        (cite_json((1, 0, 9)), 1, 1),  # sources are numbered from 1
+        (cite_json((1, 1, 11)), 1, 1),  # confidence above 10
+        (cite_json((1, 1, "high")), 1, 1),  # confidence not a number
+        (cite_json((1, 1, 7.5)), 1, 1),
+        (cite_json((9, 1, 7)), 1, 1),  # no sentence 9
+        ('{"citations": "all of them"}', 1, 2),
+        ('{"citations": [{"sentence": 1, "source": "1; DROP", "confidence": 9}]}', 1, 1),
     ],
     ids=[
         "invalid-json",
@@ -232,11 +236,24 @@ async def test_weak_sentence_is_researched_once_and_revised(fake: FakeLLM) -> No
     ],
 )
 async def test_malformed_citation_output_never_becomes_a_citation(
-    fake: FakeLLM, reply: str, discarded: int
+    fake: FakeLLM, reply: str, discarded: int, asked: int
 ) -> None:
-    fake.responder = Script(answer="Acme Copper cut its emissions by 30% in 2024.", cites=[reply])
-    events = await collect(make_generator(fake.url, fake.flavor))
+    # The model says the same thing when asked again.
+    fake.responder = Script(
+        answer="Acme Copper cut its emissions by 30% in 2024.", cites=[reply, reply]
+    )
+    generator = make_generator(fake.url, fake.flavor)
+    assert generator.llm is not None
+    events = await collect(generator)
     final = final_of(events)
+    # Output nothing can be read from is asked for once more (with a note), then discarded;
+    # a readable reply with a wrong item is not asked again: the item is dropped.
+    cite_prompts = fake.prompts("Sentences:")
+    assert len(cite_prompts) == asked
+    assert generator.llm.invalid_outputs == 2 * (asked - 1)
+    if asked == 2:
+        assert "could not be used" in cite_prompts[1]
+    assert final.llm_calls == 3 + 1 + 1  # the pipeline's count: one citation step
     (sentence,) = final.sentences
     assert sentence.unsupported
     assert sentence.citations == ()
@@ -359,6 +376,67 @@ async def test_concurrency_is_bounded(fake: FakeLLM) -> None:
     assert len(fake.requests) == 8
     assert fake.max_in_flight == 2
     await client.close()
+
+
+async def test_json_cut_off_at_the_token_limit_is_asked_again_with_more_tokens(
+    fake: FakeLLM,
+) -> None:
+    fake.script = [
+        Reply(text='{"citations": [{"sentence": 1, "sou', finish_reason="length"),
+        Reply(text=cite_json((1, 1, 7))),
+    ]
+    client = create_client(LLMSettings(kind=fake.flavor, url=fake.url))
+    text = await client.generate("s", "cite", max_tokens=10, schema=prompts.CITE_SCHEMA)
+    assert text == cite_json((1, 1, 7))
+    assert [r.payload["max_tokens"] for r in fake.requests] == [10, 20]
+    assert "cut off at the token limit" in fake.requests[1].prompt
+    assert (client.requests, client.invalid_outputs) == (2, 1)
+    assert client.completion_tokens > 0
+    await client.close()
+
+
+async def test_json_that_fails_twice_is_returned_for_the_parser_to_discard(
+    fake: FakeLLM,
+) -> None:
+    fake.responder = lambda prompt: Reply(text='{"citations": [', finish_reason="length")
+    client = create_client(LLMSettings(kind=fake.flavor, url=fake.url))
+    text = await client.generate("s", "cite", max_tokens=4, schema=prompts.CITE_SCHEMA)
+    assert prompts.parse_cite(text) is None
+    assert (client.requests, client.invalid_outputs) == (2, 2)
+    await client.close()
+
+
+async def test_without_a_system_role_the_system_prompt_opens_the_user_message(
+    fake: FakeLLM,
+) -> None:
+    client = create_client(LLMSettings(kind=fake.flavor, url=fake.url, system_role=False))
+    await client.generate("be careful", "hello")
+    (request,) = fake.requests
+    assert request.payload["messages"] == [{"role": "user", "content": "be careful\n\nhello"}]
+    await client.close()
+
+
+def test_request_deadline_grows_with_the_tokens_asked_for() -> None:
+    client = create_client(
+        LLMSettings(
+            url="http://127.0.0.1:1",
+            first_token_seconds=2,
+            seconds_per_token=0.5,
+            timeout_seconds=100,
+        )
+    )
+    assert client.deadline_for(10) == 7
+    assert client.deadline_for(100) == 52
+    assert client.deadline_for(1000) == 100  # capped
+
+
+def test_llama_cpp_gets_its_json_object_form() -> None:
+    client = create_client(
+        LLMSettings(kind="openai", url="http://127.0.0.1:1", response_format="json_object")
+    )
+    url, payload = client._request("s", "u", 8, prompts.JUDGE_SCHEMA)
+    assert url == "http://127.0.0.1:1/v1/chat/completions"
+    assert payload["response_format"] == {"type": "json_object", "schema": prompts.JUDGE_SCHEMA}
 
 
 async def test_wrong_response_shape_is_internal_not_a_crash(fake: FakeLLM) -> None:

@@ -1,11 +1,44 @@
-"""LLM clients behind one interface: TGI's native API and OpenAI-compatible chat.
+"""LLM clients behind one interface: TGI's Messages API and OpenAI-compatible chat.
 
-Both speak HTTP through aiohttp and share what matters in production: one
-connection pool, a bound on concurrent requests, a per-request timeout capped
-by the caller's deadline, retries with jittered exponential backoff for
-transient failures only (overload, 5xx, connection errors), and translation
-of every upstream failure into the typed errors of ``attest.core.errors`` at
-this edge, so nothing above it sees HTTP.
+Both send chat messages to ``POST /v1/chat/completions``, so the server applies
+the model's own chat template (no prompt is concatenated here), and both share
+what matters in production: one connection pool, a bound on concurrent
+requests per upstream, a per-request deadline proportional to the tokens
+requested and capped by the caller's deadline, retries with jittered
+exponential backoff for transient failures only (overload, 5xx, connection
+errors; ``Retry-After`` is honoured), and translation of every upstream failure
+into the typed errors of ``attest.core.errors`` at this edge, so nothing above
+it sees HTTP. They differ in how a JSON schema is asked for and in the error
+bodies they read.
+
+Every call is deterministic where the server allows it: temperature 0 and a
+fixed seed.
+
+JSON outputs. When a step asks for JSON, the schema goes to the server as a
+grammar constraint (``response_format`` in the server's own form) and the reply
+is checked here against the same schema. A reply nothing can be read from
+(cut off at the token limit, not JSON, or not of the schema's outer shape) is
+asked for once more, with twice the token allowance when it was cut off and a
+note saying what was wrong; a second such reply is returned as it is, and
+the pipeline's parser then discards it (the sentence is left unsupported, a
+judgement is rejected) — it never raises and never becomes a citation. Wrong
+items inside a readable reply (an unknown source, a confidence of 11) are
+not asked for again: the pipeline drops them one by one and keeps the rest. So a
+JSON step costs at most two requests, and an answer at most
+N + 1 + 2·⌈S / batch⌉ + R·(K + 2) requests for N sources, S sentences and
+R re-searches of K sources each (twice the JSON calls of the pipeline's bound).
+
+Why not the ``openai`` SDK: it would bring retries with ``Retry-After`` and
+typed errors, which this client already has in a few dozen lines, and it
+knows neither TGI's error bodies (``{"error", "error_type"}``) nor the
+``response_format`` forms of TGI and llama.cpp, which would go through
+``extra_body`` untyped; its retry loop would have to be switched off so that
+ours stays the one that respects the caller's deadline; and it is one more
+dependency (with httpx and its own pydantic models) for the same wire
+protocol. The schema check is a small validator of the JSON Schema subset the
+prompts use (object, array, integer, string, required, minimum, maximum),
+for the same reason: the server enforces the schema by grammar, and this
+check only has to catch truncation and servers that ignore the grammar.
 """
 
 from __future__ import annotations
@@ -15,6 +48,7 @@ import json
 import logging
 import random
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
@@ -42,14 +76,34 @@ class LLMSettings(StrictModel):
 
     kind: Literal["tgi", "openai"] = Field(
         default="tgi",
-        description="tgi: TGI's native /generate; openai: any OpenAI-compatible "
-        "/v1/chat/completions (vLLM, SGLang, TGI's Messages API).",
+        description="tgi: TGI's Messages API (its grammar form and error bodies); openai: any "
+        "OpenAI-compatible /v1/chat/completions (vLLM, SGLang, llama.cpp).",
     )
     url: str = Field(default="", description="Base URL, e.g. http://tgi:8080; empty: no LLM.")
-    model: str = Field(default="", description="Model name sent to OpenAI-compatible servers.")
+    model: str = Field(default="", description="Model name sent to the server.")
     api_key: SecretStr | None = None
+    response_format: Literal["json_schema", "json_object"] = Field(
+        default="json_schema",
+        description="How an OpenAI-compatible server is asked for JSON: json_schema "
+        '(OpenAI, vLLM, SGLang) or json_object with a "schema" (llama.cpp\'s servers).',
+    )
+    system_role: bool = Field(
+        default=True,
+        description="Send the system prompt as a system message; off for chat templates "
+        "without a system role (Gemma), where it opens the user message instead.",
+    )
+    seed: int | None = Field(default=0, description="Sampling seed; None leaves it to the server.")
     timeout_seconds: float = Field(
-        default=60.0, gt=0, description="Per request, capped by the deadline."
+        default=60.0, gt=0, description="Most one request may take, capped by the deadline."
+    )
+    first_token_seconds: float = Field(
+        default=10.0, gt=0, description="Allowance for queueing and reading the prompt."
+    )
+    seconds_per_token: float = Field(
+        default=0.1,
+        ge=0,
+        description="Allowance per token requested: a request's deadline is "
+        "first_token_seconds + seconds_per_token × max tokens, at most timeout_seconds.",
     )
     connect_timeout_seconds: float = Field(default=3.0, gt=0)
     max_concurrency: int = Field(default=16, ge=1, description="Requests in flight per process.")
@@ -59,7 +113,8 @@ class LLMSettings(StrictModel):
     max_new_tokens: int = Field(default=512, ge=1, le=32768)
     json_grammar: bool = Field(
         default=True,
-        description="Constrain JSON answers by a grammar (TGI) or response_format json_schema.",
+        description="Constrain JSON answers by the schema (response_format); they are "
+        "checked against it either way.",
     )
 
 
@@ -72,6 +127,16 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One reply: its text, whether the token limit cut it, and the tokens counted."""
+
+    text: str
+    truncated: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
 def _error_text(body: Any) -> tuple[str, str]:
     """(message, error type) from a TGI or OpenAI-style error body."""
     if isinstance(body, dict):
@@ -82,6 +147,8 @@ def _error_text(body: Any) -> tuple[str, str]:
             return err[:300], str(body.get("error_type", ""))
         if "message" in body:  # vLLM: {"object": "error", "message", "type"}
             return str(body["message"])[:300], str(body.get("type", ""))
+        if "detail" in body:  # FastAPI-based servers (llama-cpp-python): {"detail": ...}
+            return str(body["detail"])[:300], ""
     return (str(body)[:300] if body else ""), ""
 
 
@@ -111,6 +178,70 @@ def map_http_error(status: int, body: Any, headers: Any = None) -> AttestError |
     return Internal(detail)
 
 
+_TYPES: dict[str, Any] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "integer": int,
+    "number": (int, float),
+}
+
+
+def schema_error(value: Any, schema: JsonSchema, path: str = "$", *, depth: int = 32) -> str | None:
+    """Why ``value`` does not match ``schema`` (the subset the prompts use), None if it does.
+
+    ``depth`` 1 checks the value and its properties' types without entering them.
+    """
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        expected = _TYPES.get(kind)
+        if expected is not None and (
+            not isinstance(value, expected) or (isinstance(value, bool) and kind != "boolean")
+        ):
+            return f"{path} is not of type {kind}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{path} is not one of {schema['enum']}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return f"{path} is below {schema['minimum']}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return f"{path} is above {schema['maximum']}"
+    if isinstance(value, dict):
+        for name in schema.get("required", ()):
+            if name not in value:
+                return f"{path} has no {name!r}"
+        for name, sub in schema.get("properties", {}).items() if depth > 0 else ():
+            if name in value and (
+                error := schema_error(value[name], sub, f"{path}.{name}", depth=depth - 1)
+            ):
+                return error
+    if depth > 0 and isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            if error := schema_error(item, schema["items"], f"{path}[{i}]", depth=depth - 1):
+                return error
+    return None
+
+
+def json_problem(completion: Completion, schema: JsonSchema) -> str | None:
+    """Why a reply that should be JSON of ``schema`` is unusable, None if it is usable.
+
+    Unusable: cut off, not JSON, or not of the schema's outer shape. A wrong
+    item inside a usable reply (a confidence of 11) is not a reason to ask
+    again: the pipeline discards that item and keeps the valid ones.
+    """
+    text = completion.text.strip()
+    if text.startswith("```"):  # a fenced block is tolerated, as the parser tolerates it
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        if completion.truncated:
+            return "it was cut off at the token limit"
+        return "it was not valid JSON"
+    return schema_error(value, schema, depth=1)
+
+
 class LLMClient(ABC):
     """One LLM endpoint. Cheap to build; the HTTP session opens on first use."""
 
@@ -123,6 +254,9 @@ class LLMClient(ABC):
         self._semaphore = asyncio.Semaphore(settings.max_concurrency)
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0  # HTTP requests sent, retries included
+        self.invalid_outputs = 0  # JSON replies that failed the schema check
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
 
     @property
     def name(self) -> str:
@@ -145,6 +279,11 @@ class LLMClient(ABC):
             await self._session.close()
             self._session = None
 
+    def deadline_for(self, max_tokens: int) -> float:
+        """Seconds one request for ``max_tokens`` tokens may take, before the caller's cap."""
+        s = self.settings
+        return min(s.timeout_seconds, s.first_token_seconds + s.seconds_per_token * max_tokens)
+
     async def generate(
         self,
         system: str,
@@ -153,16 +292,48 @@ class LLMClient(ABC):
         max_tokens: int | None = None,
         schema: JsonSchema | None = None,
     ) -> str:
-        """The model's text for one prompt; typed errors on failure."""
+        """The model's text for one prompt; typed errors on failure.
+
+        With a ``schema`` the reply is checked against it and asked for once
+        more when it fails (see the module docstring); the second reply is
+        returned whatever it is.
+        """
         max_tokens = max_tokens or self.settings.max_new_tokens
+        completion = await self._complete(system, user, max_tokens, schema)
+        if schema is None:
+            return completion.text
+        problem = json_problem(completion, schema)
+        if problem is None:
+            return completion.text
+        self.invalid_outputs += 1
+        log.warning("LLM reply failed the JSON check (%s); asking once more", problem)
+        if completion.truncated:
+            max_tokens *= 2
+        note = (
+            f"\n\nA previous reply to this could not be used: {problem}. "
+            "Reply again with JSON only, in the format asked for, and keep it short."
+        )
+        completion = await self._complete(system, user + note, max_tokens, schema)
+        problem = json_problem(completion, schema)
+        if problem is not None:
+            self.invalid_outputs += 1
+            log.warning("LLM reply failed the JSON check again (%s); it is discarded", problem)
+        return completion.text
+
+    async def _complete(
+        self, system: str, user: str, max_tokens: int, schema: JsonSchema | None
+    ) -> Completion:
         use_schema = schema if self.settings.json_grammar else None
         attempt = 0
         while True:
             attempt += 1
             try:
                 async with self._semaphore:
-                    seconds = budget(self.settings.timeout_seconds)
-                    return await self._once(system, user, max_tokens, use_schema, seconds)
+                    seconds = budget(self.deadline_for(max_tokens))
+                    completion = await self._once(system, user, max_tokens, use_schema, seconds)
+                self.prompt_tokens += completion.prompt_tokens
+                self.completion_tokens += completion.completion_tokens
+                return completion
             except _Retryable as exc:
                 if attempt >= self.settings.max_attempts:
                     raise exc.error from None
@@ -184,7 +355,7 @@ class LLMClient(ABC):
 
     async def _once(
         self, system: str, user: str, max_tokens: int, schema: JsonSchema | None, seconds: float
-    ) -> str:
+    ) -> Completion:
         url, payload = self._request(system, user, max_tokens, schema)
         session = self._get_session()
         self.requests += 1
@@ -201,11 +372,8 @@ class LLMClient(ABC):
                 except (json.JSONDecodeError, UnicodeDecodeError, aiohttp.ContentTypeError):
                     body = None
                 if response.status >= 400:
-                    error = map_http_error(response.status, body, response.headers)
-                    if isinstance(error, _Retryable):
-                        raise error
-                    raise error
-                text = self._text(body)
+                    raise map_http_error(response.status, body, response.headers)
+                completion = self._completion(body)
         except TimeoutError:
             raise DeadlineExceeded(f"the LLM did not answer within {seconds:.1f}s") from None
         except aiohttp.ClientConnectorError as exc:
@@ -214,48 +382,72 @@ class LLMClient(ABC):
             raise _Retryable(Unavailable(f"LLM connection failed: {exc}")) from None
         except aiohttp.ClientPayloadError as exc:
             raise _Retryable(Unavailable(f"LLM response cut short: {exc}")) from None
-        if text is None:
+        if completion is None:
             raise Internal(f"unexpected LLM response shape: {str(body)[:200]}")
-        return text
+        return completion
 
-    @abstractmethod
+    def _messages(self, system: str, user: str) -> list[dict[str, str]]:
+        if not system:
+            return [{"role": "user", "content": user}]
+        if not self.settings.system_role:
+            return [{"role": "user", "content": f"{system}\n\n{user}"}]
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
     def _request(
         self, system: str, user: str, max_tokens: int, schema: JsonSchema | None
     ) -> tuple[str, dict[str, Any]]:
-        """URL and JSON payload of one request."""
+        """URL and JSON payload of one chat completion request."""
+        payload: dict[str, Any] = {
+            "model": self.settings.model or "default",
+            "messages": self._messages(system, user),
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
+        if self.settings.seed is not None:
+            payload["seed"] = self.settings.seed
+        if schema is not None:
+            payload["response_format"] = self._response_format(schema)
+        base = self.settings.url.rstrip("/")
+        if not base.endswith("/v1"):
+            base += "/v1"
+        return base + "/chat/completions", payload
 
     @abstractmethod
-    def _text(self, body: Any) -> str | None:
-        """The generated text of a response body, None when the shape is wrong."""
+    def _response_format(self, schema: JsonSchema) -> dict[str, Any]:
+        """How this server is asked for JSON of ``schema``."""
+
+    @staticmethod
+    def _completion(body: Any) -> Completion | None:
+        """The reply of a chat completion body, None when the shape is wrong."""
+        try:
+            choice = body["choices"][0]
+            content = choice["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        if not isinstance(content, str):
+            return None
+        usage = body.get("usage") if isinstance(body, dict) else None
+        usage = usage if isinstance(usage, dict) else {}
+
+        def count(name: str) -> int:
+            value = usage.get(name)
+            return value if isinstance(value, int) and value >= 0 else 0
+
+        return Completion(
+            text=content,
+            truncated=choice.get("finish_reason") == "length",
+            prompt_tokens=count("prompt_tokens"),
+            completion_tokens=count("completion_tokens"),
+        )
 
 
 class TGIClient(LLMClient):
-    """TGI's native ``POST /generate`` with grammar-constrained JSON."""
+    """TGI's Messages API, so the model's chat template applies; its own grammar form."""
 
     kind = "tgi"
 
-    def _request(
-        self, system: str, user: str, max_tokens: int, schema: JsonSchema | None
-    ) -> tuple[str, dict[str, Any]]:
-        parameters: dict[str, Any] = {
-            "max_new_tokens": max_tokens,
-            "do_sample": False,
-            "return_full_text": False,
-        }
-        if schema is not None:
-            parameters["grammar"] = {"type": "json", "value": schema}
-        inputs = f"{system}\n\n{user}\n\nResponse:\n"
-        return self.settings.url.rstrip("/") + "/generate", {
-            "inputs": inputs,
-            "parameters": parameters,
-        }
-
-    def _text(self, body: Any) -> str | None:
-        if isinstance(body, list) and body:  # some TGI versions wrap it in a list
-            body = body[0]
-        if isinstance(body, dict) and isinstance(body.get("generated_text"), str):
-            return str(body["generated_text"])
-        return None
+    def _response_format(self, schema: JsonSchema) -> dict[str, Any]:
+        return {"type": "json", "value": schema}
 
 
 class OpenAIClient(LLMClient):
@@ -263,34 +455,13 @@ class OpenAIClient(LLMClient):
 
     kind = "openai"
 
-    def _request(
-        self, system: str, user: str, max_tokens: int, schema: JsonSchema | None
-    ) -> tuple[str, dict[str, Any]]:
-        payload: dict[str, Any] = {
-            "model": self.settings.model or "default",
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": user},
-            ],
-            "max_tokens": max_tokens,
-            "temperature": 0,
+    def _response_format(self, schema: JsonSchema) -> dict[str, Any]:
+        if self.settings.response_format == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "attest", "schema": schema, "strict": True},
         }
-        if schema is not None:
-            payload["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "attest", "schema": schema, "strict": True},
-            }
-        base = self.settings.url.rstrip("/")
-        if not base.endswith("/v1"):
-            base += "/v1"
-        return base + "/chat/completions", payload
-
-    def _text(self, body: Any) -> str | None:
-        try:
-            content = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            return None
-        return content if isinstance(content, str) else None
 
 
 def create_client(settings: LLMSettings) -> LLMClient:

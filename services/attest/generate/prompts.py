@@ -210,4 +210,10 @@ def clean_answer(text: str) -> str:
 
 
 def is_insufficient(text: str) -> bool:
-    return INSUFFICIENT in text.lower()
+    """The reply says the context does not answer the question, and little else.
+
+    A reply that only mentions the phrase at length (a model repeating its
+    prompt, which contains it) is an answer to cite, not a refusal.
+    """
+    text = text.strip().lower()
+    return INSUFFICIENT in text and len(text) <= len(INSUFFICIENT) + 60
