@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command (README): installs what is missing, starts a real
-# Redis and a real single-node OpenSearch, runs every check and both test
-# tiers, then stops exactly the servers it started.
+# Redis, a real single-node OpenSearch and a real LLM server (llama.cpp with
+# Gemma 3 270M), runs every check and the test tiers, then stops exactly the
+# servers it started.
 #   usage: bash .ci/test.sh [extra pytest args]
-# Caches: uv's cache (~/.cache/uv) and Maven's local repository (~/.m2), so a
-# second run on the same machine downloads nothing.
+# Caches: uv's cache (~/.cache/uv), Maven's local repository (~/.m2) and the
+# LLM server's wheel and venv (~/.cache/attest-ci), so a second run on the
+# same machine downloads and compiles nothing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -16,14 +18,25 @@ if ! command -v uv >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
 fi
 uv --version
+# The LLM server's build (minutes of compiling on a cold machine) overlaps the
+# project's download; it is waited for before anything else needs the cores.
+rm -rf "$work"
+mkdir -p "$work"
+llm_env_log=$work/llm-env.log
+bash .ci/llm-env.sh >"$llm_env_log" 2>&1 &
+llm_env_pid=$!
 uv sync --frozen --quiet
 export PATH="$root/.venv/bin:$PATH"
+if ! wait "$llm_env_pid"; then
+  tail -n 40 "$llm_env_log" >&2
+  echo "the LLM server's environment could not be built" >&2
+  exit 1
+fi
+grep '^llm-env:' "$llm_env_log" || true
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 step "servers"
-rm -rf "$work"
-mkdir -p "$work"
 started=()
 cleanup() {
   local rc=$?
@@ -64,4 +77,12 @@ step "unit tests (no servers, no sockets)"
 pytest tests/unit -q --durations=10 "$@"
 
 step "integration tests (Redis $ATTEST_TEST_REDIS_URL, OpenSearch $ATTEST_TEST_OPENSEARCH_URL)"
-pytest tests/integration -q -rs --durations=15 "$@"
+pytest tests/integration -m "not llm" -q -rs --durations=15 "$@"
+
+step "LLM tier: the generator on a real model (llama.cpp server, Gemma 3 270M)"
+llm_port=$(free_port)
+bash .ci/start-llm.sh "$llm_port" "$work/llm"
+started+=(llm)
+export ATTEST_TEST_LLM_URL="http://127.0.0.1:$llm_port"
+# (exit 5, no test selected, is fine only when extra arguments chose other tests)
+pytest tests/integration -m llm -v -rs --durations=0 "$@" || { rc=$? && ((rc == 5 && $# > 0)); }

@@ -337,7 +337,7 @@ async def test_upstream_failures_become_typed_errors(
             url=fake.url,
             max_attempts=2,
             backoff_seconds=0.01,
-            timeout_seconds=0.3,
+            timeout_seconds=0.3 if reply.delay else 10.0,
         )
     )
     with pytest.raises(error) as info:
@@ -530,7 +530,10 @@ async def test_upstream_failures_reach_the_caller_as_grpc_codes(
     fake: FakeLLM, reply: Reply, code: grpc.StatusCode
 ) -> None:
     fake.responder = lambda prompt: reply
-    async for stub in _serve(fake.url, fake.flavor, max_attempts=1, timeout_seconds=0.3):
+    # Only the late reply needs a short timeout; a busy machine must not turn the others
+    # into timeouts.
+    timeout = 0.3 if reply.delay else 10.0
+    async for stub in _serve(fake.url, fake.flavor, max_attempts=1, timeout_seconds=timeout):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             async for _ in stub.Answer(_request(), timeout=30):
                 pass
