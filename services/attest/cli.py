@@ -136,7 +136,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("service", type=click.Choice([*SERVICES, "all"]))
+@click.argument("service", type=click.Choice([*SERVICES, "all", "llm"]))
 @click.option("--host", default=None, help="Listen address (default from settings).")
 @click.option("--port", type=int, default=None, help="Listen port; 0 picks a free one.")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
@@ -145,16 +145,32 @@ def main() -> None:
     is_flag=True,
     help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion).",
 )
+@click.option(
+    "--model",
+    default="gemma",
+    show_default=True,
+    help="With `llm`: gemma (the packaged Gemma 3 270M) or the path of a GGUF file.",
+)
 def serve(
-    service: str, host: str | None, port: int | None, data_dir: Path | None, embedded: bool
+    service: str,
+    host: str | None,
+    port: int | None,
+    data_dir: Path | None,
+    embedded: bool,
+    model: str,
 ) -> None:
-    """Run one service, or every service in one process (``all``).
+    """Run one service, or every service in one process (``all``), or the local LLM.
 
     Settings come from ATTEST_<SERVICE>_* variables (for example
     ATTEST_LEXICAL_BACKEND=opensearch); embedded state lives under
     ATTEST_DATA_DIR (default ./.attest). ``all`` listens on the answer
     service's port (50050) and every service calls the others there.
+    ``llm`` runs llama.cpp's OpenAI-compatible server in the foreground on
+    port 8080, building it on first use (minutes; cached afterwards).
     """
+    if service == "llm":
+        _serve_llm(host or "127.0.0.1", port, model)
+        return
     if data_dir is not None:
         os.environ["ATTEST_DATA_DIR"] = str(data_dir)
     if embedded and service != "all":
@@ -181,6 +197,52 @@ def serve(
         server_settings = server_settings.model_copy(update=overrides)
     configure_logging(log_settings)
     asyncio.run(serve_forever(servicers, server_settings))
+
+
+def _serve_llm(host: str, port: int | None, model: str) -> None:
+    """Exec llama-cpp-python's server; its environment comes from .ci/llm-env.sh, the
+    script CI uses, so the laptop runs exactly the build CI tests."""
+    import shutil
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / ".ci" / "llm-env.sh"
+    if not script.is_file():
+        raise click.ClickException(
+            "`attest serve llm` runs from a clone of the repository (it builds the "
+            f"server with .ci/llm-env.sh, not found at {script})"
+        )
+    if model != "gemma" and not Path(model).is_file():
+        raise click.BadParameter(f"{model} is neither gemma nor a GGUF file", param_hint="--model")
+    bash = shutil.which("bash") or "/bin/bash"
+    # Fixed arguments, no shell: the script and the interpreter it built.
+    built = subprocess.run([bash, str(script)], stdout=subprocess.PIPE, text=True, check=False)  # noqa: S603
+    if built.returncode != 0:
+        raise click.ClickException("the LLM server's environment could not be built (see above)")
+    found = dict(line.split("=", 1) for line in built.stdout.splitlines() if "=" in line)
+    python = found["LLM_PYTHON"]
+    if port is None:
+        port = 8080
+    elif port == 0:
+        import socket
+
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+    args = [python, "-m", "llama_cpp.server", "--host", host, "--port", str(port)]
+    args += ["--n_ctx", "4096", "--seed", "0"]
+    if model == "gemma":  # a base model without a chat template of its own
+        args += ["--model", found["LLM_MODEL"], "--chat_format", "gemma"]
+    else:  # the file's own chat template
+        args += ["--model", str(Path(model).resolve())]
+    url = f"http://{host}:{port}"
+    click.echo(
+        f"LLM server on {url} (OpenAI-compatible). Generate with it:\n"
+        f"  ATTEST_GENERATE_LLM__URL={url} ATTEST_GENERATE_LLM__KIND=openai "
+        "ATTEST_GENERATE_LLM__RESPONSE_FORMAT=json_object ATTEST_GENERATE_LLM__MAX_CONCURRENCY=1"
+        + (" ATTEST_GENERATE_LLM__SYSTEM_ROLE=false" if model == "gemma" else ""),
+        err=True,
+    )
+    os.execv(python, args)  # noqa: S606
 
 
 def _register_groups() -> None:
