@@ -386,11 +386,17 @@ _register_pfid()
 
 
 def _register_generate() -> None:
-    from attest.evaluation.commands import convert_rgb_command, eval_demo, eval_qa
+    from attest.evaluation.commands import (
+        convert_rgb_command,
+        eval_demo,
+        eval_qa,
+        fit_judge_command,
+    )
 
     eval_group.add_command(eval_qa)
     eval_group.add_command(eval_demo)
     eval_group.add_command(convert_rgb_command)
+    eval_group.add_command(fit_judge_command)
 
 
 _register_generate()

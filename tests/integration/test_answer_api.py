@@ -29,6 +29,7 @@ from attest.core.server import running
 from attest.core.settings import ServerSettings
 from attest.demo.run import sample_documents
 from attest.generate.llm import LLMSettings
+from attest.generate.pipeline import PipelineSettings
 from attest.generate.servicer import GenerateServicer
 from attest.generate.settings import GenerateSettings, ResearchSettings, build_generator
 from attest.ingest.passages import split_passages
@@ -140,6 +141,10 @@ class Stack:
             server=LOCAL,
             llm=llm,
             research=ResearchSettings(lexical_address=self.deps, semantic_address=self.deps),
+            # The fake model's ratings as given, and weak sentences kept marked:
+            # these tests follow the events through the answer service; the
+            # support judge is tested with the generator.
+            pipeline=PipelineSettings(llm_citation_rating="model", withdraw_unsupported=False),
         )
         servicer = GenerateServicer(settings, build_generator(settings, embedder=EMBEDDER))
         server = await self.exit.enter_async_context(running([servicer], LOCAL, ready_timeout=300))

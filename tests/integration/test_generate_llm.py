@@ -12,6 +12,7 @@ import asyncio
 import re
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import grpc
 import pytest
@@ -50,6 +51,11 @@ from tests.integration.fake_llm import FakeLLM, Reply, cite_json
 pytestmark = pytest.mark.integration
 
 EMBEDDER = Embedder()  # loaded only by the tests that fall back to extractive mode
+# These tests check the protocol: the model's citations and ratings as the
+# fake gives them, and unsupported sentences kept and marked. The support
+# judge's re-rating and the withdrawal of unsupported sentences are the
+# default and are tested on their own (test_llm_ratings_are_combined_with_the_judge).
+PROTOCOL: dict[str, Any] = {"llm_citation_rating": "model", "withdraw_unsupported": False}
 
 SOURCES = [
     Source("d1", "Acme Copper cut its carbon emissions by 30% in 2024.", 0),
@@ -98,7 +104,7 @@ def make_generator(url: str, kind: str, *, fallback: bool = False, **llm: object
     return Generator(
         ExtractiveEngine(EMBEDDER),
         create_client(settings),
-        PipelineSettings(fallback_to_extractive=fallback),
+        PipelineSettings(fallback_to_extractive=fallback, **PROTOCOL),
     )
 
 
@@ -279,7 +285,7 @@ async def test_insufficient_information_is_said_exactly(fake: FakeLLM) -> None:
     fake.responder = Script(answer="Insufficient information available.")
     final = final_of(await collect(make_generator(fake.url, fake.flavor)))
     assert final.insufficient_information
-    assert final.answer == INSUFFICIENT
+    assert final.answer.startswith(INSUFFICIENT)
     assert final.sentences[0].unsupported
     assert final.llm_calls == 4  # no citation call
 
@@ -288,7 +294,9 @@ async def test_citation_calls_are_batched_and_bounded(fake: FakeLLM) -> None:
     answer = " ".join(f"Fact number {i} about Acme Copper." for i in range(1, 13))
     fake.responder = Script(answer=answer)
     generator = make_generator(fake.url, fake.flavor)
-    generator.settings = PipelineSettings(cite_batch_size=5, fallback_to_extractive=False)
+    generator.settings = PipelineSettings(
+        cite_batch_size=5, fallback_to_extractive=False, **PROTOCOL
+    )
     final = final_of(await collect(generator, AnswerOptions(max_sentences=12)))
     assert len(final.sentences) == 12
     # 3 summaries + 1 answer + ceil(12 / 5) citation calls, never 2 per sentence.
@@ -480,7 +488,7 @@ async def _serve(
     settings = GenerateSettings(
         server=ServerSettings(host="127.0.0.1", port=0),
         llm=LLMSettings(kind=kind, url=url, backoff_seconds=0.01, **llm),  # type: ignore[arg-type]
-        pipeline=PipelineSettings(fallback_to_extractive=False),
+        pipeline=PipelineSettings(fallback_to_extractive=False, **PROTOCOL),
     )
     servicer = GenerateServicer(
         settings,
@@ -609,3 +617,19 @@ async def test_summarize_cite_and_judge_over_grpc(fake: FakeLLM) -> None:
     assert second.confidence == 0
     assert second.rejected_reason == "no valid rating"
     assert judged.llm_calls == 1
+
+
+async def test_llm_ratings_are_combined_with_the_judge(fake: FakeLLM) -> None:
+    # The model rates the emissions sentence 10 against a source about a board
+    # meeting, which states none of it: the judge disagrees, the lower rating
+    # wins, and a citation below the floor is not kept.
+    fake.responder = Script(cites=[cite_json((1, 1, 9), (1, 3, 10), (2, 2, 8))])
+    generator = make_generator(fake.url, fake.flavor)
+    generator.settings = PipelineSettings(fallback_to_extractive=False)
+    final = final_of(await collect(generator))
+    assert final.judge_disagreements >= 1
+    cited = {c.doc_id for s in final.sentences for c in s.citations}
+    assert "d3" not in cited
+    for s in final.sentences:
+        assert s.citations, "unsupported sentences are withdrawn by default"
+        assert all(5 <= c.confidence <= 10 for c in s.citations)

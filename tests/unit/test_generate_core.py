@@ -294,7 +294,7 @@ async def test_extractive_answers_cite_their_passage_and_corroborating_sources()
     assert "30 percent" in first.text
     cited = {c.doc_id: c.confidence for c in first.citations}
     origin = "a" if first.text in SOURCES[0].text else "b"
-    assert cited[origin] == 10
+    assert cited[origin] >= 8
     assert set(cited) == {"a", "b"}, "the other emissions source corroborates it"
     assert "c" not in {c.doc_id for s in final.sentences for c in s.citations if c.confidence >= 5}
     for s in final.sentences:
@@ -372,7 +372,7 @@ async def test_sources_about_another_year_neither_vote_nor_corroborate() -> None
     assert {c.doc_id for s in final.sentences for c in s.citations} == {"p0", "p1"}
 
 
-async def test_extracted_sentences_are_fully_supported_and_not_researched() -> None:
+async def test_weak_extractive_sentences_are_researched_and_unsupported_ones_withdrawn() -> None:
     asked: list[str] = []
 
     async def search(query: str, top_k: int) -> list[Source]:
@@ -380,18 +380,24 @@ async def test_extracted_sentences_are_fully_supported_and_not_researched() -> N
         return []
 
     events = await _answer(
-        "What did Norvale Copper do?",
+        "How much did Norvale Copper cut its emissions?",
         options=AnswerOptions(confidence_threshold=10, max_researches=3),
         search=search,
     )
-    # A sentence quoted from a passage is supported by it completely (10), so
-    # extractive answers never fall below a threshold and never re-search.
+    # Being quoted from a passage is not a 10 by itself: the judge rates the
+    # sentence's own source like any other, so a sentence below the threshold
+    # searches again, each search is a revision event, and the number of
+    # searches stays within the bound.
     final = events[-1]
     assert isinstance(final, FinalEvent)
-    assert all(s.confidence == 10 for s in final.sentences)
-    assert asked == []
-    assert final.researches == 0
-    assert not any(isinstance(e, RevisionEvent) for e in events)
+    revisions = [e for e in events if isinstance(e, RevisionEvent) and not e.removed]
+    assert 1 <= len(asked) <= 3
+    assert final.researches == len(revisions) == len(asked)
+    assert {r.query for r in revisions} == set(asked)
+    # Whatever is kept is cited at or above the citation floor.
+    for s in final.sentences:
+        assert s.citations
+        assert all(c.confidence >= 5 for c in s.citations)
 
 
 async def test_off_topic_question_says_insufficient_information() -> None:
@@ -401,7 +407,8 @@ async def test_off_topic_question_says_insufficient_information() -> None:
     final = events[-1]
     assert isinstance(final, FinalEvent)
     assert final.insufficient_information
-    assert final.answer == INSUFFICIENT
+    assert final.answer.startswith(INSUFFICIENT)
+    assert "no source names" in final.answer, "it says what is missing"
     assert final.sentences[0].unsupported
 
 

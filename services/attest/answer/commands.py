@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import click
 from google.protobuf.duration_pb2 import Duration
@@ -11,6 +12,9 @@ from google.protobuf.duration_pb2 import Duration
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.errors import AttestError
+
+if TYPE_CHECKING:
+    from attest.client import AnswerClient
 
 
 def _ms(duration: Duration) -> str:
@@ -26,11 +30,46 @@ def kg_path_line(path: common_pb2.KgPath) -> str:
     return " → ".join(f"{n.name} ({n.score:.2f})" for n in path.nodes)
 
 
+async def ask_with_revisions(
+    client: AnswerClient,
+    question: str,
+    ask_options: answer_pb2.AskOptions,
+    timeout: float,  # noqa: ASYNC109 - a gRPC deadline, passed through
+) -> tuple[answer_pb2.Answer, list[common_pb2.SentenceRevision]]:
+    """The final answer of an AskStream call and the revisions it went through."""
+    revisions: list[common_pb2.SentenceRevision] = []
+    final: answer_pb2.Answer | None = None
+    async for event in client.ask_stream(question, ask_options, timeout=timeout):
+        kind = event.WhichOneof("event")
+        if kind == "revision":
+            revisions.append(event.revision)
+        elif kind == "final":
+            final = event.final
+    if final is None:
+        raise RuntimeError("the answer stream ended without a final answer")
+    return final, revisions
+
+
+def render_revisions(revisions: Sequence[common_pb2.SentenceRevision]) -> Iterator[str]:
+    """One line per revision: re-searched (confidence before and after) or withdrawn."""
+    for r in revisions:
+        text = r.sentence.text if len(r.sentence.text) <= 90 else r.sentence.text[:87] + "..."
+        if r.removed:
+            yield f"  withdrawn (no source supports it): {text}"
+        else:
+            yield (
+                f"  re-searched: {text} — confidence {r.previous_confidence}/10 → "
+                f"{r.sentence.confidence}/10, {len(r.added_sources)} new source(s)"
+            )
+
+
 def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[str]:
     """Lines of a cited answer: sentences with numbered citations and 0-10 confidences,
     the cited sources, the KG path of the top source, degradations and stage times."""
     if answer.insufficient_information:
-        yield "Insufficient information available in the indexed documents."
+        # The answer says what is missing ("... no source states the amount asked for.").
+        reason = answer.sentences[0].text if answer.sentences else answer.text
+        yield f"  {reason[:1].upper()}{reason[1:]}"
     for s in answer.sentences:
         if answer.insufficient_information:
             break
@@ -78,9 +117,10 @@ def ask(
     """Ask a running answer service QUESTION; print the cited answer."""
     from attest.client import AnswerClient, options
 
-    async def run() -> answer_pb2.Answer:
+    async def run() -> tuple[answer_pb2.Answer, list[common_pb2.SentenceRevision]]:
         async with AnswerClient(address) as client:
-            return await client.ask(
+            return await ask_with_revisions(
+                client,
                 question,
                 options(
                     rerank_top_k=top_k,
@@ -92,9 +132,11 @@ def ask(
             )
 
     try:
-        answer = asyncio.run(run())
+        answer, revisions = asyncio.run(run())
     except AttestError as exc:
         raise click.ClickException(f"{exc.code}: {exc.details}") from exc
     click.echo(f"Q: {question}")
     for line in render_answer(answer):
+        click.echo(line)
+    for line in render_revisions(revisions):
         click.echo(line)

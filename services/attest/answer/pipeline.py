@@ -482,6 +482,8 @@ class AnswerPipeline:
         answer.researches = final.researches
         answer.llm_calls = final.llm_calls
         answer.discarded_citations = final.discarded_citations
+        answer.judge_disagreements = final.judge_disagreements
+        answer.removed_sentences = final.removed_sentences
         yield answer_pb2.AskStreamResponse(final=answer)
 
     def _final(

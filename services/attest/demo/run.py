@@ -54,7 +54,7 @@ def sample_questions() -> list[dict[str, Any]]:
 
 async def run_demo(data_dir: Path, *, top_k: int, echo: Callable[[str], None]) -> None:
     """Ingest the sample through the ingest service, then ask every sample question."""
-    from attest.answer.commands import render_answer
+    from attest.answer.commands import ask_with_revisions, render_answer, render_revisions
     from attest.answer.embedded import embedded_stack
     from attest.client import AnswerClient, options
 
@@ -88,12 +88,14 @@ async def run_demo(data_dir: Path, *, top_k: int, echo: Callable[[str], None]) -
             await channel.close()
         async with AnswerClient(address) as client:
             for q in sample_questions():
-                answer = await client.ask(
-                    q["question"], options(rerank_top_k=top_k, explain=True), timeout=300
+                answer, revisions = await ask_with_revisions(
+                    client, q["question"], options(rerank_top_k=top_k, explain=True), 300
                 )
                 echo("")
                 echo(f"Q: {q['question']}")
                 for line in render_answer(answer):
+                    echo(line)
+                for line in render_revisions(revisions):
                     echo(line)
     echo("")
     echo(f"Done in {time.perf_counter() - began:.0f} s.")

@@ -29,18 +29,14 @@ is invented and every answer sentence has a passage it came from.
   question asks for a kind of fact, a further sentence stays only if it
   states the first one's fact in full, so the answer gives one answer with
   its context and never rival answers it ranks lower.
-* Citation and confidence: the support of a source for a sentence is the
-  geometric mean of the best MiniLM similarity between the sentence and a
-  sentence of the source (mapped from [floor, 1] onto [0, 1]) and the
-  IDF-weighted share of the sentence's facts found in the source: both must
-  hold; when the question asks for a kind of fact, a source that does not
-  state the sentence's answer fact in full (the one the sources most
-  relevant to the question agree with most) supports it not at all, so a
-  source corroborates the answer only if it states it; a source about
-  another year or another one of what the question names supports no
-  sentence. Confidence is round(10 × support); a sentence taken from a
-  source scores 10 against it. Other sources at or above
-  ``min_confidence`` corroborate it.
+* Citation and confidence: every source is rated for every answer sentence
+  by the support judge (``judge``): the probability that the source states
+  the sentence's claims, times the probability that the sentence answers
+  the question, as a 0-10 confidence. The source a sentence was quoted
+  from is rated like any other, so a quoted sentence that answers another
+  question (another company, another year, a fact no other source backs)
+  is not a confident citation. Sources at or above ``min_confidence`` are
+  cited, best first.
 
 The numeric choices are fixed by what the scores mean, not fitted to an
 evaluation set; they are settings so that a deployment can calibrate them.
@@ -58,6 +54,7 @@ import numpy.typing as npt
 
 from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
+from attest.generate.judge import SupportJudge, to_confidence
 from attest.generate.models import Proposal, Source
 from attest.generate.text import (
     answer_type,
@@ -132,9 +129,15 @@ def mmr(scores: Sequence[float], similarity: Matrix, k: int, lam: float) -> list
 class ExtractiveEngine:
     """Selection, citation and confidence from embeddings and word overlap."""
 
-    def __init__(self, embedder: Embedder, settings: ExtractiveSettings | None = None) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        settings: ExtractiveSettings | None = None,
+        judge: SupportJudge | None = None,
+    ) -> None:
         self.embedder = embedder
         self.settings = settings or ExtractiveSettings()
+        self.judge = judge or SupportJudge(embedder, cosine_floor=self.settings.cosine_floor)
 
     def warm_up(self) -> None:
         # One encode as well: the first one pays torch's lazy set-up (seconds).
@@ -169,9 +172,26 @@ class ExtractiveEngine:
         """Answer sentences taken from the sources; empty when none is relevant."""
         return await asyncio.to_thread(self._answer, question, sources, max_sentences)
 
-    def _answer(
-        self, question: str, sources: Sequence[Source], max_sentences: int
-    ) -> list[Candidate]:
+    def candidates(
+        self, question: str, sources: Sequence[Source], count: int
+    ) -> list[tuple[Candidate, float]]:
+        """The ``count`` best answer candidates and their scores before the
+        judge and the selection (for batch work such as fitting the judge)."""
+        ranked = self._rank(question, sources)
+        if ranked is None:
+            return []
+        cands, score = ranked[0], ranked[1]
+        top = np.argsort(-score, kind="stable")[:count]
+        return [(cands[i], float(score[i])) for i in top]
+
+    def _rank(
+        self, question: str, sources: Sequence[Source]
+    ) -> (
+        tuple[list[Candidate], Matrix, Matrix, Matrix, list[Fact | None], str, frozenset[str]]
+        | None
+    ):
+        """Every candidate sentence with its score, relevance, vectors, answer
+        fact, the question's answer kind and the sources' ordinary words."""
         # A question states no fact, and a sentence that only repeats the
         # question's words adds none, so neither can be an answer sentence.
         asked = content_tokens(question)
@@ -182,11 +202,11 @@ class ExtractiveEngine:
             if not text.rstrip(" .…").endswith("?") and content_tokens(strip_dateline(text)) - asked
         ]
         if not cands:
-            return []
+            return None
         vectors = self.embedder.encode([question, *(c.text for c in cands)])
         relevance = vectors[1:] @ vectors[0]
         if float(relevance.max()) < self.settings.min_relevance:
-            return []
+            return None
         scorer = _Overlap([s.text for s in sources], question)
         corroboration = np.zeros(len(cands), dtype=np.float32)
         n_top = self.settings.corroborating_sources
@@ -240,6 +260,15 @@ class ExtractiveEngine:
             [conflicts_with_question(c.text, question, published[c.source_index]) for c in cands]
         )
         score = score * (penalty + (1 - penalty) * typed) * np.where(conflict, penalty, 1.0)
+        return cands, np.asarray(score, dtype=np.float32), relevance, vectors, primary, kind, common
+
+    def _answer(
+        self, question: str, sources: Sequence[Source], max_sentences: int
+    ) -> list[Candidate]:
+        ranked = self._rank(question, sources)
+        if ranked is None:
+            return []
+        cands, score, relevance, vectors, primary, kind, common = ranked
         k = min(max_sentences, self.settings.answer_sentences)
         sims = vectors[1:] @ vectors[1:].T
         chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
@@ -259,54 +288,14 @@ class ExtractiveEngine:
             if text_facts(cands[i].text, kind, question, common).states(fact)
         ]
 
-    # -- support ------------------------------------------------------------------------
+    # -- citations ---------------------------------------------------------------------
 
-    async def support(
-        self, sentences: Sequence[str], sources: Sequence[str], question: str = ""
+    async def judged(
+        self, question: str, sentences: Sequence[str], sources: Sequence[str]
     ) -> npt.NDArray[np.float64]:
-        """Support in [0, 1] of each source (columns) for each sentence (rows)."""
-        return await asyncio.to_thread(self._support, sentences, sources, question)
-
-    def _support(
-        self, sentences: Sequence[str], sources: Sequence[str], question: str
-    ) -> npt.NDArray[np.float64]:
-        if not sentences or not sources:
-            return np.zeros((len(sentences), len(sources)))
-        parts = [fragments(s, 1) or [s] for s in sources]
-        flat = [p for ps in parts for p in ps]
-        n = len(sentences)
-        vectors = self.embedder.encode([*sentences, *flat, *([question] if question else [])])
-        sims = vectors[:n] @ vectors[n : n + len(flat)].T
-        owner = np.repeat(np.arange(len(sources)), [len(p) for p in parts])
-        best = np.full((n, len(sources)), -1.0)
-        for j in range(len(sources)):
-            best[:, j] = sims[:, owner == j].max(axis=1)
-        floor = self.settings.cosine_floor
-        semantic = np.clip((best - floor) / (1 - floor), 0.0, 1.0)
-        scorer = _Overlap(list(sources), question)
-        lexical = np.array([[scorer.share(s, j) for j in range(len(sources))] for s in sentences])
-        # A source about another year, or another one of what the question
-        # names ("season 3" for "season 4"), backs no answer to it.
-        off = off_topic(sources, question)
-        lexical[:, off] = 0
-        # When the question asks for a kind of fact, a source supports a
-        # sentence only if it states the sentence's answer fact in full: the
-        # fact the sources most relevant to the question agree with most.
-        kind = answer_type(question) if question else ""
-        if kind:
-            asked = vectors[n : n + len(flat)] @ vectors[-1]
-            weight = [
-                0.0 if off[j] else max(0.0, float(asked[owner == j].max()))
-                for j in range(len(sources))
-            ]
-            common = ordinary_words(sources)
-            stated = [text_facts(s, kind, question, common) for s in sources]
-            for i, sentence in enumerate(sentences):
-                fact, _ = primary_fact(facts_of(sentence, kind, question, common), stated, weight)
-                if fact is not None:
-                    lexical[i] = np.minimum(lexical[i], [float(s.states(fact)) for s in stated])
-        # Both must hold: on the same subject and stating the same facts.
-        return np.asarray(np.sqrt(semantic * lexical), dtype=np.float64)
+        """The support judge's probability that each source (columns) supports
+        each sentence (rows) as an answer to ``question`` (``judge``)."""
+        return await asyncio.to_thread(self.judge.judge, question, sentences, sources)
 
     async def cite(
         self,
@@ -316,14 +305,17 @@ class ExtractiveEngine:
         max_citations: int,
         origins: Sequence[int | None] | None = None,
     ) -> list[list[Proposal]]:
-        """Proposals per sentence (0-based source indices into ``sources``)."""
-        support = await self.support(sentences, [s.text for s in sources], question)
+        """Proposals per sentence (0-based source indices into ``sources``).
+
+        Every source is judged alike, the one a sentence was taken from too:
+        being quoted from a source is not evidence that the source answers
+        the question. ``origins`` is accepted for callers that know it and
+        not used for the rating."""
+        del origins
+        support = await self.judged(question, sentences, [s.text for s in sources])
         out: list[list[Proposal]] = []
         for i in range(len(sentences)):
-            confidence = [to_confidence(x) for x in support[i]]
-            origin = origins[i] if origins is not None else None
-            if origin is not None:
-                confidence[origin] = 10
+            confidence = [to_confidence(float(x)) for x in support[i]]
             ranked = sorted(range(len(sources)), key=lambda j: (-confidence[j], j))
             picked = [j for j in ranked if confidence[j] >= self.settings.min_confidence][
                 :max_citations
@@ -338,10 +330,6 @@ def off_topic(sources: Sequence[str], question: str) -> list[bool]:
     if not question:
         return [False] * len(sources)
     return [conflicts_with_question(s, question, dateline_year(s)) for s in sources]
-
-
-def to_confidence(support: float) -> int:
-    return round(10 * min(1.0, max(0.0, support)))
 
 
 class _Overlap:

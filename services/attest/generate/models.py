@@ -109,6 +109,8 @@ class RevisionEvent:
     query: str
     added_sources: tuple[Source, ...]
     first_added_source_index: int
+    # No source supports the sentence even after its search: it is withdrawn.
+    removed: bool = False
 
     @property
     def sentence_index(self) -> int:
@@ -136,6 +138,10 @@ class FinalEvent:
     mode: Mode
     degraded_reason: str = ""
     sources: tuple[Source, ...] = field(default=())
+    # LLM mode: citations the model and the support judge rated far apart.
+    judge_disagreements: int = 0
+    # Sentences withdrawn because no source supports them.
+    removed_sentences: int = 0
 
 
 Event = SummaryEvent | SentenceEvent | RevisionEvent | FinalEvent

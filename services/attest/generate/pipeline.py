@@ -22,11 +22,15 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from pydantic import Field
 
 from attest.core.errors import AttestError, InvalidArgument, Unavailable
 from attest.core.settings import StrictModel
 from attest.generate import prompts
-from attest.generate.extractive import ExtractiveEngine, to_confidence
+from attest.generate.extractive import ExtractiveEngine
+from attest.generate.judge import combine, grounded, to_confidence
 from attest.generate.llm import JsonSchema, LLMClient
 from attest.generate.models import (
     INSUFFICIENT,
@@ -44,7 +48,7 @@ from attest.generate.models import (
     StepTiming,
     SummaryEvent,
 )
-from attest.generate.text import split_sentences
+from attest.generate.text import answer_type, split_sentences
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +65,16 @@ class PipelineSettings(StrictModel):
     summary_sentences: int = 3
     cite_batch_size: int = 8
     fallback_to_extractive: bool = True
+    # LLM mode: "combine" rates each citation by the model and the support
+    # judge together (``judge.combine``); "model" keeps the model's rating.
+    llm_citation_rating: Literal["combine", "model"] = "combine"
+    # Citations below this confidence are not kept (in both modes).
+    min_citation_confidence: int = Field(default=5, ge=1, le=10)
+    # Two ratings further apart than this disagree; the lower one is kept.
+    disagreement_margin: int = Field(default=3, ge=0, le=10)
+    # A sentence no source supports, even after its search, is withdrawn from
+    # the answer (a removed revision) instead of being kept marked unsupported.
+    withdraw_unsupported: bool = True
 
 
 @dataclass(slots=True)
@@ -80,6 +94,7 @@ class _Run:
     degraded_reason: str = ""
     llm_calls: int = 0
     discarded: int = 0
+    disagreements: int = 0
     seconds: dict[Step, float] = field(default_factory=dict)
     calls: dict[Step, int] = field(default_factory=dict)
 
@@ -279,12 +294,15 @@ class Generator:
                 raw = await self._cite_llm(
                     run, sentences, [s.evidence for s in subset], max_citations
                 )
-                return [
+                cited = [
                     self._validate(
                         run, ps, allowed, sources, one_based=True, max_citations=max_citations
                     )
                     for ps in raw
                 ]
+                if self.settings.llm_citation_rating == "combine":
+                    cited = await self._rate_with_judge(run, question, sentences, sources, cited)
+                return cited
             except Unavailable as exc:
                 self._degrade(run, exc)
         local_origins = None
@@ -296,6 +314,37 @@ class Generator:
             self._validate(run, ps, allowed, sources, one_based=False, max_citations=max_citations)
             for ps in raw
         ]
+
+    async def _rate_with_judge(
+        self,
+        run: _Run,
+        question: str,
+        sentences: Sequence[str],
+        sources: Sequence[Source],
+        cited: list[tuple[Citation, ...]],
+    ) -> list[tuple[Citation, ...]]:
+        """The model's citations re-rated with the support judge (``combine``):
+        a citation the judge cannot confirm falls below the floor and is
+        dropped; each disagreement is counted."""
+        used = sorted({c.source_index for cs in cited for c in cs})
+        if not used:
+            return cited
+        column = {g: k for k, g in enumerate(used)}
+        support = await self.extractive.judged(question, sentences, [sources[g].text for g in used])
+        margin = self.settings.disagreement_margin
+        out: list[tuple[Citation, ...]] = []
+        for i, citations in enumerate(cited):
+            rated = []
+            for c in citations:
+                judged = to_confidence(float(support[i, column[c.source_index]]))
+                if abs(judged - c.confidence) > margin:
+                    run.disagreements += 1
+                confidence = combine(c.confidence, judged, margin)
+                if confidence >= self.settings.min_citation_confidence:
+                    rated.append(replace(c, confidence=confidence))
+            rated.sort(key=lambda c: (-c.confidence, c.source_index))
+            out.append(tuple(rated))
+        return out
 
     async def cite(
         self,
@@ -329,7 +378,7 @@ class Generator:
                 return await self._judge_llm(run, sentences, sources, pairs)
             except Unavailable as exc:
                 self._degrade(run, exc)
-        support = await self.extractive.support(sentences, [s.evidence for s in sources])
+        support = await self.extractive.judged("", sentences, [s.evidence for s in sources])
         out = [Judgement(i, j, to_confidence(float(support[i, j]))) for i, j in pairs]
         return out, run.mode, run.degraded_reason, run.llm_calls
 
@@ -406,7 +455,7 @@ class Generator:
 
         sentences: list[Sentence] = []
         if insufficient:
-            sentence = Sentence(0, INSUFFICIENT)
+            sentence = Sentence(0, insufficient_text(question))
             sentences.append(sentence)
             yield SentenceEvent(sentence)
         else:
@@ -444,6 +493,35 @@ class Generator:
                 sentences[sentence.index] = revision.sentence
                 yield revision
 
+        # 5. A sentence no source supports, even after its search, is withdrawn:
+        # nothing stays in the answer only because it resembles the question.
+        removed = 0
+        if not insufficient and self.settings.withdraw_unsupported:
+            if not grounded(
+                question,
+                [(s.text, sources[c.source_index].text) for s in sentences for c in s.citations],
+            ):
+                # No sentence or cited source is about what the question names.
+                sentences = [Sentence(s.index, s.text) for s in sentences]
+            for sentence in sentences:
+                if sentence.unsupported:
+                    removed += 1
+                    yield RevisionEvent(
+                        sentence=sentence,
+                        previous_confidence=0,
+                        query="",
+                        added_sources=(),
+                        first_added_source_index=len(sources),
+                        removed=True,
+                    )
+            sentences = [s for s in sentences if not s.unsupported]
+            if not sentences:
+                # 6. Nothing left: say so, and what is missing.
+                insufficient = True
+                sentence = Sentence(0, insufficient_text(question))
+                sentences.append(sentence)
+                yield SentenceEvent(sentence)
+
         unsupported = sum(1 for s in sentences if s.unsupported)
         yield FinalEvent(
             answer=" ".join(s.text for s in sentences),
@@ -458,6 +536,8 @@ class Generator:
             mode=run.mode,
             degraded_reason=run.degraded_reason,
             sources=tuple(sources),
+            judge_disagreements=run.disagreements,
+            removed_sentences=removed,
         )
 
     async def _answer_sentences(
@@ -529,6 +609,19 @@ class Generator:
             added_sources=tuple(added),
             first_added_source_index=first_added,
         )
+
+
+_MISSING = {
+    "date": "no source states the date asked for",
+    "name": "no source names what the question asks for",
+    "number": "no source states the amount asked for",
+}
+
+
+def insufficient_text(question: str) -> str:
+    """The answer when no source supports one, saying what is missing."""
+    what = _MISSING.get(answer_type(question), "no source states an answer to the question")
+    return f"{INSUFFICIENT}: {what}."
 
 
 def _index(value: object, count: int) -> int | None:

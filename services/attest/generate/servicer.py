@@ -169,6 +169,7 @@ def event_to_proto(event: Event) -> generate_pb2.AnswerResponse:
                 query=event.query,
                 added_sources=[source_to_proto(s) for s in event.added_sources],
                 first_added_source_index=event.first_added_source_index,
+                removed=event.removed,
             )
         )
     assert isinstance(event, FinalEvent)
@@ -190,6 +191,8 @@ def event_to_proto(event: Event) -> generate_pb2.AnswerResponse:
             llm_calls=event.llm_calls,
             mode=_MODE_OUT[event.mode],
             degraded_reason=event.degraded_reason,
+            judge_disagreements=event.judge_disagreements,
+            removed_sentences=event.removed_sentences,
         )
     )
 

@@ -357,6 +357,8 @@ class Answer(_message.Message):
     DEGRADATIONS_FIELD_NUMBER: _builtins.int
     LLM_CALLS_FIELD_NUMBER: _builtins.int
     DISCARDED_CITATIONS_FIELD_NUMBER: _builtins.int
+    JUDGE_DISAGREEMENTS_FIELD_NUMBER: _builtins.int
+    REMOVED_SENTENCES_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The full answer text, after revisions."""
     insufficient_information: _builtins.bool
@@ -369,6 +371,12 @@ class Answer(_message.Message):
     """Number of LLM requests made."""
     discarded_citations: _builtins.int
     """Citations proposed by the generator and discarded as invalid."""
+    judge_disagreements: _builtins.int
+    """LLM mode: citations whose model rating and support-judge rating differ by
+    more than the disagreement margin (the lower rating is kept).
+    """
+    removed_sentences: _builtins.int
+    """Sentences withdrawn because no source supports them, even after a re-search."""
     @_builtins.property
     def sentences(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AnswerSentence]:
         """The sentences, in order, after revisions."""
@@ -404,10 +412,12 @@ class Answer(_message.Message):
         degradations: _abc.Iterable[Global___Degradation] | None = ...,
         llm_calls: _builtins.int = ...,
         discarded_citations: _builtins.int = ...,
+        judge_disagreements: _builtins.int = ...,
+        removed_sentences: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degradations", b"degradations", "discarded_citations", b"discarded_citations", "insufficient_information", b"insufficient_information", "llm_calls", b"llm_calls", "researches", b"researches", "sentences", b"sentences", "sources", b"sources", "text", b"text", "timings", b"timings", "total", b"total"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degradations", b"degradations", "discarded_citations", b"discarded_citations", "insufficient_information", b"insufficient_information", "judge_disagreements", b"judge_disagreements", "llm_calls", b"llm_calls", "removed_sentences", b"removed_sentences", "researches", b"researches", "sentences", b"sentences", "sources", b"sources", "text", b"text", "timings", b"timings", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

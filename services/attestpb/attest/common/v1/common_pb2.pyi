@@ -433,6 +433,7 @@ class SentenceRevision(_message.Message):
     QUERY_FIELD_NUMBER: _builtins.int
     ADDED_SOURCES_FIELD_NUMBER: _builtins.int
     FIRST_ADDED_SOURCE_INDEX_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
     sentence_index: _builtins.int
     """Zero-based index of the revised sentence in the answer."""
     previous_confidence: _builtins.int
@@ -442,6 +443,11 @@ class SentenceRevision(_message.Message):
     first_added_source_index: _builtins.int
     """Position in the answer's source list taken by added_sources[0]; the others
     follow consecutively. Meaningless when added_sources is empty.
+    """
+    removed: _builtins.bool
+    """True when no source supports the sentence even after its search: the
+    sentence is withdrawn and the final answer leaves it out. `sentence` then
+    carries the withdrawn text, no citations and `unsupported` set.
     """
     @_builtins.property
     def sentence(self) -> Global___AnswerSentence:
@@ -463,10 +469,11 @@ class SentenceRevision(_message.Message):
         query: _builtins.str = ...,
         added_sources: _abc.Iterable[Global___Source] | None = ...,
         first_added_source_index: _builtins.int = ...,
+        removed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sentence", b"sentence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_sources", b"added_sources", "first_added_source_index", b"first_added_source_index", "previous_confidence", b"previous_confidence", "query", b"query", "sentence", b"sentence", "sentence_index", b"sentence_index"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_sources", b"added_sources", "first_added_source_index", b"first_added_source_index", "previous_confidence", b"previous_confidence", "query", b"query", "removed", b"removed", "sentence", b"sentence", "sentence_index", b"sentence_index"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

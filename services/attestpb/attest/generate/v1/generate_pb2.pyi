@@ -543,6 +543,8 @@ class AnswerFinal(_message.Message):
     LLM_CALLS_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     DEGRADED_REASON_FIELD_NUMBER: _builtins.int
+    JUDGE_DISAGREEMENTS_FIELD_NUMBER: _builtins.int
+    REMOVED_SENTENCES_FIELD_NUMBER: _builtins.int
     answer: _builtins.str
     """The full answer text."""
     insufficient_information: _builtins.bool
@@ -561,6 +563,12 @@ class AnswerFinal(_message.Message):
     """The mode that actually ran."""
     degraded_reason: _builtins.str
     """Why the mode differs from the requested or configured one; empty when it does not."""
+    judge_disagreements: _builtins.int
+    """LLM mode: citations whose model rating and support-judge rating differ by
+    more than the disagreement margin (their confidence is then the lower one).
+    """
+    removed_sentences: _builtins.int
+    """Sentences withdrawn because no source supports them, even after a re-search."""
     @_builtins.property
     def sentences(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AnswerSentence]:
         """Every sentence of the answer after revisions, in order."""
@@ -587,10 +595,12 @@ class AnswerFinal(_message.Message):
         llm_calls: _builtins.int = ...,
         mode: Global___GenerationMode.ValueType = ...,
         degraded_reason: _builtins.str = ...,
+        judge_disagreements: _builtins.int = ...,
+        removed_sentences: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "degraded_reason", b"degraded_reason", "discarded_citations", b"discarded_citations", "insufficient_information", b"insufficient_information", "llm_calls", b"llm_calls", "mode", b"mode", "researches", b"researches", "sentences", b"sentences", "timings", b"timings", "total", b"total", "unsupported_sentences", b"unsupported_sentences"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "degraded_reason", b"degraded_reason", "discarded_citations", b"discarded_citations", "insufficient_information", b"insufficient_information", "judge_disagreements", b"judge_disagreements", "llm_calls", b"llm_calls", "mode", b"mode", "removed_sentences", b"removed_sentences", "researches", b"researches", "sentences", b"sentences", "timings", b"timings", "total", b"total", "unsupported_sentences", b"unsupported_sentences"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,180 @@
+"""Fitting the support judge's two models on labelled question sets.
+
+For every question the extractive generator ranks its candidate answer
+sentences from the question's passages, as it does when answering; the best
+``sentences_per_question`` of them are judged against every passage. Each
+(sentence, passage) pair is an example for the support model, labelled by
+whether the passage is gold; each sentence is an example for the answer
+model, labelled by whether it contains a gold answer. Both are logistic
+regressions (scikit-learn, L2, balanced classes); the answer model reads the
+support model's probabilities, so it is fitted second, on the same questions.
+
+So that a reader can see what generalizes, the questions are split into
+halves (``half_of``: even and odd ids): both models are fitted on one half
+and scored on the other, both ways, then fitted on everything for the
+weights that ship.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from tqdm import tqdm
+
+from attest.evaluation.qa import QAItem, half_of
+from attest.generate.extractive import ExtractiveEngine
+from attest.generate.judge import (
+    SENTENCE_FEATURES,
+    SUPPORT_FEATURES,
+    JudgeModel,
+    JudgeModels,
+    sentence_features,
+    support_features,
+)
+from attest.generate.models import Source
+from attest.generate.text import contains_answer
+
+Matrix = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """One question's judged candidates."""
+
+    question_id: str
+    half: str
+    x: Matrix  # (sentences, passages, FEATURES)
+    gold: npt.NDArray[np.bool_]  # per passage
+    right: npt.NDArray[np.bool_]  # per sentence: contains a gold answer
+
+
+def collect(
+    items: Sequence[QAItem],
+    engine: ExtractiveEngine,
+    sentences_per_question: int = 8,
+    progress: bool = True,
+) -> list[Judged]:
+    out: list[Judged] = []
+    for item in tqdm(items, desc="judging", unit="q", disable=not progress):
+        sources = [Source(doc_id=p.id, text=p.text, title=p.title) for p in item.passages]
+        picked = engine.candidates(item.question, sources, sentences_per_question)
+        if not picked:
+            continue
+        texts = [c.text for c, _ in picked]
+        x = engine.judge.features(item.question, texts, [s.text for s in sources])
+        gold = np.array([p.gold for p in item.passages], dtype=bool)
+        right = np.array([any(contains_answer(t, a) for a in item.answers) for t in texts])
+        out.append(Judged(item.id, half_of(item.id), x, gold, right))
+    return out
+
+
+def auroc(scores: Sequence[float], labels: Sequence[int]) -> float | None:
+    """Area under the ROC curve (ties count half); None with one class only."""
+    from sklearn.metrics import roc_auc_score
+
+    if len(set(labels)) < 2:
+        return None
+    return float(roc_auc_score(list(labels), list(scores)))
+
+
+def _logistic(x: Matrix, y: npt.NDArray[np.int64], names: tuple[str, ...], c: float) -> JudgeModel:
+    from sklearn.linear_model import LogisticRegression
+
+    if len(set(y.tolist())) < 2:
+        raise ValueError("the data sets need both supporting and non-supporting examples")
+    model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
+    model.fit(x, y)
+    return JudgeModel(tuple(float(w) for w in model.coef_[0]), float(model.intercept_[0]), names)
+
+
+def _pairs(judged: Sequence[Judged]) -> tuple[Matrix, npt.NDArray[np.int64]]:
+    """The pairs of the sentences that contain a gold answer: whether a source
+    states a sentence is learnt where the sentence is right, so that a
+    source that states a wrong sentence word for word does not teach it that
+    stating the sentence's words counts against support."""
+    x = np.vstack(
+        [support_features(j.x[j.right]).reshape(-1, len(SUPPORT_FEATURES)) for j in judged]
+    )
+    y = np.concatenate([np.tile(j.gold, int(j.right.sum())) for j in judged]).astype(np.int64)
+    return x, y
+
+
+def fit(judged: Sequence[Judged], c: float = 1.0) -> JudgeModels:
+    x, y = _pairs(judged)
+    support = _logistic(x, y, SUPPORT_FEATURES, c)
+    s = np.vstack([sentence_features(j.x, support.score(support_features(j.x))) for j in judged])
+    r = np.concatenate([j.right for j in judged]).astype(np.int64)
+    return JudgeModels(support, _logistic(s, r, SENTENCE_FEATURES, c))
+
+
+def score(models: JudgeModels, judged: Sequence[Judged]) -> dict[str, float | None]:
+    """AUROC of the support model over the pairs of right sentences (gold
+    passage or not), of the answer model over sentences (contains a gold
+    answer or not), and of the confidence over every pair (a right sentence
+    and a gold passage, or not)."""
+    if not judged:
+        return {"pairs_auroc": None, "sentences_auroc": None, "confidence_auroc": None}
+    _, y = _pairs(judged)
+    pair_scores: list[float] = []
+    sent_scores: list[float] = []
+    confidence: list[float] = []
+    labels: list[int] = []
+    for j in judged:
+        support = models.support.score(support_features(j.x))
+        answer = models.answer.score(sentence_features(j.x, support))
+        pair_scores.extend(support[j.right].ravel().tolist())
+        sent_scores.extend(answer.tolist())
+        confidence.extend((support * answer[:, None]).ravel().tolist())
+        labels.extend(np.outer(j.right, j.gold).ravel().astype(int).tolist())
+    rights = np.concatenate([j.right for j in judged]).astype(int).tolist()
+    return {
+        "pairs_auroc": auroc(pair_scores, y.tolist()),
+        "sentences_auroc": auroc(sent_scores, rights),
+        "confidence_auroc": auroc(confidence, labels),
+    }
+
+
+def cross_fit(
+    sets: Mapping[str, Sequence[Judged]], c: float = 1.0
+) -> dict[str, dict[str, dict[str, float | None]]]:
+    """Each data set's half scored by models fitted on the other half of every set."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {name: {} for name in sets}
+    for held in ("even", "odd"):
+        train = [j for judged in sets.values() for j in judged if j.half != held]
+        models = fit(train, c)
+        for name, judged in sets.items():
+            out[name][held] = score(models, [j for j in judged if j.half == held])
+    return out
+
+
+def fit_judge(
+    datasets: Sequence[Path], output: Path, c: float = 1.0, progress: bool = True
+) -> dict[str, object]:
+    """Collect examples from every data set, report each set's AUROC with the
+    shipped weights and on each half with weights fitted on the other half of
+    every set, then fit on everything and write the weights to ``output``."""
+    from attest.evaluation.qa import load_qa
+    from attest.semantic.embedding import Embedder
+
+    engine = ExtractiveEngine(Embedder())
+    sets: dict[str, list[Judged]] = {}
+    for path in datasets:
+        sets[path.name] = collect(load_qa(path), engine, progress=progress)
+    everything = [j for judged in sets.values() for j in judged]
+    models = fit(everything, c)
+    report: dict[str, object] = {
+        "regularization_c": c,
+        "questions": {name: len(judged) for name, judged in sets.items()},
+        "shipped_weights": {
+            name: score(engine.judge.models, judged) for name, judged in sets.items()
+        },
+        "held_out_half": cross_fit(sets, c),
+        "weights": models.to_json(),
+    }
+    output.write_text(json.dumps(models.to_json(), indent=2) + "\n", encoding="utf-8")
+    return report

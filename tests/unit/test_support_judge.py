@@ -1,0 +1,158 @@
+"""The support judge: features, the shipped models, the combination rule,
+withdrawal and abstention in the pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attest.generate.extractive import ExtractiveEngine
+from attest.generate.judge import (
+    FEATURES,
+    SENTENCE_FEATURES,
+    SUPPORT_FEATURES,
+    WEIGHTS_FILE,
+    JudgeModel,
+    JudgeModels,
+    SupportJudge,
+    combine,
+)
+from attest.generate.models import FinalEvent, RevisionEvent, Source
+from attest.generate.pipeline import Generator
+from attest.semantic.embedding import Embedder
+
+EMBEDDER = Embedder()
+JUDGE = SupportJudge(EMBEDDER)
+F = {name: k for k, name in enumerate(FEATURES)}
+
+QUESTION = "Who won the 2019 Aldermoor Prize?"
+SOURCES = [
+    "The 2019 Aldermoor Prize went to the poet Ines Varga for her fourth book.",
+    "Ines Varga won the Aldermoor Prize in 2019 for her collected poems.",
+    "Judges praised Ines Varga, the 2019 Aldermoor Prize winner, for her restraint.",
+    "Tomas Brandt won the Aldermoor Prize for his first novel.",
+    "Rainfall in the valley was average this quarter.",
+]
+
+
+def test_the_models_ship_and_name_their_features() -> None:
+    models = JudgeModels.load()
+    assert models.support.features == SUPPORT_FEATURES
+    assert models.answer.features == SENTENCE_FEATURES
+    data = json.loads(WEIGHTS_FILE.read_text(encoding="utf-8"))
+    data["support"]["features"] = data["support"]["features"][::-1]
+    with pytest.raises(ValueError, match="features"):
+        JudgeModels.from_json(data)
+
+
+def test_the_claim_weights_count_for_support() -> None:
+    # Stating more of the sentence is never evidence against support.
+    weights = dict(zip(SUPPORT_FEATURES, JudgeModels.load().support.weights, strict=True))
+    for name in ("semantic", "claims", "states_answer"):
+        assert weights[name] > 0, name
+
+
+def test_features_read_claims_numbers_and_negation() -> None:
+    x = JUDGE.features(
+        "How much did Norvale Copper cut its emissions in 2025?",
+        ["Norvale Copper cut its emissions by 30 percent in 2025."],
+        [
+            "Norvale Copper said it cut emissions by 30 percent in 2025.",
+            "Norvale Copper said it cut emissions by 12 percent in 2025.",
+            "Norvale Copper did not cut its emissions in 2025.",
+        ],
+    )[0]
+    assert x[0, F["states_answer"]] == 1.0
+    assert x[1, F["states_answer"]] == 0.0
+    assert x[0, F["missing_number"]] == 0.0
+    assert x[1, F["missing_number"]] == 1.0, "30 is not in the second source"
+    assert x[2, F["negation"]] == 1.0
+    assert x[0, F["negation"]] == 0.0
+    assert x[0, F["claims"]] > x[1, F["claims"]]
+
+
+def test_a_quoted_sentence_answering_another_question_is_not_confident() -> None:
+    sentences = [SOURCES[0], SOURCES[3]]
+    conf = np.rint(10 * JUDGE.judge(QUESTION, sentences, SOURCES)).astype(int)
+    # The answer the sources agree on, stated by its own and other sources.
+    assert conf[0, 0] >= 7
+    assert conf[0, 1] >= 7
+    # A sentence taken word for word from a source, naming a winner no other
+    # source backs and no year: its own source is not a confident citation.
+    assert conf[1, 3] < 5
+    assert conf[1, 3] < conf[0, 0]
+    # Unrelated sources support nothing.
+    assert conf[0, 4] < 3
+    assert conf[1, 4] < 3
+
+
+def test_without_a_question_the_rating_is_support_alone() -> None:
+    p = JUDGE.judge("", [SOURCES[3]], SOURCES)
+    assert p[0, 3] > 0.5
+    assert p[0, 4] < 0.3
+
+
+@pytest.mark.parametrize(
+    ("model", "judge", "expected"),
+    [(8, 9, 8), (9, 9, 9), (10, 2, 2), (2, 10, 2), (7, 4, 6), (0, 0, 0)],
+)
+def test_model_and_judge_combine_by_the_documented_rule(
+    model: int, judge: int, expected: int
+) -> None:
+    assert combine(model, judge, disagreement=3) == expected
+
+
+def test_logistic_model_checks_its_input() -> None:
+    model = JudgeModel((1.0, -1.0), 0.0, ("a", "b"))
+    assert model.score(np.array([[0.0, 0.0]]))[0] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="expected 2 features"):
+        model.score(np.zeros((1, 3)))
+
+
+async def test_an_answer_no_source_supports_is_withdrawn_and_abstained() -> None:
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source("a", "Fennick Retail Group opened forty stores in 2025.", 0),
+        Source("b", "Norvale Copper cut its emissions by 30 percent in 2025.", 0),
+    ]
+    events = [
+        e
+        async for e in generator.answer(
+            "How much did Fennick Retail Group cut its emissions in 2025?", sources
+        )
+    ]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    # Norvale's figure must not be offered as Fennick's.
+    assert "30 percent" not in final.answer
+    assert final.insufficient_information
+    assert "amount" in final.answer
+    removed = [e for e in events if isinstance(e, RevisionEvent) and e.removed]
+    assert final.removed_sentences == len(removed)
+
+
+def test_fitting_learns_the_labels_and_scores_the_held_out_half() -> None:
+    from attest.evaluation.judge_fit import Judged, cross_fit, fit, score
+
+    rng = np.random.default_rng(0)
+    judged = []
+    for q in range(40):
+        x = rng.uniform(0, 0.3, size=(3, 4, len(FEATURES)))
+        gold = np.array([True, True, False, False])
+        right = np.array([True, False, False])
+        # Gold passages state the right sentence's claims; the right sentence
+        # has the sources' agreement behind it.
+        x[0, :2, F["states_answer"]] = 1.0
+        x[0, :2, F["claims"]] = 0.9
+        x[0, :, F["consensus"]] = 0.8
+        judged.append(Judged(str(q), "even" if q % 2 == 0 else "odd", x, gold, right))
+    models = fit(judged)
+    figures = score(models, judged)
+    assert figures["pairs_auroc"] == pytest.approx(1.0)
+    assert figures["sentences_auroc"] == pytest.approx(1.0)
+    held = cross_fit({"synthetic": judged})["synthetic"]
+    assert set(held) == {"even", "odd"}
+    assert held["odd"]["confidence_auroc"] is not None
+    assert held["odd"]["confidence_auroc"] > 0.9
