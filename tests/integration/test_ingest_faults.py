@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
+from attest.ingest.state import PREFIX
 from attest.ingest.v1 import ingest_pb2
 from tests.conftest import require_server
 from tests.integration.ingest_stack import (
@@ -30,7 +32,7 @@ def _progress(stack: Stack, job_id: str) -> ingest_pb2.Job:
     return stack.ingest.GetJob(ingest_pb2.GetJobRequest(job_id=job_id), timeout=60).job
 
 
-def _assert_complete(stack: Stack, job_id: str) -> None:
+def _assert_complete(stack: Stack, job_id: str, docs: int = DOCS) -> None:
     """The job is DONE and every document is stored exactly once."""
     job = wait_until(
         lambda: (j := _progress(stack, job_id)).state == ingest_pb2.JOB_STATE_DONE and j,
@@ -39,21 +41,29 @@ def _assert_complete(stack: Stack, job_id: str) -> None:
         step=2,
     )
     p = job.progress
-    assert (p.received, p.indexed, p.created, p.failed) == (DOCS, DOCS, DOCS, 0), job
+    assert (p.received, p.indexed, p.created, p.failed) == (docs, docs, docs, 0), job
     registry = stack.registry()
-    assert len(registry) == DOCS
+    assert len(registry) == docs
     passages = sum(e.passages for e in registry.values())
     links = sum(len(e.entity_ids) for e in registry.values())
-    expected = (DOCS, passages, DOCS, passages, links)
+    expected = (docs, passages, docs, passages, links)
     assert stack.settled_counts(expected) == expected
     # Exactly once: as many record ids as documents and passages, no more.
-    assert stack.stored_ids_checksum()[0] == DOCS + passages
+    assert stack.stored_ids_checksum()[0] == docs + passages
 
 
-def _start_job(stack: Stack) -> str:
-    lines = reuters_lines(DOCS)
+def _start_job(stack: Stack, docs: int = DOCS) -> str:
+    lines = reuters_lines(docs)
     response = stack.ingest.IngestStream(stream_items(lines, "reuters.jsonl", 100), timeout=300)
     return response.job.job_id
+
+
+def _kill_worker(stack: Stack, name: str) -> None:
+    """SIGKILL a whole Celery worker: its pool processes and its main process."""
+    worker = stack.procs[name]
+    for pid in [*stack.children(name), worker.pid]:
+        os.kill(pid, signal.SIGKILL)
+    worker.wait()
 
 
 @pytest.fixture
@@ -81,12 +91,48 @@ def test_kill_9_of_workers_mid_job(stack: Stack):
     # visibility timeout, to its replacement.
     before = _progress(stack, job_id).progress
     assert before.indexed < DOCS, "the job finished before the kill; use more documents"
-    worker = stack.procs["worker-text"]
-    for pid in [*stack.children("worker-text"), worker.pid]:
-        os.kill(pid, signal.SIGKILL)
-    worker.wait()
+    _kill_worker(stack, "worker-text")
     stack.start_worker("worker-text", "enrich,index")
     _assert_complete(stack, job_id)
+
+
+@pytest.mark.timeout(1200)
+def test_kill_9_of_the_embed_worker_the_moment_a_batch_shows_as_embedded(stack: Stack):
+    """The worst moment for a kill: the job has just counted a batch as embedded.
+
+    A stage records its progress only once the batch is queued for the next
+    stage, so the batch is in the index queue already: with no embed worker
+    left at all it is still indexed. (When progress came first, a kill in the
+    few milliseconds before the index task was sent lost the only embedded
+    batch, and nothing was indexed until a new embed worker had loaded its
+    model and embedded a batch again.) The embed worker's unfinished task
+    comes back to its replacement after the visibility timeout.
+    """
+    docs = 130  # three batches
+    stack.configure(visibility_timeout=15)
+    stack.start()
+    job_id = _start_job(stack, docs)
+    state = redis.Redis.from_url(stack.state)
+    embedded = f"{PREFIX}job:{job_id}:s:embedded"
+    try:
+        # Poll the job state directly: the kill lands within about a millisecond.
+        deadline = time.monotonic() + 300
+        while not state.scard(embedded):
+            assert time.monotonic() < deadline, "nothing was embedded"
+            time.sleep(0.001)
+        _kill_worker(stack, "worker-embed")
+        shown = int(state.scard(embedded))
+    finally:
+        state.close()
+    assert shown < docs
+    wait_until(
+        lambda: _progress(stack, job_id).progress.indexed >= shown,
+        300,
+        "documents counted as embedded were lost with the embed worker",
+        0.5,
+    )
+    stack.start_worker("worker-embed", "embed")
+    _assert_complete(stack, job_id, docs)
 
 
 @pytest.mark.timeout(1200)

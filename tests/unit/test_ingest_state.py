@@ -1,10 +1,18 @@
-"""Job state: counts are sets (a replayed stage counts once), DONE detection,
-failure order and paging, the registry, and the embedded store on disk."""
+"""Job state: counts are sets (a replayed stage counts once), a stage counts a batch
+only once it is handed on, DONE detection, failure order and paging, the registry,
+and the embedded store on disk."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from attest.ingest.documents import article_from_raw_json, content_hash
+from attest.ingest.jobs import StageRunner
+from attest.ingest.settings import EnrichSettings
 from attest.ingest.state import FailureRecord, JobStore, MemoryKeyValue, RegistryEntry
 
 
@@ -80,3 +88,51 @@ def test_registry_and_state_survive_on_disk(tmp_path: Path):
     assert again.registry_all("u") == {}
     assert again.gazetteer("t") == {"Acme Corp"}
     assert again.registry_delete("t", ["a", "b"]) == 1
+
+
+class _Embedding:
+    """The model side of the pipeline, without a model."""
+
+    def warm_up(self) -> None:
+        pass
+
+    def unknown_entities(self, record: dict) -> list[str]:
+        return []
+
+    def embed(self, records: list[dict]) -> list[dict]:
+        return [{**r, "article_vector": "v"} for r in records]
+
+
+def test_a_stage_counts_a_batch_only_once_it_is_handed_to_the_next_stage():
+    """Progress never counts work that lives only in a worker's memory: a worker
+    killed before the hand-off leaves the batch uncounted (its task runs again)."""
+    store = JobStore(MemoryKeyValue())
+    store.create_job("j", "default")
+    article = article_from_raw_json(b'{"id": "a1", "title": "Water", "body": "Acme cut water."}')
+    record = {"article": article.to_json(), "hash": content_hash(article), "origin": "f:1"}
+    store.record_items("j", {0: json.dumps(record)}, 1)
+    runner = StageRunner(store, EnrichSettings(), embedding=_Embedding)
+    counted: list[tuple[str, int, int]] = []
+
+    def handoff(stage: str) -> Callable[[list[dict]], None]:
+        def send(batch: list[dict]) -> None:
+            p = store.progress("j")
+            counted.append((stage, len(batch), p.enriched if stage == "enrich" else p.embedded))
+
+        return send
+
+    enriched = runner.enrich("j", "default", [[0, "created"]], handoff=handoff("enrich"))
+    runner.embed("j", enriched, handoff=handoff("embed"))
+    assert counted == [("enrich", 1, 0), ("embed", 1, 0)]
+    assert (store.progress("j").enriched, store.progress("j").embedded) == (1, 1)
+
+    def dies(batch: list[dict]) -> None:
+        raise ConnectionError("the worker died while sending the batch on")
+
+    store.create_job("k", "default")
+    store.record_items("k", {0: json.dumps(record)}, 1)
+    with pytest.raises(ConnectionError):
+        runner.enrich("k", "default", [[0, "created"]], handoff=dies)
+    with pytest.raises(ConnectionError):
+        runner.embed("k", enriched, handoff=dies)
+    assert (store.progress("k").enriched, store.progress("k").embedded) == (0, 0)

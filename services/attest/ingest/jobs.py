@@ -140,7 +140,16 @@ class StageRunner:
             ],
         )
 
-    def enrich(self, job_id: str, tenant: str, batch: Batch) -> list[Record]:
+    def enrich(
+        self,
+        job_id: str,
+        tenant: str,
+        batch: Batch,
+        *,
+        handoff: Callable[[list[Record]], object] | None = None,
+    ) -> list[Record]:
+        """Enrich a batch. ``handoff`` gets the records (when there are any) before the
+        progress is recorded: see ``embed``."""
         indexes = [int(i) for i, _ in batch]
         kinds = {int(i): str(k) for i, k in batch}
         texts = self.store.items(job_id, indexes)
@@ -193,10 +202,23 @@ class StageRunner:
             except grpc.RpcError as err:
                 # Degrade: the extractive summaries stay.
                 log.warning("generate service unavailable for summaries: %s", err.code())
+        if out and handoff is not None:
+            handoff(out)
         self.store.mark(job_id, "enriched", [r["item"] for r in out])
         return out
 
-    def embed(self, job_id: str, records: Sequence[Record]) -> list[Record]:
+    def embed(
+        self,
+        job_id: str,
+        records: Sequence[Record],
+        *,
+        handoff: Callable[[list[Record]], object] | None = None,
+    ) -> list[Record]:
+        """Embed a batch. ``handoff`` gets the embedded records (when there are any)
+        before the progress is recorded, so that "embedded" never counts vectors that
+        exist only in this process: the Celery task queues the index task there, and
+        a worker that dies before that leaves the items unmarked and its task is
+        delivered again."""
         embedding = self.embedding
         good: list[Record] = []
         for r in records:
@@ -212,6 +234,8 @@ class StageRunner:
             else:
                 good.append(r)
         out = embedding.embed(good) if good else []
+        if out and handoff is not None:
+            handoff(out)
         self.store.mark(job_id, "embedded", [r["item"] for r in out])
         return out
 

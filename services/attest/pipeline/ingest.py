@@ -5,6 +5,9 @@ and sends the batch on to the next queue. Tasks are idempotent (progress is
 kept as sets of item indexes, the stores upsert by document id), so a
 redelivered or replayed task overwrites instead of duplicating. Delivery:
 
+* a stage queues its batch for the next stage before it records the batch's
+  progress, so progress counts only work that a killed worker cannot take
+  with it (the vectors of an embedded batch are in the index task's message);
 * late acknowledgement, and a task whose worker process dies is requeued;
   after ``max_deliveries`` deliveries of the same attempt its documents are
   reported as failed instead of being tried forever;
@@ -150,17 +153,25 @@ def register(app: Celery) -> None:
         "max_retries": settings.max_retries,
     }
 
+    # Each stage queues its batch for the next one before its progress is
+    # recorded (``handoff``): progress then counts only work that outlives
+    # this process.
     @app.task(name=ENRICH, **retry)  # type: ignore[untyped-decorator]
     def enrich(self: Task, job_id: str, tenant: str, batch: Batch) -> None:
-        records = process.runner.enrich(job_id, tenant, batch)
-        if records:
-            app.send_task(EMBED, args=[job_id, tenant, records])
+        process.runner.enrich(
+            job_id,
+            tenant,
+            batch,
+            handoff=lambda records: app.send_task(EMBED, args=[job_id, tenant, records]),
+        )
 
     @app.task(name=EMBED, **retry)  # type: ignore[untyped-decorator]
     def embed(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
-        embedded = process.runner.embed(job_id, records)
-        if embedded:
-            app.send_task(INDEX, args=[job_id, tenant, embedded])
+        process.runner.embed(
+            job_id,
+            records,
+            handoff=lambda embedded: app.send_task(INDEX, args=[job_id, tenant, embedded]),
+        )
 
     @app.task(name=INDEX, **retry)  # type: ignore[untyped-decorator]
     def index(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
