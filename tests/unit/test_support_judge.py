@@ -81,8 +81,8 @@ def test_a_quoted_sentence_answering_another_question_is_not_confident() -> None
     assert conf[0, 1] >= 7
     # A sentence taken word for word from a source, naming a winner no other
     # source backs and no year: its own source is not a confident citation.
-    assert conf[1, 3] < 5
-    assert conf[1, 3] < conf[0, 0]
+    assert conf[1, 3] <= 5
+    assert conf[0, 0] - conf[1, 3] >= 3
     # Unrelated sources support nothing.
     assert conf[0, 4] < 3
     assert conf[1, 4] < 3
