@@ -128,9 +128,30 @@ async def test_an_answer_no_source_supports_is_withdrawn_and_abstained() -> None
     # Norvale's figure must not be offered as Fennick's.
     assert "30 percent" not in final.answer
     assert final.insufficient_information
-    assert "amount" in final.answer
+    assert "no source is about what the question names" in final.answer
     removed = [e for e in events if isinstance(e, RevisionEvent) and e.removed]
+    assert removed, "the Norvale sentence is withdrawn, visibly"
     assert final.removed_sentences == len(removed)
+    # The withdrawn sentence keeps its index; the abstention takes a fresh one.
+    assert final.sentences[0].index not in {r.sentence.index for r in removed}
+
+
+async def test_a_single_source_that_states_the_answer_is_cited() -> None:
+    # One source is all there is: the rating must not collapse for want of
+    # other sources to agree with it.
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [Source("a", "Norvale Copper cut its emissions by 30 percent in 2025.", 0)]
+    events = [
+        e
+        async for e in generator.answer(
+            "How much did Norvale Copper cut its emissions in 2025?", sources
+        )
+    ]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    assert not final.insufficient_information
+    assert "30 percent" in final.answer
+    assert final.sentences[0].citations[0].doc_id == "a"
 
 
 def test_fitting_learns_the_labels_and_scores_the_held_out_half() -> None:

@@ -312,7 +312,8 @@ def convert_rgb_command(source: Path, target: Path, negatives_only: bool) -> Non
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     show_default=True,
-    help="Where the fitted weights go (default: the shipped judge_weights.json).",
+    help="Where the fitted weights go (default .attest/eval/judge_weights.json); the "
+    "generator reads services/attest/generate/judge_weights.json, so copy them there to use them.",
 )
 @click.option(
     "--c",
@@ -329,10 +330,9 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
     weights fitted on the other half, then writes weights fitted on all.
     """
     from attest.evaluation.judge_fit import fit_judge
-    from attest.generate.judge import WEIGHTS_FILE
-
     configure_logging(LoggingSettings(level="WARNING", json=False))
-    output = output or WEIGHTS_FILE
+    output = output or Path(".attest") / "eval" / "judge_weights.json"
+    output.parent.mkdir(parents=True, exist_ok=True)
     try:
         report = fit_judge(list(datasets), output, c)
     except ValueError as exc:

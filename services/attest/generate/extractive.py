@@ -303,20 +303,22 @@ class ExtractiveEngine:
         sentences: Sequence[str],
         sources: Sequence[Source],
         max_citations: int,
-        origins: Sequence[int | None] | None = None,
+        allowed: Sequence[int] | None = None,
     ) -> list[list[Proposal]]:
-        """Proposals per sentence (0-based source indices into ``sources``).
+        """Proposals per sentence (0-based source indices into ``sources``),
+        among the ``allowed`` sources (all by default).
 
         Every source is judged alike, the one a sentence was taken from too:
         being quoted from a source is not evidence that the source answers
-        the question. ``origins`` is accepted for callers that know it and
-        not used for the rating."""
-        del origins
+        the question. The judge always sees every source, since how many of
+        them agree with a sentence is part of the rating; ``allowed`` only
+        limits which of them may be cited (a re-search cites what it found)."""
         support = await self.judged(question, sentences, [s.text for s in sources])
+        candidates = list(range(len(sources))) if allowed is None else list(allowed)
         out: list[list[Proposal]] = []
         for i in range(len(sentences)):
-            confidence = [to_confidence(float(x)) for x in support[i]]
-            ranked = sorted(range(len(sources)), key=lambda j: (-confidence[j], j))
+            confidence = {j: to_confidence(float(support[i, j])) for j in candidates}
+            ranked = sorted(candidates, key=lambda j: (-confidence[j], j))
             picked = [j for j in ranked if confidence[j] >= self.settings.min_confidence][
                 :max_citations
             ]

@@ -215,14 +215,10 @@ def _name_words(text: str) -> set[str]:
 
 
 def question_names(question: str) -> set[str]:
-    """The names a question mentions: its capitalized words (not its first,
-    which is capitalized anyway), possessives folded, function words out."""
-    words = question.split()[1:]
-    return {
-        n
-        for n in _name_words(" ".join(w for w in words if w[:1].isupper()))
-        if any(ch.isalpha() for ch in n)
-    }
+    """The names a question mentions: its capitalized words with letters in
+    them (``key_terms``: a capitalized first word counts unless it is a
+    function word such as "What" or "How"), possessives folded."""
+    return {re.sub(r"['’]s$", "", t) for t in key_terms(question) if any(ch.isalpha() for ch in t)}
 
 
 def grounded(question: str, pairs: Sequence[tuple[str, str]]) -> bool:
@@ -298,11 +294,11 @@ class SupportJudge:
 
         q_names = question_names(question)
         name_cover = [
-            len(q_names & _name_words(s)) / len(q_names) if q_names else 1.0 for s in sources
+            len(q_names & _name_words(s)) / len(q_names) if q_names else 0.0 for s in sources
         ]
         q_stems = _stems(question)
         q_cover = np.array(
-            [len(q_stems & st) / len(q_stems) if q_stems else 1.0 for st in source_stems]
+            [len(q_stems & st) / len(q_stems) if q_stems else 0.0 for st in source_stems]
         )
         off = np.array(
             [
@@ -319,10 +315,10 @@ class SupportJudge:
         answers = s_vecs @ q_vec
 
         for i, sentence in enumerate(sentences):
-            in_sentence = len(q_names & _name_words(sentence)) / len(q_names) if q_names else 1.0
+            in_sentence = len(q_names & _name_words(sentence)) / len(q_names) if q_names else 0.0
             keys = key_terms(strip_dateline(sentence))
             words = _stems(sentence)
-            asked_in_sentence = len(q_stems & words) / len(q_stems) if q_stems else 1.0
+            asked_in_sentence = len(q_stems & words) / len(q_stems) if q_stems else 0.0
             numbers = {k for k in keys if _DIGITS.search(k)}
             negated = _negated(sentence)
             fact = None
@@ -410,10 +406,17 @@ def sentence_features(
     (sentences, sources, features) and support probabilities (sentences, sources)."""
     col = {name: k for k, name in enumerate(FEATURES)}
     ranked = np.sort(support, axis=1)
-    second = ranked[:, -2] if support.shape[1] > 1 else np.zeros(support.shape[0])
+    if support.shape[1] > 1:
+        second = ranked[:, -2]
+        consensus = x[:, :, col["consensus"]].max(axis=1)
+    else:
+        # One source is all the evidence there is: nothing can agree with it
+        # or contradict it, so it stands for the sources' agreement itself.
+        second = ranked[:, -1]
+        consensus = x[:, 0, col["states_answer"]]
     return np.stack(
         [
-            x[:, :, col["consensus"]].max(axis=1),
+            consensus,
             x[:, :, col["states_answer"]].mean(axis=1),
             x[:, :, col["answer_complete"]].max(axis=1),
             x[:, :, col["answers_question"]].max(axis=1),

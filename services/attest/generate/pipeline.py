@@ -252,6 +252,7 @@ class Generator:
         *,
         one_based: bool,
         max_citations: int,
+        min_confidence: int = 1,
     ) -> tuple[Citation, ...]:
         """Valid citations, best first; everything else is counted as discarded."""
         best: dict[int, Citation] = {}
@@ -275,7 +276,7 @@ class Generator:
                 best[index] = citation
         ranked = sorted(best.values(), key=lambda c: (-c.confidence, c.source_index))
         # A 0 rating says the source does not support the sentence: not a citation.
-        return tuple(c for c in ranked if c.confidence > 0)[:max_citations]
+        return tuple(c for c in ranked if c.confidence >= max(1, min_confidence))[:max_citations]
 
     async def _cite(
         self,
@@ -305,13 +306,19 @@ class Generator:
                 return cited
             except Unavailable as exc:
                 self._degrade(run, exc)
-        local_origins = None
-        if origins is not None:
-            position = {g: k for k, g in enumerate(allowed)}
-            local_origins = [position.get(o) if o is not None else None for o in origins]
-        raw = await self.extractive.cite(question, sentences, subset, max_citations, local_origins)
+        del origins  # every source is judged alike, the sentence's own too
+        position = {g: k for k, g in enumerate(allowed)}
+        raw = await self.extractive.cite(question, sentences, sources, max_citations, allowed)
         return [
-            self._validate(run, ps, allowed, sources, one_based=False, max_citations=max_citations)
+            self._validate(
+                run,
+                [replace(p, source=position[p.source]) for p in ps if p.source in position],
+                allowed,
+                sources,
+                one_based=False,
+                max_citations=max_citations,
+                min_confidence=self.settings.min_citation_confidence,
+            )
             for ps in raw
         ]
 
@@ -326,17 +333,16 @@ class Generator:
         """The model's citations re-rated with the support judge (``combine``):
         a citation the judge cannot confirm falls below the floor and is
         dropped; each disagreement is counted."""
-        used = sorted({c.source_index for cs in cited for c in cs})
-        if not used:
+        if not any(cited):
             return cited
-        column = {g: k for k, g in enumerate(used)}
-        support = await self.extractive.judged(question, sentences, [sources[g].text for g in used])
+        # Judged against every source: how many of them agree is part of the rating.
+        support = await self.extractive.judged(question, sentences, [s.text for s in sources])
         margin = self.settings.disagreement_margin
         out: list[tuple[Citation, ...]] = []
         for i, citations in enumerate(cited):
             rated = []
             for c in citations:
-                judged = to_confidence(float(support[i, column[c.source_index]]))
+                judged = to_confidence(float(support[i, c.source_index]))
                 if abs(judged - c.confidence) > margin:
                     run.disagreements += 1
                 confidence = combine(c.confidence, judged, margin)
@@ -497,30 +503,33 @@ class Generator:
         # nothing stays in the answer only because it resembles the question.
         removed = 0
         if not insufficient and self.settings.withdraw_unsupported:
-            if not grounded(
-                question,
-                [(s.text, sources[c.source_index].text) for s in sentences for c in s.citations],
-            ):
-                # No sentence or cited source is about what the question names.
-                sentences = [Sentence(s.index, s.text) for s in sentences]
+            # An answer none of whose sentences or cited sources mentions what
+            # the question names is about something else, however well cited.
+            pairs = [(s.text, sources[c.source_index].text) for s in sentences for c in s.citations]
+            about = not pairs or grounded(question, pairs)
+            kept: list[Sentence] = []
             for sentence in sentences:
-                if sentence.unsupported:
-                    removed += 1
-                    yield RevisionEvent(
-                        sentence=sentence,
-                        previous_confidence=0,
-                        query="",
-                        added_sources=(),
-                        first_added_source_index=len(sources),
-                        removed=True,
-                    )
-            sentences = [s for s in sentences if not s.unsupported]
-            if not sentences:
-                # 6. Nothing left: say so, and what is missing.
+                if about and not sentence.unsupported:
+                    kept.append(sentence)
+                    continue
+                removed += 1
+                yield RevisionEvent(
+                    sentence=Sentence(sentence.index, sentence.text),
+                    previous_confidence=sentence.confidence,
+                    query="",
+                    added_sources=(),
+                    first_added_source_index=len(sources),
+                    removed=True,
+                )
+            if not kept:
+                # 6. Nothing left: say so, and what is missing (a fresh index:
+                # the withdrawn sentences keep theirs).
                 insufficient = True
-                sentence = Sentence(0, insufficient_text(question))
-                sentences.append(sentence)
+                fresh = max((s.index for s in sentences), default=-1) + 1
+                sentence = Sentence(fresh, insufficient_text(question, about))
+                kept.append(sentence)
                 yield SentenceEvent(sentence)
+            sentences = kept
 
         unsupported = sum(1 for s in sentences if s.unsupported)
         yield FinalEvent(
@@ -618,8 +627,10 @@ _MISSING = {
 }
 
 
-def insufficient_text(question: str) -> str:
+def insufficient_text(question: str, about: bool = True) -> str:
     """The answer when no source supports one, saying what is missing."""
+    if not about:
+        return f"{INSUFFICIENT}: no source is about what the question names."
     what = _MISSING.get(answer_type(question), "no source states an answer to the question")
     return f"{INSUFFICIENT}: {what}."
 

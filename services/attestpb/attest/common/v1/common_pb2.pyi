@@ -385,7 +385,11 @@ class AnswerSentence(_message.Message):
     UNSUPPORTED_FIELD_NUMBER: _builtins.int
     CONFIDENCE_FIELD_NUMBER: _builtins.int
     index: _builtins.int
-    """Zero-based position of the sentence in the answer."""
+    """Zero-based position of the sentence in the answer as first streamed. A
+    withdrawn sentence keeps its index and leaves a gap in the final answer;
+    an "insufficient information" sentence that replaces all of them takes
+    the next free index.
+    """
     text: _builtins.str
     """The sentence text."""
     unsupported: _builtins.bool

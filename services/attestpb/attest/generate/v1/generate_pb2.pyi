@@ -554,7 +554,10 @@ class AnswerFinal(_message.Message):
     researches: _builtins.int
     """Number of sentences re-searched."""
     unsupported_sentences: _builtins.int
-    """Number of sentences left unsupported."""
+    """Number of sentences of the final answer left unsupported: withdrawn
+    sentences are not counted (see removed_sentences), so with withdrawal on
+    (the default) this is 1 exactly when the answer is "insufficient information".
+    """
     discarded_citations: _builtins.int
     """Citations proposed by the model and discarded as invalid."""
     llm_calls: _builtins.int
