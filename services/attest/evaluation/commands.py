@@ -330,6 +330,7 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
     weights fitted on the other half, then writes weights fitted on all.
     """
     from attest.evaluation.judge_fit import fit_judge
+
     configure_logging(LoggingSettings(level="WARNING", json=False))
     output = output or Path(".attest") / "eval" / "judge_weights.json"
     output.parent.mkdir(parents=True, exist_ok=True)
