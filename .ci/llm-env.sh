@@ -7,7 +7,8 @@
 # progress goes to stderr. Used by .ci/start-llm.sh and `attest serve llm`.
 # Cache: $ATTEST_LLM_CACHE (default ~/.cache/attest-ci): wheels/<version>-<key>/ holds the
 # wheel, keyed by version, CMake arguments, compiler and CPU flags (the build is tuned to
-# this CPU, so another CPU gets its own build); llm-venv/ is the server's venv.
+# this CPU, so another CPU gets its own build); llm-venv-<stamp>/ is the server's venv,
+# one per wheel and set of pins.
 # Needs uv, cmake (or uv fetches it), a C/C++ compiler, curl.
 set -euo pipefail
 trap 'echo "llm-env: $(basename "$0") failed at line $LINENO" >&2' ERR
@@ -90,16 +91,17 @@ else
   log "reusing $wheel"
 fi
 
-venv=$cache/llm-venv
-stamp=$(printf '%s\n' "$key" "$(sha256sum "$requirements")" | sha256sum | cut -c1-16)
-if [[ $(cat "$venv/.attest-stamp" 2>/dev/null) != "$stamp" ]]; then
+# One venv per wheel and pin set, so a change never swaps the files of a running server.
+stamp=$(printf '%s\n' "$key" "$(sha256sum <"$requirements")" | sha256sum | cut -c1-16)
+venv=$cache/llm-venv-$stamp
+if [[ ! -f $venv/.complete ]]; then
   log "installing the server into $venv"
   rm -rf "$venv"
   uv venv --quiet "$venv" >&2
   # --no-build: every package comes as a wheel, llama-cpp-python as the one built above.
   uv pip install --quiet --python "$venv/bin/python" --no-build \
     --find-links "$wheel_dir" -r "$requirements" >&2
-  echo "$stamp" >"$venv/.attest-stamp"
+  touch "$venv/.complete"
 fi
 
 model=$("$venv/bin/python" -c \
