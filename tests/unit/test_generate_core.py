@@ -522,3 +522,14 @@ def test_pooled_answers_score_retrieval_recall_of_gold_passages() -> None:
     assert result["retrieval_recall_at_1"] == 0.0
     assert result["retrieval_recall_at_5"] == 0.5
     assert result["retrieval_recall_at_10"] == 1.0
+
+
+def test_a_capitalized_run_that_starts_a_sentence_is_a_name() -> None:
+    # "Results" starts a sentence and is an ordinary word; "Brightwater
+    # Utilities" starts one too, but a run of capitalized words is a name.
+    common = ordinary_words(
+        ["Results of the vote were close.", "Brightwater Utilities cut leakage to 15%."]
+    )
+    assert "results" in common
+    assert "brightwater" not in common
+    assert "utilities" not in common

@@ -220,14 +220,21 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
     inside: set[str] = set()
     for text in texts:
         end = -1
+        previous = ""  # a capitalized word that started a sentence, just before
         for match in WORD.finditer(text):
             word = match.group().strip(".-'’")
             gap = text[end : match.start()] if end >= 0 else "."
             end = match.end()
             if not word or not word[0].isupper():
+                previous = ""
                 continue
             starts = any(ch in gap for ch in ".!?…")
+            if not starts and previous and not gap.strip():
+                # A run of capitalized words that starts a sentence is a name
+                # ("Brightwater Utilities cut ..."), its first word included.
+                inside.add(previous)
             (initial if starts else inside).add(word.lower())
+            previous = word.lower() if starts and word.lower() not in STOPWORDS else ""
     return lower_case_words(texts) | frozenset(initial - inside)
 
 
