@@ -7,6 +7,7 @@ Starts the real command, waits for SERVING, ingests the bundled sample with
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,10 +89,14 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
         out = asked.stdout
         assert asked.returncode == 0, out + asked.stderr
         assert "$14.5 million" in out
-        assert "[1: 10/10]" in out  # numbered citation with its 0-10 confidence
+        # A numbered citation with its 0-10 confidence, at or above the citation floor.
+        marks = [int(c) for c in re.findall(r"\[1: (\d+)/10\]", out)]
+        assert marks, out
+        assert all(5 <= c <= 10 for c in marks)
         assert "[1] esg-045" in out  # the cited source, numbered
         assert "Knowledge graph path of [1]:" in out
-        assert out.rstrip().splitlines()[-1].startswith("Time: ")
+        # The stage times, then any re-searches or withdrawals.
+        assert any(line.startswith("Time: ") for line in out.splitlines())
         assert "Degraded" not in out
     finally:
         server.send_signal(signal.SIGTERM)
