@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from attest.common.v1 import common_pb2
 from attest.core.errors import InvalidArgument
+from attest.core.validation import datetime_from_timestamp, parse_date
 
 FILTER_FIELDS = ("organization", "entity", "published_at")
 NO_MATCH = "\x00no-match"
@@ -27,18 +28,6 @@ class Filters:
     entity_ids: tuple[str, ...] = ()
     published_from: datetime | None = None
     published_to: datetime | None = None
-
-
-def parse_date(value: str, field: str) -> datetime:
-    """An ISO-8601 date or date-time; naive values are taken as UTC."""
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidArgument(
-            f"{value[:40]!r} is not an ISO-8601 date such as 2024-05-31 or 2024-05-31T12:00:00Z",
-            field=field,
-        ) from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def filters_from_proto(
@@ -97,9 +86,13 @@ def filters_from_proto(
     )
 
 
-def from_timestamp(ts: Timestamp, present: bool) -> datetime | None:
-    """A protobuf timestamp as an aware datetime, or None when the field is unset."""
-    return ts.ToDatetime(tzinfo=UTC) if present else None
+def from_timestamp(ts: Timestamp, present: bool, field: str = "published_at") -> datetime | None:
+    """A publication time as an aware datetime, or None when the field is unset.
+
+    Out-of-range values (``Timestamp(seconds=2**62)``) are INVALID_ARGUMENT
+    naming ``field``; callers that know the full path pass it.
+    """
+    return datetime_from_timestamp(ts, field) if present else None
 
 
 def to_timestamp(value: datetime | None) -> Timestamp | None:

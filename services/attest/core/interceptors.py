@@ -5,6 +5,13 @@ the request size, counts and times the call, and maps exceptions to status
 codes: an ``AttestError`` becomes its own code and message; anything else
 becomes INTERNAL with a generic message (details go to the log, never to the
 caller), so no RPC ever ends with UNKNOWN.
+
+Request messages that cannot be decoded (a corrupt wire format, invalid UTF-8
+in a string field) are INVALID_ARGUMENT too. grpc.aio runs a method's request
+deserializer before the handler, outside any code of ours, and answers UNKNOWN
+with the exception's text when it raises; so every handler's deserializer is
+wrapped to hand an ``Undecodable`` marker to the handler instead, which the
+wrapped handler turns into the error, for unary and streaming requests alike.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from attest.core.context import (
     tenant_var,
 )
 from attest.core.errors import AttestError, InvalidArgument
+from attest.core.validation import is_valid_request_id
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,60 @@ REQUEST_ID_KEY = "x-request-id"
 _INTERNAL_MESSAGE = "internal error; see the server log for the request id"
 
 Handler = Callable[..., Any]
+Deserializer = Callable[[bytes], Any]
+
+
+class Undecodable:
+    """Stands in for a request message whose bytes could not be decoded."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def error(self) -> InvalidArgument:
+        # The decoder's own text is not passed on: it names internals and says
+        # no more than this does.
+        return InvalidArgument(
+            f"is not a valid {self.type_name} message "
+            "(malformed protobuf encoding or invalid UTF-8 in a string field)",
+            field="request",
+        )
+
+
+def lenient(deserializer: Deserializer | None) -> Deserializer | None:
+    """``deserializer`` returning an ``Undecodable`` instead of raising."""
+    if deserializer is None:
+        return None
+    type_name = _message_name(deserializer)
+
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return deserializer(raw)
+        except Exception:  # noqa: BLE001 - whatever the decoder raises, the bytes are bad
+            return Undecodable(type_name)
+
+    return deserialize
+
+
+def _message_name(deserializer: Deserializer) -> str:
+    # Generated handlers pass ``SomeMessage.FromString``, a bound class method.
+    owner = getattr(deserializer, "__self__", None)
+    descriptor = getattr(owner, "DESCRIPTOR", None)
+    return str(getattr(descriptor, "full_name", "") or "request")
+
+
+async def _decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            raise request.error()
+        yield request
+
+
+def _request_id(metadata: dict[str, Any]) -> str:
+    """The caller's request id when it is short and plain, else a fresh one."""
+    given = metadata.get(REQUEST_ID_KEY)
+    return given if is_valid_request_id(given) else new_request_id()
 
 
 def status_code(error: AttestError) -> grpc.StatusCode:
@@ -79,37 +141,40 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method: str = handler_call_details.method
+        deserializer = lenient(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                self._wrap_unary(method, handler.unary_unary, check=True),
-                request_deserializer=handler.request_deserializer,
+                self._wrap_unary(method, handler.unary_unary, unary_request=True),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream(method, handler.unary_stream, check=True),
-                request_deserializer=handler.request_deserializer,
+                self._wrap_stream(method, handler.unary_stream, unary_request=True),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._wrap_unary(method, handler.stream_unary, check=False),
-                request_deserializer=handler.request_deserializer,
+                self._wrap_unary(method, handler.stream_unary, unary_request=False),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         assert handler.stream_stream is not None
         return grpc.stream_stream_rpc_method_handler(
-            self._wrap_stream(method, handler.stream_stream, check=False),
-            request_deserializer=handler.request_deserializer,
+            self._wrap_stream(method, handler.stream_stream, unary_request=False),
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
 
-    def _wrap_unary(self, method: str, inner: Handler, *, check: bool) -> Handler:
+    def _wrap_unary(self, method: str, inner: Handler, *, unary_request: bool) -> Handler:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             with self._scope(method, context) as outcome:
                 try:
-                    if check:
-                        check_size(request, self._max_message_bytes)
+                    if unary_request:
+                        request = _checked(request, self._max_message_bytes)
+                    else:
+                        request = _decoded(request)
                     result = await inner(request, context)
                 except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
                     await self._abort(method, context, exc, outcome)
@@ -118,14 +183,16 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
         return behavior
 
-    def _wrap_stream(self, method: str, inner: Handler, *, check: bool) -> Handler:
+    def _wrap_stream(self, method: str, inner: Handler, *, unary_request: bool) -> Handler:
         async def behavior(
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
             with self._scope(method, context) as outcome:
                 try:
-                    if check:
-                        check_size(request, self._max_message_bytes)
+                    if unary_request:
+                        request = _checked(request, self._max_message_bytes)
+                    else:
+                        request = _decoded(request)
                     async for item in inner(request, context):
                         yield item
                 except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
@@ -139,7 +206,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self, method: str, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Iterator[list[str]]:
         metadata = dict(context.invocation_metadata() or ())
-        request_id = str(metadata.get(REQUEST_ID_KEY) or new_request_id())
+        request_id = _request_id(metadata)
         remaining = context.time_remaining()
         tokens = (
             request_id_var.set(request_id),
@@ -186,6 +253,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         log.exception("%s failed with an unexpected error", method)
         outcome[0] = "INTERNAL"
         await context.abort(grpc.StatusCode.INTERNAL, _INTERNAL_MESSAGE)
+
+
+def _checked(request: Any, limit: int) -> Any:
+    """A unary request, decoded and within the size limit."""
+    if isinstance(request, Undecodable):
+        raise request.error()
+    check_size(request, limit)
+    return request
 
 
 def _final_code(context: grpc.aio.ServicerContext[Any, Any]) -> str:
