@@ -11,6 +11,7 @@ from attest.core import common
 from attest.core.common import Filters, from_timestamp, to_timestamp
 from attest.core.errors import InvalidArgument
 from attest.core.settings import RequestLimits
+from attest.core.validation import check_id
 from attest.lexical.models import (
     Counts,
     DocumentIn,
@@ -54,16 +55,8 @@ def search_from_proto(request: lexical_pb2.SearchRequest, limits: RequestLimits)
     )
 
 
-def _check_id(value: str, field: str, limits: RequestLimits) -> str:
-    if not value or not value.strip():
-        raise InvalidArgument("must not be empty", field=field)
-    if len(value) > limits.max_id_chars:
-        raise InvalidArgument(f"is longer than {limits.max_id_chars} characters", field=field)
-    return value
-
-
 def document_from_proto(doc: common_pb2.Document, where: str, limits: RequestLimits) -> DocumentIn:
-    _check_id(doc.id, f"{where}.id", limits)
+    check_id(doc.id, f"{where}.id", limits.max_id_chars)
     for name in ("title", "body"):
         if len(getattr(doc, name)) > limits.max_text_chars:
             raise InvalidArgument(
@@ -94,7 +87,9 @@ def document_from_proto(doc: common_pb2.Document, where: str, limits: RequestLim
         id=doc.id,
         title=doc.title,
         body=doc.body,
-        published_at=from_timestamp(doc.published_at, doc.HasField("published_at")),
+        published_at=from_timestamp(
+            doc.published_at, doc.HasField("published_at"), f"{where}.published_at"
+        ),
         source_url=doc.source_url,
         organizations=tuple(doc.organizations),
         entity_ids=tuple(doc.entity_ids),
@@ -126,7 +121,9 @@ def delete_from_proto(request: lexical_pb2.DeleteRequest, limits: RequestLimits)
         raise InvalidArgument("must contain at least one id", field="doc_ids")
     if len(request.doc_ids) > limits.max_batch:
         raise InvalidArgument(f"at most {limits.max_batch:,} ids are allowed", field="doc_ids")
-    return [_check_id(v, f"doc_ids[{i}]", limits) for i, v in enumerate(request.doc_ids)]
+    return [
+        check_id(v, f"doc_ids[{i}]", limits.max_id_chars) for i, v in enumerate(request.doc_ids)
+    ]
 
 
 def hit_to_proto(hit: Hit) -> lexical_pb2.Hit:

@@ -169,6 +169,9 @@ def search_body(tenant: str, query: SearchQuery) -> dict[str, Any]:
     }
     if query.highlight:
         body["highlight"] = {
+            # The engine escapes the fragment's text as HTML, then adds the tags:
+            # markup in a document comes back as text, never cut inside an entity.
+            "encoder": "html",
             "pre_tags": [HIGHLIGHT_PRE],
             "post_tags": [HIGHLIGHT_POST],
             "fields": {

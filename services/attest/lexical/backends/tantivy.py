@@ -12,6 +12,7 @@ indexes, as in the other backends, so each level has its own BM25 statistics.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 from collections.abc import Sequence
@@ -21,7 +22,9 @@ from typing import Any
 
 import tantivy
 
+from attest.core.common import Filters
 from attest.core.errors import Unavailable
+from attest.core.validation import EARLIEST_PUBLISHED, LATEST_PUBLISHED
 from attest.lexical.models import Counts, DocumentIn, Hit, IndexResult, Level, SearchQuery
 from attest.lexical.query import HIGHLIGHT_POST, HIGHLIGHT_PRE, TIE_BREAKER, index_names
 from attest.lexical.settings import LexicalSettings
@@ -90,15 +93,25 @@ def _first(doc: dict[str, list[Any]], name: str, default: Any = None) -> Any:
 
 
 def _mark(fragment: str, ranges: list[Any]) -> str:
+    """The fragment as HTML: its text escaped, then the highlighted ranges marked.
+
+    Escaping each piece after the fragment was cut means no entity is ever
+    cut, and no markup from the document reaches the caller as markup.
+    """
     # tantivy reports highlight ranges as UTF-8 byte offsets.
     raw = fragment.encode("utf-8")
+
+    def text(start: int, end: int) -> str:
+        return html.escape(raw[start:end].decode("utf-8", errors="replace"))
+
     out, last = [], 0
     for r in sorted(ranges, key=lambda r: r.start):
-        out += [raw[last : r.start], HIGHLIGHT_PRE.encode(), raw[r.start : r.end]]
-        out.append(HIGHLIGHT_POST.encode())
+        if r.start < last:
+            continue
+        out += [text(last, r.start), HIGHLIGHT_PRE, text(r.start, r.end), HIGHLIGHT_POST]
         last = r.end
-    out.append(raw[last:])
-    return b"".join(out).decode("utf-8", errors="replace")
+    out.append(text(last, len(raw)))
+    return "".join(out)
 
 
 class _LevelIndex:
@@ -256,13 +269,16 @@ class TantivyBackend:
         if f.entity_ids:
             must.append(_any(level, "entity_ids", list(f.entity_ids)))
         if f.published_from or f.published_to:
+            # tantivy holds dates from 1677 to 2262 only, and every stored date
+            # is inside EARLIEST..LATEST_PUBLISHED, so wider bounds are clamped
+            # (a range wholly outside is answered before, by _search_sync).
             must.append(
                 tantivy.Query.range_query(
                     level.schema,
                     "published_at",
                     tantivy.FieldType.Date,
-                    f.published_from.astimezone(UTC) if f.published_from else None,
-                    f.published_to.astimezone(UTC) if f.published_to else None,
+                    _clamp(f.published_from),
+                    _clamp(f.published_to),
                 )
             )
         return tantivy.Query.boolean_query([(Must, q) for q in must])
@@ -271,7 +287,7 @@ class TantivyBackend:
         docs, passages = self._ready()
         level = passages if query.level is Level.PASSAGE else docs
         text_query = self._text_query(level, query.text)
-        if text_query is None:
+        if text_query is None or _outside_stored_dates(query.filters):
             return []
         # Filters must not add to the score: wrap them in a zero constant score.
         full = tantivy.Query.boolean_query(
@@ -331,6 +347,20 @@ class TantivyBackend:
 
     async def stats(self, tenant: str) -> Counts:
         return await asyncio.to_thread(self._stats_sync, tenant)
+
+
+def _outside_stored_dates(f: Filters) -> bool:
+    """Whether the date range excludes every publication time a document can have."""
+    return bool(
+        (f.published_from and f.published_from > LATEST_PUBLISHED)
+        or (f.published_to and f.published_to < EARLIEST_PUBLISHED)
+    )
+
+
+def _clamp(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return min(max(value.astimezone(UTC), EARLIEST_PUBLISHED), LATEST_PUBLISHED)
 
 
 def _any(level: _LevelIndex, field: str, values: list[str]) -> tantivy.Query:
