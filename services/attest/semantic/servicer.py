@@ -6,7 +6,15 @@ from typing import Any
 
 import grpc
 
+from attest.common.v1 import common_pb2
 from attest.core.context import tenant_var
+from attest.core.errors import InvalidArgument
+from attest.core.validation import (
+    check_enum,
+    check_id,
+    check_kg_top_n,
+    datetime_from_timestamp,
+)
 from attest.semantic import convert
 from attest.semantic.index import SemanticIndex
 from attest.semantic.settings import SemanticSettings
@@ -34,10 +42,13 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
     async def Index(
         self, request: semantic_pb2.IndexRequest, context: Context
     ) -> semantic_pb2.IndexResponse:
+        for i, item in enumerate(request.documents):
+            where = f"documents[{i}].document"
+            check_id(item.document.id, f"{where}.id", self._limits.max_id_chars)
+            if item.document.HasField("published_at"):
+                datetime_from_timestamp(item.document.published_at, f"{where}.published_at")
         docs = convert.index_from_proto(request, self._limits)
         if request.embedding_model and request.embedding_model != self.index.embedder.name:
-            from attest.core.errors import InvalidArgument
-
             raise InvalidArgument(
                 f"vectors from {request.embedding_model!r} cannot be mixed with "
                 f"{self.index.embedder.name!r}",
@@ -51,6 +62,9 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
     async def Search(
         self, request: semantic_pb2.SearchRequest, context: Context
     ) -> semantic_pb2.SearchResponse:
+        check_enum(request.fusion, common_pb2.FusionMethod.values(), "fusion")
+        if request.HasField("kg_top_n"):
+            check_kg_top_n(request.kg_top_n)
         query = convert.search_from_proto(request, self._limits)
         hits = await self.index.search(tenant_var.get(), query)
         return semantic_pb2.SearchResponse(
@@ -62,6 +76,9 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
     async def Explain(
         self, request: semantic_pb2.ExplainRequest, context: Context
     ) -> semantic_pb2.ExplainResponse:
+        check_id(request.doc_id, "doc_id", self._limits.max_id_chars)
+        if request.HasField("kg_top_n"):
+            check_kg_top_n(request.kg_top_n)
         query = convert.explain_from_proto(request, self._limits)
         score, nodes, paths = await self.index.explain(tenant_var.get(), request.doc_id, query)
         graph = self.index.graph
@@ -80,13 +97,14 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
     async def Delete(
         self, request: semantic_pb2.DeleteRequest, context: Context
     ) -> semantic_pb2.DeleteResponse:
-        from attest.core.errors import InvalidArgument
-
         if not request.doc_ids:
             raise InvalidArgument("must contain at least one id", field="doc_ids")
+        if len(request.doc_ids) > self._limits.max_batch:
+            raise InvalidArgument(
+                f"at most {self._limits.max_batch:,} ids are allowed", field="doc_ids"
+            )
         for i, doc_id in enumerate(request.doc_ids):
-            if not doc_id.strip():
-                raise InvalidArgument("must not be empty", field=f"doc_ids[{i}]")
+            check_id(doc_id, f"doc_ids[{i}]", self._limits.max_id_chars)
         deleted = await self.index.delete(tenant_var.get(), list(request.doc_ids))
         return semantic_pb2.DeleteResponse(deleted=deleted)
 
