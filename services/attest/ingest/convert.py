@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from attest.core.common import from_timestamp, to_timestamp
 from attest.core.errors import InvalidArgument
-from attest.ingest.documents import ItemError, article_from_fields, article_from_raw_json
+from attest.ingest.documents import (
+    FailureCode,
+    ItemError,
+    article_from_fields,
+    article_from_raw_json,
+)
 from attest.ingest.jobs import Item
 from attest.ingest.settings import IngestLimits
 from attest.ingest.state import FailureRecord, JobSnapshot, ProgressCounts
@@ -35,11 +40,16 @@ def item_from_proto(item: ingest_pb2.IngestItem, field: str, limits: IngestLimit
             return Item(origin=item.origin, article=article_from_raw_json(item.raw_json))
         if kind == "document":
             d = item.document
+            try:
+                published = from_timestamp(d.published_at, d.HasField("published_at"))
+            except InvalidArgument as err:
+                # A bad item fails alone, like any other field of the item.
+                raise ItemError(FailureCode.INVALID_DATE, err.details, d.id) from None
             article = article_from_fields(
                 doc_id=d.id,
                 title=d.title,
                 body=d.body,
-                published_at=from_timestamp(d.published_at, d.HasField("published_at")),
+                published_at=published,
                 source_url=d.source_url,
                 organizations=list(d.organizations),
                 entity_ids=list(d.entity_ids),

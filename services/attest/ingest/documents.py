@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-MAX_ID_CHARS = 256
+from attest.core import validation
+from attest.core.errors import InvalidArgument
+
+MAX_ID_CHARS = validation.MAX_ID_CHARS
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TITLE_CHARS = 4096
 MAX_URL_CHARS = 4096
@@ -125,17 +128,32 @@ def normalize_line(text: str) -> str:
 # -- validation ---------------------------------------------------------------
 
 
+# The rules themselves are the shared ones (attest.core.validation), so a field
+# is accepted here exactly when the lexical and semantic services accept it;
+# only the failure is recorded against the item instead of failing the call.
+
+
 def parse_date(value: str) -> datetime:
-    """An ISO-8601 date or date-time (``Z`` allowed); naive values are UTC."""
+    """An ISO-8601 date or date-time (``Z`` allowed); naive values are UTC.
+
+    The value keeps the caller's UTC offset (it is part of the content hash).
+    """
     try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ItemError(
-            FailureCode.INVALID_DATE,
-            f"published_at: {value[:40]!r} is not an ISO-8601 date such as 2024-05-31 "
-            "or 2024-05-31T12:00:00Z",
-        ) from None
+        validation.check_published(validation.parse_date(value, "published_at"), "published_at")
+    except InvalidArgument as err:
+        raise ItemError(FailureCode.INVALID_DATE, err.details) from None
+    parsed = datetime.fromisoformat(value.strip())
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _published(value: datetime | None, doc_id: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        validation.check_published(value, "published_at")
+    except InvalidArgument as err:
+        raise ItemError(FailureCode.INVALID_DATE, err.details, doc_id) from None
+    return value
 
 
 def _check_id(value: object) -> str:
@@ -148,9 +166,26 @@ def _check_id(value: object) -> str:
         raise ItemError(
             FailureCode.INVALID_ID, f"id: is {len(doc_id):,} characters; at most {MAX_ID_CHARS}"
         )
-    if _CONTROL.search(doc_id) or "\n" in doc_id:
-        raise ItemError(FailureCode.INVALID_ID, "id: contains control characters")
-    return doc_id
+    try:
+        return validation.check_id(doc_id, "id", MAX_ID_CHARS)
+    except InvalidArgument as err:
+        raise ItemError(FailureCode.INVALID_ID, err.details) from None
+
+
+def _check_texts(doc_id: str, **fields: str | list[str] | dict[str, str]) -> None:
+    """Every string of the item must be valid UTF-8 (JSON can spell lone surrogates)."""
+    for name, value in fields.items():
+        if isinstance(value, str):
+            texts: list[str] = [value]
+        elif isinstance(value, dict):
+            texts = [*value.keys(), *value.values()]
+        else:
+            texts = value
+        for text in texts:
+            try:
+                validation.check_text(text, name)
+            except InvalidArgument as err:
+                raise ItemError(FailureCode.INVALID_UTF8, err.details, doc_id) from None
 
 
 def _string(data: dict[str, Any], key: str, doc_id: str, limit: int) -> str:
@@ -216,12 +251,22 @@ def article_from_fields(
     norm_body = normalize_text(raw_body)
     if not norm_body:
         raise ItemError(FailureCode.EMPTY_BODY, "body: is empty or white space only", checked_id)
+    _check_texts(
+        checked_id,
+        title=title_s,
+        body=raw_body,
+        source_url=url,
+        organizations=organizations,
+        entity_ids=entity_ids,
+        metadata=metadata,
+    )
     when: datetime | None
     try:
         when = parse_date(published_at) if isinstance(published_at, str) else published_at
     except ItemError as err:
         err.doc_id = checked_id
         raise
+    when = _published(when, checked_id)
     if len(metadata) > MAX_METADATA_ENTRIES:
         raise ItemError(
             FailureCode.INVALID_FIELD,
@@ -256,11 +301,9 @@ def article_from_raw_json(raw: bytes) -> Article:
             FailureCode.INVALID_UTF8, f"not valid UTF-8 (byte {exc.start}: {exc.reason})"
         ) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ItemError(
-            FailureCode.INVALID_JSON, f"malformed JSON at column {exc.colno}: {exc.msg}"
-        ) from None
+        data = validation.loads_json(text, "raw_json")
+    except InvalidArgument as err:
+        raise ItemError(FailureCode.INVALID_JSON, err.details) from None
     if not isinstance(data, dict):
         raise ItemError(
             FailureCode.INVALID_JSON, f"expected a JSON object, got {type(data).__name__}"

@@ -11,6 +11,7 @@ import grpc
 from attest.core import common
 from attest.core.context import tenant_var
 from attest.core.errors import InvalidArgument, Unavailable
+from attest.core.validation import check_id
 from attest.ingest import convert
 from attest.ingest.assembly import Assembly, assemble
 from attest.ingest.jobs import IngestCore
@@ -145,8 +146,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
                 f"at most {limits.max_delete_ids:,} ids are allowed", field="doc_ids"
             )
         for i, doc_id in enumerate(request.doc_ids):
-            if not doc_id.strip() or len(doc_id) > 256:
-                raise InvalidArgument("must be 1-256 characters", field=f"doc_ids[{i}]")
+            check_id(doc_id, f"doc_ids[{i}]")
         filters = (
             common.filters_from_proto(list(request.filters), max_filters=16, max_values=256)
             if request.filters
