@@ -6,7 +6,9 @@ validation / 429 overloaded; ``FakeLLM("openai")`` with errors as
 ``{"error": {"message", "type"}}``. Replies come from a script
 (one per request, in order) and then from a responder that sees the prompt,
 so a test drives every step of the pipeline: text, malformed output, errors,
-delays and overload.
+delays and overload. A request with ``stream: true`` gets server-sent events,
+one per word of the reply (``piece_delay`` apart), then ``[DONE]``, as
+llama.cpp, vLLM and TGI send them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Reply:
     retry_after: float | None = None
     raw: Any = None  # a body sent as is (wrong shapes)
     finish_reason: str = "stop"  # "length": cut off at the token limit
+    piece_delay: float = 0.0  # streamed replies: seconds between pieces
+    fail_after: int | None = None  # streamed replies: an error event after this many pieces
 
 
 @dataclass
@@ -53,6 +57,8 @@ class FakeLLM:
         self.max_in_flight = 0
         self._runner: web.AppRunner | None = None
         self.url = ""
+        # Streamed replies: the loop time at which each piece was sent.
+        self.pieces_sent: list[float] = []
 
     async def start(self) -> FakeLLM:
         app = web.Application()
@@ -98,7 +104,10 @@ class FakeLLM:
             body = {"error": {"message": reply.text or "failed", "type": reply.error_type}}
         return web.json_response(body, status=reply.status, headers=self._headers(reply))
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _stream(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        return await _send_events(request, reply, self.pieces_sent)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         payload = await request.json()
         messages = payload["messages"]
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
@@ -108,6 +117,8 @@ class FakeLLM:
             return web.json_response(reply.raw, status=reply.status)
         if reply.status >= 400:
             return self._error(reply)
+        if payload.get("stream"):
+            return await self._stream(request, reply)
         return web.json_response(
             {
                 "id": "fake",
@@ -126,6 +137,29 @@ class FakeLLM:
                 },
             }
         )
+
+
+async def _send_events(request: web.Request, reply: Reply, sent: list[float]) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    words = reply.text.split(" ")
+    for i, word in enumerate(words):
+        if i == reply.fail_after:
+            error = {"error": {"message": "the model crashed", "type": "server_error"}}
+            await response.write(f"data: {json.dumps(error)}\n\n".encode())
+            await response.write_eof()
+            return response
+        piece = word if i == len(words) - 1 else word + " "
+        chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        sent.append(loop.time())
+        if reply.piece_delay:
+            await asyncio.sleep(reply.piece_delay)
+    end = {"choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]}
+    await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+    await response.write_eof()
+    return response
 
 
 def cite_json(*items: tuple[int, Any, Any]) -> str:

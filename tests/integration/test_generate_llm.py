@@ -32,6 +32,7 @@ from attest.generate.extractive import ExtractiveEngine
 from attest.generate.llm import LLMSettings, create_client
 from attest.generate.models import (
     INSUFFICIENT,
+    DraftEvent,
     Event,
     FinalEvent,
     Mode,
@@ -55,7 +56,11 @@ EMBEDDER = Embedder()  # loaded only by the tests that fall back to extractive m
 # fake gives them, and unsupported sentences kept and marked. The support
 # judge's re-rating and the withdrawal of unsupported sentences are the
 # default and are tested on their own (test_llm_ratings_are_combined_with_the_judge).
-PROTOCOL: dict[str, Any] = {"llm_citation_rating": "model", "withdraw_unsupported": False}
+PROTOCOL: dict[str, Any] = {
+    "llm_citation_rating": "model",
+    "withdraw_unsupported": False,
+    "summarize_short_sources": True,
+}
 
 SOURCES = [
     Source("d1", "Acme Copper cut its carbon emissions by 30% in 2024.", 0),
@@ -505,7 +510,11 @@ async def test_answer_streams_events_over_grpc(fake: FakeLLM) -> None:
     async for stub in _serve(fake.url, fake.flavor):
         events = [e async for e in stub.Answer(_request(), timeout=30)]
     kinds = [e.WhichOneof("event") for e in events]
-    assert kinds == ["summary"] * 3 + ["sentence"] * 2 + ["final"]
+    assert kinds == ["summary"] * 3 + ["draft"] * 2 + ["sentence"] * 2 + ["final"]
+    assert [(e.draft.index, e.draft.text) for e in events[3:5]] == [
+        (0, "Acme Copper cut its emissions by 30% in 2024."),
+        (1, "The company mines copper in Chile."),
+    ]
     final = events[-1].final
     assert final.mode == generate_pb2.GENERATION_MODE_LLM
     assert final.llm_calls == 5
@@ -514,8 +523,8 @@ async def test_answer_streams_events_over_grpc(fake: FakeLLM) -> None:
         (generate_pb2.STEP_ANSWER, 1),
         (generate_pb2.STEP_CITE, 1),
     ]
-    assert events[3].sentence.citations[0].doc_id == "d1"
-    assert events[3].sentence.citations[0].confidence == 9
+    assert events[5].sentence.citations[0].doc_id == "d1"
+    assert events[5].sentence.citations[0].confidence == 9
 
 
 @pytest.mark.parametrize(
@@ -633,3 +642,65 @@ async def test_llm_ratings_are_combined_with_the_judge(fake: FakeLLM) -> None:
     for s in final.sentences:
         assert s.citations, "unsupported sentences are withdrawn by default"
         assert all(5 <= c.confidence <= 10 for c in s.citations)
+
+
+async def test_sentences_are_drafted_while_the_model_writes(fake: FakeLLM) -> None:
+    """The answer is streamed: the first sentence is out as a draft before the
+    model has sent the last word of its reply, and each draft is followed by
+    its cited sentence with the same index and text."""
+    script = Script(cites=[cite_json((1, 1, 9), (2, 2, 8))])
+
+    def slow_answer(prompt: str) -> Reply | str:
+        reply = script(prompt)
+        return Reply(text=reply, piece_delay=0.05) if "Question:" in prompt else reply
+
+    fake.responder = slow_answer
+    loop = asyncio.get_running_loop()
+    seen: list[tuple[float, Event]] = []
+    generator = make_generator(fake.url, fake.flavor)
+    async for event in generator.answer(QUESTION, SOURCES):
+        seen.append((loop.time(), event))
+    await generator.close()
+    drafts = [(t, e) for t, e in seen if isinstance(e, DraftEvent)]
+    sentences = [e.sentence for _, e in seen if isinstance(e, SentenceEvent)]
+    assert [(e.index, e.text) for _, e in drafts] == [(s.index, s.text) for s in sentences]
+    assert drafts[0][0] < fake.pieces_sent[-1]  # written, not yet finished
+    answer_request = next(r for r in fake.requests if "Question:" in r.prompt)
+    assert answer_request.payload["stream"] is True
+
+
+async def test_a_stream_cut_midway_falls_back_to_an_extractive_answer(fake: FakeLLM) -> None:
+    """A model reply that ends in an error event after its first sentence does
+    not fail the answer: the extractive engine answers from the sources and
+    the degradation is named."""
+    script = Script()
+
+    def broken(prompt: str) -> Reply | str:
+        if "Question:" in prompt:
+            return Reply(text=ANSWER, fail_after=12)  # after the first sentence
+        return script(prompt)
+
+    fake.responder = broken
+    events = await collect(make_generator(fake.url, fake.flavor, fallback=True))
+    assert [e.text for e in events if isinstance(e, DraftEvent)] == [
+        "Acme Copper cut its emissions by 30% in 2024."
+    ]
+    final = final_of(events)
+    assert final.mode is Mode.EXTRACTIVE
+    assert "the model crashed" in final.degraded_reason
+    assert final.sentences[0].citations[0].doc_id == "d1"
+
+
+async def test_a_short_source_is_its_own_summary(fake: FakeLLM) -> None:
+    """Without summarize_short_sources, a source no longer than the summary
+    asked for costs no model call."""
+    fake.responder = Script(cites=[cite_json((1, 1, 9), (2, 2, 8))])
+    generator = Generator(
+        ExtractiveEngine(EMBEDDER),
+        create_client(LLMSettings(kind=fake.flavor, url=fake.url, model="fake-model")),
+        PipelineSettings(**{**PROTOCOL, "summarize_short_sources": False}),
+    )
+    events = await collect(generator)
+    summaries = [e.summary for e in events if isinstance(e, SummaryEvent)]
+    assert summaries == [s.text for s in SOURCES]
+    assert not fake.prompts("Summarize the source")

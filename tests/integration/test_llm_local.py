@@ -6,7 +6,8 @@ under CI=true a missing server fails these tests instead of skipping them.
 Gemma 3 270M is a base model: it repeats its prompt instead of answering and
 rates every citation 0. What these tests check is what must hold whatever the
 model writes, on its real output: every sentence leaves cited or marked
-unsupported, citations point only at sources the pipeline was given, every
+unsupported, the answer streams as drafts while the model writes it,
+citations point only at sources the pipeline was given, every
 confidence is an integer in 0-10, a weak sentence is searched again and
 revised in the event stream, the calls per answer stay within the documented
 bound, and output cut short at the token limit is asked for once more and
@@ -27,6 +28,7 @@ from attest.generate import prompts
 from attest.generate.extractive import ExtractiveEngine
 from attest.generate.llm import LLMClient, LLMSettings, create_client
 from attest.generate.models import (
+    DraftEvent,
     Event,
     FinalEvent,
     Mode,
@@ -85,6 +87,7 @@ def generator_for(client: LLMClient) -> Generator:
             cite_batch_size=BATCH,
             max_citations=2,
             fallback_to_extractive=False,  # a dead server must fail here, not pass extractively
+            summarize_short_sources=True,  # the model summarizes even one-sentence sources
         ),
     )
 
@@ -150,6 +153,13 @@ async def test_an_answer_from_the_real_model_keeps_every_guarantee(llm_url: str)
     emitted = answered(events)
     assert 1 <= len(emitted) <= 2
     assert [s.index for s in emitted] == list(range(len(emitted)))
+
+    # The answer was streamed as the model wrote it: a draft per sentence, in
+    # order, each followed later by its cited sentence with the same text.
+    drafts = [e for e in events if isinstance(e, DraftEvent)]
+    assert [(d.index, d.text) for d in drafts] == [(s.index, s.text) for s in emitted]
+    first_sentence = next(i for i, e in enumerate(events) if isinstance(e, SentenceEvent))
+    assert events.index(drafts[0]) < first_sentence
 
     # The weakest sentence below the threshold was searched again, with its own text,
     # and revised after it was first emitted, citing only sources the answer now has.

@@ -12,6 +12,7 @@ from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.errors import DeadlineExceeded, InvalidArgument
+from attest.generate.v1 import generate_pb2
 
 SETTINGS = AnswerSettings()
 
@@ -82,6 +83,7 @@ def test_the_shorter_of_budget_and_deadline_applies() -> None:
             },
             "options.retrieval.filters[0].gte",
         ),
+        ("q", {"generation_mode": 7}, "options.generation_mode"),
     ],
 )
 def test_bad_options_name_their_field(question: str, options: dict[str, Any], field: str) -> None:
@@ -93,3 +95,9 @@ def test_bad_options_name_their_field(question: str, options: dict[str, Any], fi
 def test_a_deadline_below_the_minimum_is_deadline_exceeded() -> None:
     with pytest.raises(DeadlineExceeded, match="leaves 50 ms, too short"):
         plan(deadline=0.05)
+
+
+def test_the_generation_mode_goes_to_the_plan() -> None:
+    assert plan("q").generation_mode == generate_pb2.GENERATION_MODE_UNSPECIFIED
+    chosen = plan("q", generation_mode=generate_pb2.GENERATION_MODE_LLM)
+    assert chosen.generation_mode == generate_pb2.GENERATION_MODE_LLM

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -12,6 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.errors import AttestError
+from attest.generate.v1 import generate_pb2
 
 if TYPE_CHECKING:
     from attest.client import AnswerClient
@@ -35,13 +36,17 @@ async def ask_with_revisions(
     question: str,
     ask_options: answer_pb2.AskOptions,
     timeout: float,  # noqa: ASYNC109 - a gRPC deadline, passed through
+    on_draft: Callable[[common_pb2.SentenceDraft], None] | None = None,
 ) -> tuple[answer_pb2.Answer, list[common_pb2.SentenceRevision]]:
-    """The final answer of an AskStream call and the revisions it went through."""
+    """The final answer of an AskStream call and the revisions it went through;
+    ``on_draft`` sees each sentence as the model writes it (LLM mode)."""
     revisions: list[common_pb2.SentenceRevision] = []
     final: answer_pb2.Answer | None = None
     async for event in client.ask_stream(question, ask_options, timeout=timeout):
         kind = event.WhichOneof("event")
-        if kind == "revision":
+        if kind == "draft" and on_draft is not None:
+            on_draft(event.draft)
+        elif kind == "revision":
             revisions.append(event.revision)
         elif kind == "final":
             final = event.final
@@ -93,6 +98,12 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
     yield f"Time: {_ms(answer.total)} ({stages}); re-searched sentences: {answer.researches}"
 
 
+GENERATION_MODES = {
+    "llm": generate_pb2.GENERATION_MODE_LLM,
+    "extractive": generate_pb2.GENERATION_MODE_EXTRACTIVE,
+}
+
+
 @click.command()
 @click.argument("question")
 @click.option(
@@ -106,6 +117,13 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
 @click.option("--no-rerank", is_flag=True, help="Keep the fused order.")
 @click.option("--threshold", type=click.IntRange(0, 10), default=None, help="Re-search below.")
 @click.option("--timeout", type=click.FloatRange(0.1, 600), default=120, show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["llm", "extractive"]),
+    default=None,
+    help="How the answer is written; default: as the server is configured. With llm, "
+    "each sentence is printed as the model writes it, then the cited answer.",
+)
 def ask(
     question: str,
     address: str,
@@ -113,22 +131,27 @@ def ask(
     no_rerank: bool,
     threshold: int | None,
     timeout: float,
+    mode: str | None,
 ) -> None:
     """Ask a running answer service QUESTION; print the cited answer."""
     from attest.client import AnswerClient, options
 
+    ask_options = options(
+        rerank_top_k=top_k,
+        skip_rerank=no_rerank,
+        confidence_threshold=threshold,
+        explain=True,
+    )
+    if mode is not None:
+        ask_options.generation_mode = GENERATION_MODES[mode]
+
+    def draft(sentence: common_pb2.SentenceDraft) -> None:
+        click.echo(f"… writing [{sentence.index + 1}] {sentence.text}")
+
     async def run() -> tuple[answer_pb2.Answer, list[common_pb2.SentenceRevision]]:
         async with AnswerClient(address) as client:
             return await ask_with_revisions(
-                client,
-                question,
-                options(
-                    rerank_top_k=top_k,
-                    skip_rerank=no_rerank,
-                    confidence_threshold=threshold,
-                    explain=True,
-                ),
-                timeout=timeout,
+                client, question, ask_options, timeout=timeout, on_draft=draft
             )
 
     try:

@@ -15,6 +15,7 @@ from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.common import filters_from_proto
 from attest.core.errors import DeadlineExceeded, InvalidArgument
+from attest.generate.v1 import generate_pb2
 
 DEFAULT_RETRIEVERS = (
     common_pb2.RETRIEVER_BM25,
@@ -41,6 +42,9 @@ class Plan:
     research_top_k: int
     budget_seconds: float
     explain: bool
+    generation_mode: generate_pb2.GenerationMode.ValueType = (
+        generate_pb2.GENERATION_MODE_UNSPECIFIED
+    )
 
     @property
     def semantic_retrievers(self) -> tuple[common_pb2.Retriever.ValueType, ...]:
@@ -137,6 +141,11 @@ def validate(
     )
     _range(researches, 0, 20, "options.max_researches")
 
+    if options.generation_mode not in generate_pb2.GenerationMode.values():
+        raise InvalidArgument(
+            f"unknown generation mode {options.generation_mode}", field="options.generation_mode"
+        )
+
     budget = _budget(options, settings, deadline_seconds)
     return Plan(
         question=question,
@@ -153,6 +162,7 @@ def validate(
         research_top_k=_or_default(options.research_top_k, defaults.research_top_k),
         budget_seconds=budget,
         explain=options.explain,
+        generation_mode=options.generation_mode,
     )
 
 

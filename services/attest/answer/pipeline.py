@@ -436,6 +436,7 @@ class AnswerPipeline:
                 top_k_per_retriever=plan.top_k_per_retriever,
             ),
             research_top_k=plan.research_top_k,
+            mode=plan.generation_mode,
         )
         timeout = clock.timeout(self.settings.timeouts.generate, "generating the answer")
         final: generate_pb2.AnswerFinal | None = None
@@ -445,6 +446,8 @@ class AnswerPipeline:
                 i = event.summary.source_index
                 if 0 <= i < len(sources):
                     sources[i].source.summary = event.summary.summary
+            elif kind == "draft":
+                yield answer_pb2.AskStreamResponse(draft=event.draft)
             elif kind == "sentence":
                 yield answer_pb2.AskStreamResponse(sentence=event.sentence)
             elif kind == "revision":

@@ -59,6 +59,8 @@ def answered_from_proto(
         revisions=revisions,
         researches=answer.researches,
         sentence_texts=tuple(s.text for s in answer.sentences),
+        seconds=answer.total.ToNanoseconds() / 1e9,
+        judge_disagreements=answer.judge_disagreements,
     )
 
 

@@ -372,6 +372,15 @@ class Answered:
     researches: int = 0
     # The text of each sentence, in the order of ``sentences``.
     sentence_texts: tuple[str, ...] = ()
+    # Wall-clock seconds of the answer, as the caller measured it.
+    seconds: float = 0.0
+    # Citations whose model and support-judge ratings disagreed (LLM mode).
+    judge_disagreements: int = 0
+    # Model cost, when the caller can see the model's counters (per-question
+    # mode); None through the public API, which does not report tokens.
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    invalid_outputs: int | None = None
 
     @classmethod
     def from_final(cls, final: FinalEvent) -> Answered:
@@ -385,6 +394,8 @@ class Answered:
             insufficient=final.insufficient_information,
             researches=final.researches,
             sentence_texts=tuple(s.text for s in final.sentences),
+            seconds=final.total_seconds,
+            judge_disagreements=final.judge_disagreements,
         )
 
 
@@ -408,6 +419,8 @@ async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> 
     sources = [Source(doc_id=p.id, text=p.text, title=p.title) for p in item.passages]
     final: FinalEvent | None = None
     log = RevisionLog()
+    llm = getattr(generator, "llm", None)
+    before = (llm.prompt_tokens, llm.completion_tokens, llm.invalid_outputs) if llm else None
     async for event in generator.answer(item.question, sources, AnswerOptions(mode=mode)):
         if isinstance(event, SentenceEvent):
             log.sentence(event.sentence.index, _cited(event.sentence.citations))
@@ -416,7 +429,16 @@ async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> 
         elif isinstance(event, FinalEvent):
             final = event
     assert final is not None
-    return replace(Answered.from_final(final), revisions=tuple(log.revisions))
+    answered = replace(Answered.from_final(final), revisions=tuple(log.revisions))
+    if llm is not None and before is not None:
+        # Answers run one at a time, so the client's counters move for this one only.
+        answered = replace(
+            answered,
+            prompt_tokens=llm.prompt_tokens - before[0],
+            completion_tokens=llm.completion_tokens - before[1],
+            invalid_outputs=llm.invalid_outputs - before[2],
+        )
+    return answered
 
 
 # --- scoring -----------------------------------------------------------------
@@ -424,6 +446,14 @@ async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> 
 
 def _precision(cited: Sequence[str], gold: set[str]) -> float:
     return sum(d in gold for d in cited) / len(cited) if cited else 0.0
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile by the nearest rank; None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -444,6 +474,10 @@ def score(
     right: list[int] = []
     wrong: list[int] = []
     calls: list[int] = []
+    seconds: list[float] = []
+    tokens_in: list[int] = []
+    tokens_out: list[int] = []
+    invalid = disagreements = 0
     researches: list[int] = []
     revised_answers = revisions = raised = lowered = uncited = 0
     before_gold = before_cited = after_gold = after_cited = 0
@@ -472,6 +506,12 @@ def score(
         gold_cited += len(cited & gold)
         gold_total += len(gold)
         calls.append(answer.llm_calls)
+        seconds.append(answer.seconds)
+        disagreements += answer.judge_disagreements
+        if answer.prompt_tokens is not None:
+            tokens_in.append(answer.prompt_tokens)
+            tokens_out.append(answer.completion_tokens or 0)
+            invalid += answer.invalid_outputs or 0
         researches.append(answer.researches)
         insufficient += answer.insufficient
         revised_answers += bool(answer.revisions)
@@ -520,6 +560,13 @@ def score(
         "researches_max": max(researches, default=0),
         "llm_calls_per_answer": statistics.fmean(calls) if calls else 0.0,
         "llm_calls_max": max(calls, default=0),
+        # Replies that failed the JSON check (first replies and retries alike), per model call.
+        "invalid_output_rate": invalid / sum(calls) if tokens_in and sum(calls) else None,
+        "prompt_tokens_per_answer": statistics.fmean(tokens_in) if tokens_in else None,
+        "completion_tokens_per_answer": statistics.fmean(tokens_out) if tokens_in else None,
+        "judge_disagreements": disagreements,
+        "seconds_per_answer": statistics.fmean(seconds) if seconds else None,
+        "seconds_per_answer_p95": _quantile(seconds, 0.95),
         "insufficient_answers": insufficient,
     }
     if retrieved_gold:
@@ -665,6 +712,16 @@ ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
         "LLM calls per answer (mean / max)",
         lambda m: f"{m['llm_calls_per_answer']:.2f} / {int(m['llm_calls_max'])}",
     ),
+    ("invalid model outputs per call", _num("invalid_output_rate")),
+    (
+        "tokens in / out per answer",
+        _pair("prompt_tokens_per_answer", "completion_tokens_per_answer", 0),
+    ),
+    (
+        "model and judge disagreeing (citations)",
+        lambda m: f"{int(m.get('judge_disagreements', 0))}",
+    ),
+    ("seconds per answer (mean / p95)", _pair("seconds_per_answer", "seconds_per_answer_p95", 2)),
 ]
 
 

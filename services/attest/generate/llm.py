@@ -48,6 +48,7 @@ import json
 import logging
 import random
 from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -337,21 +338,121 @@ class LLMClient(ABC):
             except _Retryable as exc:
                 if attempt >= self.settings.max_attempts:
                     raise exc.error from None
-                delay = min(
-                    self.settings.max_backoff_seconds,
-                    self.settings.backoff_seconds * 2 ** (attempt - 1),
-                )
-                delay = random.uniform(0, delay)  # full jitter spreads retries of many callers
-                if exc.retry_after is not None:
-                    delay = max(delay, min(exc.retry_after, self.settings.max_backoff_seconds))
-                log.warning(
-                    "LLM request failed (%s); retry %d/%d in %.2fs",
-                    exc.error.message,
-                    attempt,
-                    self.settings.max_attempts - 1,
-                    delay,
-                )
-                await asyncio.sleep(delay)
+                await self._back_off(exc, attempt)
+
+    async def _back_off(self, exc: _Retryable, attempt: int) -> None:
+        delay = min(
+            self.settings.max_backoff_seconds,
+            self.settings.backoff_seconds * 2 ** (attempt - 1),
+        )
+        delay = random.uniform(0, delay)  # full jitter spreads retries of many callers
+        if exc.retry_after is not None:
+            delay = max(delay, min(exc.retry_after, self.settings.max_backoff_seconds))
+        log.warning(
+            "LLM request failed (%s); retry %d/%d in %.2fs",
+            exc.error.message,
+            attempt,
+            self.settings.max_attempts - 1,
+            delay,
+        )
+        await asyncio.sleep(delay)
+
+    async def stream(
+        self, system: str, user: str, *, max_tokens: int | None = None
+    ) -> AsyncGenerator[str, None]:
+        """The model's reply to one prompt as it is written, in text pieces.
+
+        The same request as ``generate`` with ``stream: true`` (server-sent
+        events); a server that answers with one JSON body instead yields it
+        whole. Failures before the first piece are retried like ``generate``;
+        after it, the stream is cut and the typed error raised, since the
+        caller has already used the text. The whole stream shares one deadline,
+        proportional to ``max_tokens``. Completion tokens are counted from the
+        server's usage when it sends one, else one per piece (llama.cpp and TGI
+        send a token per event); prompt tokens only from a usage.
+
+        Close the iterator (``contextlib.aclosing``) when leaving it early:
+        it holds one of the upstream's concurrency slots until it ends.
+        """
+        max_tokens = max_tokens or self.settings.max_new_tokens
+        attempt = 0
+        while True:
+            attempt += 1
+            started = False
+            try:
+                async with self._semaphore:
+                    seconds = budget(self.deadline_for(max_tokens))
+                    async for piece in self._stream_once(system, user, max_tokens, seconds):
+                        started = True
+                        yield piece
+                return
+            except _Retryable as exc:
+                if started or attempt >= self.settings.max_attempts:
+                    raise exc.error from None
+                await self._back_off(exc, attempt)
+
+    async def _stream_once(
+        self, system: str, user: str, max_tokens: int, seconds: float
+    ) -> AsyncIterator[str]:
+        url, payload = self._request(system, user, max_tokens, None)
+        payload["stream"] = True
+        session = self._get_session()
+        self.requests += 1
+        timeout = aiohttp.ClientTimeout(
+            total=seconds, sock_connect=min(seconds, self.settings.connect_timeout_seconds)
+        )
+        try:
+            async with session.post(url, json=payload, timeout=timeout) as response:
+                if response.status >= 400:
+                    try:
+                        body: Any = await response.json(content_type=None)
+                    except (json.JSONDecodeError, UnicodeDecodeError, aiohttp.ContentTypeError):
+                        body = None
+                    raise map_http_error(response.status, body, response.headers)
+                if "event-stream" not in response.headers.get("Content-Type", ""):
+                    completion = self._completion(await response.json(content_type=None))
+                    if completion is None:
+                        raise Internal("unexpected LLM response shape to a streamed request")
+                    self.prompt_tokens += completion.prompt_tokens
+                    self.completion_tokens += completion.completion_tokens
+                    if completion.text:
+                        yield completion.text
+                    return
+                pieces = 0
+                usage: dict[str, Any] = {}
+                async for raw in response.content:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data:"):
+                        continue  # blank separators, comments, "event:" lines
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except json.JSONDecodeError:
+                        raise Internal(f"unreadable LLM stream event: {data[:200]}") from None
+                    if not isinstance(chunk, dict):
+                        raise Internal(f"unexpected LLM stream event: {data[:200]}")
+                    if "error" in chunk:
+                        raise Unavailable(f"LLM stream failed: {str(chunk['error'])[:200]}")
+                    if isinstance(chunk.get("usage"), dict):
+                        usage = chunk["usage"]
+                    piece = _delta(chunk)
+                    if piece:
+                        pieces += 1
+                        yield piece
+                counted = usage.get("completion_tokens")
+                self.completion_tokens += counted if isinstance(counted, int) else pieces
+                prompt = usage.get("prompt_tokens")
+                self.prompt_tokens += prompt if isinstance(prompt, int) else 0
+        except TimeoutError:
+            raise DeadlineExceeded(f"the LLM did not finish within {seconds:.1f}s") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise _Retryable(Unavailable(f"LLM server unreachable: {exc.os_error}")) from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            raise _Retryable(Unavailable(f"LLM connection failed: {exc}")) from None
+        except aiohttp.ClientPayloadError as exc:
+            raise _Retryable(Unavailable(f"LLM response cut short: {exc}")) from None
 
     async def _once(
         self, system: str, user: str, max_tokens: int, schema: JsonSchema | None, seconds: float
@@ -439,6 +540,15 @@ class LLMClient(ABC):
             prompt_tokens=count("prompt_tokens"),
             completion_tokens=count("completion_tokens"),
         )
+
+
+def _delta(chunk: dict[str, Any]) -> str:
+    """The text of one streamed chat completion event ("" when it carries none)."""
+    try:
+        content = chunk["choices"][0]["delta"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return ""
+    return content if isinstance(content, str) else ""
 
 
 class TGIClient(LLMClient):

@@ -98,6 +98,15 @@ class SummaryEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class DraftEvent:
+    """A sentence as the model finished writing it, before it is cited; the
+    SentenceEvent with the same index replaces it (LLM mode only)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class SentenceEvent:
     sentence: Sentence
 
@@ -144,4 +153,4 @@ class FinalEvent:
     removed_sentences: int = 0
 
 
-Event = SummaryEvent | SentenceEvent | RevisionEvent | FinalEvent
+Event = SummaryEvent | DraftEvent | SentenceEvent | RevisionEvent | FinalEvent

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -35,6 +36,7 @@ from attest.generate.llm import JsonSchema, LLMClient
 from attest.generate.models import (
     INSUFFICIENT,
     Citation,
+    DraftEvent,
     Event,
     FinalEvent,
     Judgement,
@@ -63,6 +65,9 @@ class PipelineSettings(StrictModel):
     max_sentences: int = 10
     max_citations: int = 3
     summary_sentences: int = 3
+    # LLM mode: a source no longer than ``summary_sentences`` is its own summary
+    # (a model call could only paraphrase it); True asks the model anyway.
+    summarize_short_sources: bool = False
     cite_batch_size: int = 8
     fallback_to_extractive: bool = True
     # LLM mode: "combine" rates each citation by the model and the support
@@ -183,6 +188,12 @@ class Generator:
     async def _summarize_one(self, run: _Run, source: Source, query: str, n: int) -> str:
         if source.summary:
             return source.summary
+        if (
+            run.mode is Mode.LLM
+            and not self.settings.summarize_short_sources
+            and len(split_sentences(source.text)) <= n
+        ):
+            return source.text.strip()
         if run.mode is Mode.LLM:
             try:
                 text = await self._llm(
@@ -286,9 +297,9 @@ class Generator:
         sources: Sequence[Source],
         allowed: Sequence[int],
         max_citations: int,
-        origins: Sequence[int | None] | None = None,
     ) -> list[tuple[Citation, ...]]:
-        """Validated citations per sentence, among the sources ``allowed`` (global indices)."""
+        """Validated citations per sentence, among the sources ``allowed`` (global
+        indices). Every source is judged alike, the one a sentence was taken from too."""
         subset = [sources[i] for i in allowed]
         if run.mode is Mode.LLM:
             try:
@@ -306,7 +317,6 @@ class Generator:
                 return cited
             except Unavailable as exc:
                 self._degrade(run, exc)
-        del origins  # every source is judged alike, the sentence's own too
         position = {g: k for k, g in enumerate(allowed)}
         raw = await self.extractive.cite(question, sentences, sources, max_citations, allowed)
         return [
@@ -453,11 +463,28 @@ class Generator:
             sources[i] = replace(sources[i], summary=summary)
             yield SummaryEvent(i, summary)
 
-        # 2. The answer, as sentences (with the source each came from, extractively).
+        # 2. The answer, as sentences. A model's sentences are shown as drafts
+        # while it writes; each is replaced by its cited sentence below.
+        texts: list[str] = []
+        insufficient = False
         with _Timer(run, Step.ANSWER):
-            texts, origins, insufficient = await self._answer_sentences(
-                run, question, sources, opts.max_sentences
-            )
+            if run.mode is Mode.LLM:
+                try:
+                    async with aclosing(
+                        self._written_sentences(run, question, sources, opts.max_sentences)
+                    ) as written:
+                        async for text in written:
+                            if not prompts.is_insufficient(text):
+                                yield DraftEvent(len(texts), text)
+                            texts.append(text)
+                    insufficient = not texts or prompts.is_insufficient(" ".join(texts))
+                except Unavailable as exc:
+                    self._degrade(run, exc)
+                    texts = []
+            if run.mode is Mode.EXTRACTIVE:
+                picked = await self.extractive.answer(question, sources, opts.max_sentences)
+                texts = [c.text for c in picked]
+                insufficient = not picked
 
         sentences: list[Sentence] = []
         if insufficient:
@@ -474,7 +501,6 @@ class Generator:
                     sources,
                     list(range(len(sources))),
                     self.settings.max_citations,
-                    origins,
                 )
             for i, (text, citations) in enumerate(zip(texts, cited, strict=True)):
                 sentence = Sentence(i, text, citations)
@@ -549,28 +575,28 @@ class Generator:
             removed_sentences=removed,
         )
 
-    async def _answer_sentences(
+    async def _written_sentences(
         self, run: _Run, question: str, sources: Sequence[Source], max_sentences: int
-    ) -> tuple[list[str], list[int | None], bool]:
-        if run.mode is Mode.LLM:
-            try:
-                text = await self._llm(
-                    run,
-                    prompts.SYSTEM,
-                    prompts.answer_prompt(question, [s.evidence for s in sources], max_sentences),
-                )
-                if prompts.is_insufficient(text):
-                    return [], [], True
-                texts = split_sentences(prompts.clean_answer(text))[:max_sentences]
-                if texts:
-                    return texts, [None] * len(texts), False
-                return [], [], True
-            except Unavailable as exc:
-                self._degrade(run, exc)
-        picked = await self.extractive.answer(question, sources, max_sentences)
-        if not picked:
-            return [], [], True
-        return [c.text for c in picked], [c.source_index for c in picked], False
+    ) -> AsyncGenerator[str, None]:
+        """The model's answer, one sentence as soon as the next one starts (the
+        last when the reply ends), without citation markers; at most
+        ``max_sentences``, the stream closed once they are written."""
+        assert self.llm is not None
+        run.llm_calls += 1
+        prompt = prompts.answer_prompt(question, [s.evidence for s in sources], max_sentences)
+        written = ""
+        done = 0
+        async with aclosing(self.llm.stream(prompts.SYSTEM, prompt)) as pieces:
+            async for piece in pieces:
+                written += piece
+                complete = split_sentences(prompts.clean_answer(written))[:-1]
+                for text in complete[done:max_sentences]:
+                    yield text
+                done = len(complete)
+                if done >= max_sentences:
+                    return
+        for text in split_sentences(prompts.clean_answer(written))[done:max_sentences]:
+            yield text
 
     async def _research(
         self,

@@ -17,6 +17,7 @@ from attest.core.context import budget
 from attest.core.errors import InvalidArgument, Unavailable
 from attest.generate.models import (
     Citation,
+    DraftEvent,
     Event,
     FinalEvent,
     Mode,
@@ -157,6 +158,10 @@ def event_to_proto(event: Event) -> generate_pb2.AnswerResponse:
             summary=generate_pb2.SourceSummary(
                 source_index=event.source_index, summary=event.summary
             )
+        )
+    if isinstance(event, DraftEvent):
+        return generate_pb2.AnswerResponse(
+            draft=common_pb2.SentenceDraft(index=event.index, text=event.text)
         )
     if isinstance(event, SentenceEvent):
         return generate_pb2.AnswerResponse(sentence=sentence_to_proto(event.sentence))

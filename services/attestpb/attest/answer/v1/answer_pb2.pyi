@@ -6,6 +6,7 @@ citation and a 0-10 confidence for every sentence.
 """
 
 from attest.common.v1 import common_pb2 as _common_pb2
+from attest.generate.v1 import generate_pb2 as _generate_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
@@ -130,6 +131,7 @@ class AskOptions(_message.Message):
     RESEARCH_TOP_K_FIELD_NUMBER: _builtins.int
     TIME_BUDGET_FIELD_NUMBER: _builtins.int
     EXPLAIN_FIELD_NUMBER: _builtins.int
+    GENERATION_MODE_FIELD_NUMBER: _builtins.int
     fused_top_k: _builtins.int
     """Documents kept after fusion and passed to the reranker, 1-1,000; 0 means 50."""
     skip_rerank: _builtins.bool
@@ -152,6 +154,12 @@ class AskOptions(_message.Message):
     """Sources kept from each re-search, 1-20; 0 means 3."""
     explain: _builtins.bool
     """Attach to each source the KG path behind its KG score (AnswerSource.kg_path)."""
+    generation_mode: _generate_pb2.GenerationMode.ValueType
+    """How the answer is written: unspecified means the server's configured mode
+    (LLM when one is configured, else extractive); LLM asked for where none is
+    configured or reachable runs extractively and names the reason in the
+    answer's degradations.
+    """
     @_builtins.property
     def retrieval(self) -> _common_pb2.RetrievalOptions:
         """Retrievers, fusion method, filters (organization, entity, date range) and
@@ -178,10 +186,11 @@ class AskOptions(_message.Message):
         research_top_k: _builtins.int = ...,
         time_budget: _duration_pb2.Duration | None = ...,
         explain: _builtins.bool = ...,
+        generation_mode: _generate_pb2.GenerationMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "max_researches", b"max_researches", "retrieval", b"retrieval", "time_budget", b"time_budget"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "explain", b"explain", "fused_top_k", b"fused_top_k", "max_researches", b"max_researches", "passages_per_document", b"passages_per_document", "rerank_top_k", b"rerank_top_k", "research_top_k", b"research_top_k", "retrieval", b"retrieval", "skip_rerank", b"skip_rerank", "time_budget", b"time_budget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "explain", b"explain", "fused_top_k", b"fused_top_k", "generation_mode", b"generation_mode", "max_researches", b"max_researches", "passages_per_document", b"passages_per_document", "rerank_top_k", b"rerank_top_k", "research_top_k", b"research_top_k", "retrieval", b"retrieval", "skip_rerank", b"skip_rerank", "time_budget", b"time_budget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__confidence_threshold: _TypeAlias = _typing.Literal["confidence_threshold"]  # noqa: Y015
     _WhichOneofArgType__confidence_threshold: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold"]  # noqa: Y015
@@ -547,6 +556,7 @@ class AskStreamResponse(_message.Message):
     SENTENCE_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
     FINAL_FIELD_NUMBER: _builtins.int
+    DRAFT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def retrieval(self) -> Global___RetrievalDone:
         """Retrieval is done; always the first event."""
@@ -563,6 +573,12 @@ class AskStreamResponse(_message.Message):
     def final(self) -> Global___Answer:
         """The complete answer with timings and degradations; always the last event."""
 
+    @_builtins.property
+    def draft(self) -> _common_pb2.SentenceDraft:
+        """LLM mode: a sentence as the model finished writing it, before its
+        citations; the sentence event with the same index replaces it.
+        """
+
     def __init__(
         self,
         *,
@@ -570,12 +586,13 @@ class AskStreamResponse(_message.Message):
         sentence: _common_pb2.AnswerSentence | None = ...,
         revision: _common_pb2.SentenceRevision | None = ...,
         final: Global___Answer | None = ...,
+        draft: _common_pb2.SentenceDraft | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "final", b"final", "retrieval", b"retrieval", "revision", b"revision", "sentence", b"sentence"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["draft", b"draft", "event", b"event", "final", b"final", "retrieval", b"retrieval", "revision", b"revision", "sentence", b"sentence"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "final", b"final", "retrieval", b"retrieval", "revision", b"revision", "sentence", b"sentence"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draft", b"draft", "event", b"event", "final", b"final", "retrieval", b"retrieval", "revision", b"revision", "sentence", b"sentence"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["retrieval", "sentence", "revision", "final"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["retrieval", "sentence", "revision", "final", "draft"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -424,6 +424,37 @@ class AnswerSentence(_message.Message):
 Global___AnswerSentence: _TypeAlias = AnswerSentence  # noqa: Y015
 
 @_typing.final
+class SentenceDraft(_message.Message):
+    """A sentence of an LLM answer as the model finished writing it, before it is
+    cited: streamed so a reader sees the answer as it is written. The sentence
+    event with the same index replaces it once its citations are verified; a
+    draft that no sentence event replaces (the model failed midway and the
+    extractive answer took over) is not part of the answer.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """Zero-based position of the sentence in the answer (as AnswerSentence.index)."""
+    text: _builtins.str
+    """The sentence text, without citations."""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SentenceDraft: _TypeAlias = SentenceDraft  # noqa: Y015
+
+@_typing.final
 class SentenceRevision(_message.Message):
     """A sentence re-cited after a search of its own, because its confidence was
     below the threshold. It replaces the sentence with the same index.

@@ -619,6 +619,7 @@ class AnswerResponse(_message.Message):
     SENTENCE_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
     FINAL_FIELD_NUMBER: _builtins.int
+    DRAFT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def summary(self) -> Global___SourceSummary:
         """A source has been summarized (one event per source given in the request;
@@ -637,6 +638,12 @@ class AnswerResponse(_message.Message):
     def final(self) -> Global___AnswerFinal:
         """The final message; always the last event of a successful stream."""
 
+    @_builtins.property
+    def draft(self) -> _common_pb2.SentenceDraft:
+        """LLM mode: a sentence as the model finished writing it, before its
+        citations; the sentence event with the same index follows.
+        """
+
     def __init__(
         self,
         *,
@@ -644,12 +651,13 @@ class AnswerResponse(_message.Message):
         sentence: _common_pb2.AnswerSentence | None = ...,
         revision: _common_pb2.SentenceRevision | None = ...,
         final: Global___AnswerFinal | None = ...,
+        draft: _common_pb2.SentenceDraft | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "final", b"final", "revision", b"revision", "sentence", b"sentence", "summary", b"summary"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["draft", b"draft", "event", b"event", "final", b"final", "revision", b"revision", "sentence", b"sentence", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "final", b"final", "revision", b"revision", "sentence", b"sentence", "summary", b"summary"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["draft", b"draft", "event", b"event", "final", b"final", "revision", b"revision", "sentence", b"sentence", "summary", b"summary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["summary", "sentence", "revision", "final"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["summary", "sentence", "revision", "final", "draft"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

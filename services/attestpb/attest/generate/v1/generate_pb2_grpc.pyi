@@ -53,9 +53,9 @@ class GenerateServiceStub:
     Judge: _grpc.UnaryUnaryMultiCallable[_generate_pb2.JudgeRequest, _generate_pb2.JudgeResponse]
     """Rates how thoroughly given sources support given sentences, 0-10, pair by pair."""
     Answer: _grpc.UnaryStreamMultiCallable[_generate_pb2.AnswerRequest, _generate_pb2.AnswerResponse]
-    """Runs the whole pipeline and streams its events: source summaries, each
-    sentence with its citations once verified, revisions after re-search, and
-    a final message. Events of one sentence never precede its sentence event.
+    """Runs the whole pipeline and streams its events: source summaries, in LLM
+    mode each sentence as the model writes it (a draft), each sentence with
+    its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
     """
 
 @_typing.type_check_only
@@ -80,9 +80,9 @@ class GenerateServiceAsyncStub(GenerateServiceStub):
     Judge: _aio.UnaryUnaryMultiCallable[_generate_pb2.JudgeRequest, _generate_pb2.JudgeResponse]  # type: ignore[assignment]
     """Rates how thoroughly given sources support given sentences, 0-10, pair by pair."""
     Answer: _aio.UnaryStreamMultiCallable[_generate_pb2.AnswerRequest, _generate_pb2.AnswerResponse]  # type: ignore[assignment]
-    """Runs the whole pipeline and streams its events: source summaries, each
-    sentence with its citations once verified, revisions after re-search, and
-    a final message. Events of one sentence never precede its sentence event.
+    """Runs the whole pipeline and streams its events: source summaries, in LLM
+    mode each sentence as the model writes it (a draft), each sentence with
+    its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
     """
 
 class GenerateServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -128,9 +128,9 @@ class GenerateServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _generate_pb2.AnswerRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_generate_pb2.AnswerResponse], _abc.AsyncIterator[_generate_pb2.AnswerResponse]]:
-        """Runs the whole pipeline and streams its events: source summaries, each
-        sentence with its citations once verified, revisions after re-search, and
-        a final message. Events of one sentence never precede its sentence event.
+        """Runs the whole pipeline and streams its events: source summaries, in LLM
+        mode each sentence as the model writes it (a draft), each sentence with
+        its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
         """
 
 def add_GenerateServiceServicer_to_server(servicer: GenerateServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
