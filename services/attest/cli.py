@@ -149,7 +149,8 @@ def main() -> None:
     "--model",
     default="gemma",
     show_default=True,
-    help="With `llm`: gemma (the packaged Gemma 3 270M) or the path of a GGUF file.",
+    help="With `llm`: gemma (the packaged Gemma 3 270M, CI's), qwen "
+    "(Qwen2.5-Coder-1.5B-Instruct, 1.1 GB, downloaded on first use) or a GGUF file's path.",
 )
 def serve(
     service: str,
@@ -200,49 +201,26 @@ def serve(
 
 
 def _serve_llm(host: str, port: int | None, model: str) -> None:
-    """Exec llama-cpp-python's server; its environment comes from .ci/llm-env.sh, the
-    script CI uses, so the laptop runs exactly the build CI tests."""
-    import shutil
-    import subprocess
+    """Exec llama-cpp-python's server, built by the scripts CI uses, so the laptop
+    runs exactly the build CI tests."""
+    from attest.generate import local
 
-    script = Path(__file__).resolve().parents[2] / ".ci" / "llm-env.sh"
-    if not script.is_file():
-        raise click.ClickException(
-            "`attest serve llm` runs from a clone of the repository (it builds the "
-            f"server with .ci/llm-env.sh, not found at {script})"
-        )
-    if model != "gemma" and not Path(model).is_file():
-        raise click.BadParameter(f"{model} is neither gemma nor a GGUF file", param_hint="--model")
-    bash = shutil.which("bash") or "/bin/bash"
-    # Fixed arguments, no shell: the script and the interpreter it built.
-    built = subprocess.run([bash, str(script)], stdout=subprocess.PIPE, text=True, check=False)  # noqa: S603
-    if built.returncode != 0:
-        raise click.ClickException("the LLM server's environment could not be built (see above)")
-    found = dict(line.split("=", 1) for line in built.stdout.splitlines() if "=" in line)
-    python = found["LLM_PYTHON"]
+    try:
+        prepared = local.prepare(model)
+    except local.LocalLLMError as exc:
+        if model not in local.NAMED and not Path(model).is_file():
+            raise click.BadParameter(str(exc), param_hint="--model") from exc
+        raise click.ClickException(str(exc)) from exc
     if port is None:
         port = 8080
     elif port == 0:
-        import socket
-
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-    args = [python, "-m", "llama_cpp.server", "--host", host, "--port", str(port)]
-    args += ["--n_ctx", "4096", "--seed", "0"]
-    if model == "gemma":  # a base model without a chat template of its own
-        args += ["--model", found["LLM_MODEL"], "--chat_format", "gemma"]
-    else:  # the file's own chat template
-        args += ["--model", str(Path(model).resolve())]
+        port = local.free_port(host)
+    args = local.command(prepared, host, port)
     url = f"http://{host}:{port}"
-    click.echo(
-        f"LLM server on {url} (OpenAI-compatible). Generate with it:\n"
-        f"  ATTEST_GENERATE_LLM__URL={url} ATTEST_GENERATE_LLM__KIND=openai "
-        "ATTEST_GENERATE_LLM__RESPONSE_FORMAT=json_object ATTEST_GENERATE_LLM__MAX_CONCURRENCY=1"
-        + (" ATTEST_GENERATE_LLM__SYSTEM_ROLE=false" if model == "gemma" else ""),
-        err=True,
-    )
-    os.execv(python, args)  # noqa: S606
+    settings = " ".join(f"{k}={v}" for k, v in prepared.env(url).items())
+    click.echo(f"LLM server on {url} (OpenAI-compatible). Generate with it:", err=True)
+    click.echo(f"  {settings}", err=True)
+    os.execv(args[0], args)  # noqa: S606
 
 
 def _register_groups() -> None:
@@ -367,13 +345,41 @@ def eval_ir(
 @main.command()
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
 @click.option("--top-k", type=click.IntRange(1, 20), default=3, show_default=True)
-def demo(data_dir: Path | None, top_k: int) -> None:
+@click.option(
+    "--llm",
+    type=click.Choice(["none", "local"]),
+    default="none",
+    show_default=True,
+    help="local: answer with a local LLM: the server at ATTEST_GENERATE_LLM__URL when one "
+    "answers there, else one started for the demo (llama.cpp, built on first use).",
+)
+@click.option(
+    "--llm-model",
+    default="gemma",
+    show_default=True,
+    help="With --llm local, the model a started server loads: gemma, qwen or a GGUF path.",
+)
+def demo(data_dir: Path | None, top_k: int, llm: str, llm_model: str) -> None:
     """Index the bundled ESG news sample and answer its questions (embedded backends)."""
     from attest.demo.run import run_demo
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
-    asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
+    if llm == "none":
+        asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
+        return
+    from attest.generate import local
+
+    try:
+        with local.found_or_started(llm_model, log_path=root / "llm.log", echo=click.echo) as (
+            url,
+            started,
+        ):
+            if started is not None:
+                os.environ.update(started.env(url))
+            asyncio.run(run_demo(root, top_k=top_k, echo=click.echo, llm=True))
+    except local.LocalLLMError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _register_pfid() -> None:

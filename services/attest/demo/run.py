@@ -4,8 +4,9 @@ Every service runs in this process on embedded backends (tantivy and the
 Qdrant engine under the data directory), wired to each other through one
 local gRPC server exactly as ``attest serve all --embedded`` wires them: the
 sample goes in through the ingest service, every question through the answer
-service's full pipeline (BM25 ∥ dense ∥ KG → fusion → rerank → extractive
-generation with a 0-10 confidence per citation).
+service's full pipeline (BM25 ∥ dense ∥ KG → fusion → rerank → generation
+with a 0-10 confidence per citation: extractive, or with ``--llm local`` by a
+local llama.cpp server, each sentence printed as the model writes it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
+from attest.generate.v1 import generate_pb2
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
 
@@ -52,8 +54,11 @@ def sample_questions() -> list[dict[str, Any]]:
     return read_jsonl("questions.jsonl")
 
 
-async def run_demo(data_dir: Path, *, top_k: int, echo: Callable[[str], None]) -> None:
-    """Ingest the sample through the ingest service, then ask every sample question."""
+async def run_demo(
+    data_dir: Path, *, top_k: int, echo: Callable[[str], None], llm: bool = False
+) -> None:
+    """Ingest the sample through the ingest service, then ask every sample question;
+    with ``llm``, in LLM mode, printing each sentence as the model writes it."""
     from attest.answer.commands import ask_with_revisions, render_answer, render_revisions
     from attest.answer.embedded import embedded_stack
     from attest.client import AnswerClient, options
@@ -87,12 +92,19 @@ async def run_demo(data_dir: Path, *, top_k: int, echo: Callable[[str], None]) -
         finally:
             await channel.close()
         async with AnswerClient(address) as client:
+            ask_options = options(rerank_top_k=top_k, explain=True)
+            if llm:
+                ask_options.generation_mode = generate_pb2.GENERATION_MODE_LLM
             for q in sample_questions():
-                answer, revisions = await ask_with_revisions(
-                    client, q["question"], options(rerank_top_k=top_k, explain=True), 300
-                )
                 echo("")
                 echo(f"Q: {q['question']}")
+                answer, revisions = await ask_with_revisions(
+                    client,
+                    q["question"],
+                    ask_options,
+                    600 if llm else 300,
+                    on_draft=lambda d: echo(f"… writing [{d.index + 1}] {d.text}"),
+                )
                 for line in render_answer(answer):
                     echo(line)
                 for line in render_revisions(revisions):
