@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -193,8 +194,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                         request = _checked(request, self._max_message_bytes)
                     else:
                         request = _decoded(request)
-                    async for item in inner(request, context):
-                        yield item
+                    responses = inner(request, context)
+                    if inspect.isawaitable(responses):
+                        # A handler on the reader/writer API (grpc's health Watch)
+                        # sends with context.write and returns nothing.
+                        await responses
+                    else:
+                        async for item in responses:
+                            yield item
                 except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
                     await self._abort(method, context, exc, outcome)
                 outcome[0] = _final_code(context)
@@ -250,6 +257,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             log.log(level, "%s failed: %s %s", method, exc.code, exc.details)
             outcome[0] = exc.code
             await context.abort(code, exc.details)
+        if isinstance(exc, NotImplementedError):
+            # What a generated servicer base raises for a method the service
+            # does not implement (grpc's own health service has no List here).
+            outcome[0] = "UNIMPLEMENTED"
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
         log.exception("%s failed with an unexpected error", method)
         outcome[0] = "INTERNAL"
         await context.abort(grpc.StatusCode.INTERNAL, _INTERNAL_MESSAGE)
