@@ -312,7 +312,7 @@ def test_tantivy_fragments_are_escaped_before_marking():
         SimpleNamespace(start=0, end=5),
     ]
     assert _mark(fragment, spans) == (
-        "<em>Water</em> &lt;<em>script</em>&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; water"
+        "<em>Water</em> &lt;<em>script</em>&gt;alert(&quot;x&quot;)&lt;&#x2F;script&gt; &amp; water"
     )
 
 
@@ -335,7 +335,12 @@ async def test_tantivy_highlights_carry_no_markup_from_the_document(tmp_path: Pa
         # No fragment ends inside an entity.
         assert not any(fragment.endswith(p) for p in ("&", "&l", "&lt", "&qu", "&am"))
     assert "&lt;<em>script</em>&gt;" in " ".join(hit.highlights)
-    assert "&lt;b&gt;<em>Water</em>&lt;/b&gt; &amp; more" in hit.highlights
+    assert "&lt;b&gt;<em>Water</em>&lt;&#x2F;b&gt; &amp; more" in hit.highlights
+
+
+def test_tantivy_escapes_as_lucenes_html_encoder_does():
+    # Lucene's SimpleHTMLEncoder: " & < > ' / and nothing else.
+    assert q.escape_html("""a"b&c<d>e'f/g ü""") == "a&quot;b&amp;c&lt;d&gt;e&#x27;f&#x2F;g ü"
 
 
 def test_engine_highlights_are_html_encoded_by_the_engine():

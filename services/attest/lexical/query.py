@@ -14,6 +14,7 @@ document's metadata, so filters apply at both levels without joins.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +24,13 @@ from attest.lexical.models import DocumentIn, Hit, Level, SearchQuery
 
 HIGHLIGHT_PRE = "<em>"
 HIGHLIGHT_POST = "</em>"
+
+
+def escape_html(text: str) -> str:
+    """Text as HTML the way Lucene's highlight encoder writes it (``encoder: html``),
+    so that tantivy's fragments match OpenSearch's and Elasticsearch's."""
+    return html.escape(text, quote=True).replace("/", "&#x2F;")
+
 
 # Lucene's BM25 with the parameters of the paper baselines, set explicitly so
 # an engine default change cannot move our numbers.

@@ -12,7 +12,6 @@ indexes, as in the other backends, so each level has its own BM25 statistics.
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import logging
 from collections.abc import Sequence
@@ -26,7 +25,13 @@ from attest.core.common import Filters
 from attest.core.errors import Unavailable
 from attest.core.validation import EARLIEST_PUBLISHED, LATEST_PUBLISHED
 from attest.lexical.models import Counts, DocumentIn, Hit, IndexResult, Level, SearchQuery
-from attest.lexical.query import HIGHLIGHT_POST, HIGHLIGHT_PRE, TIE_BREAKER, index_names
+from attest.lexical.query import (
+    HIGHLIGHT_POST,
+    HIGHLIGHT_PRE,
+    TIE_BREAKER,
+    escape_html,
+    index_names,
+)
 from attest.lexical.settings import LexicalSettings
 
 log = logging.getLogger(__name__)
@@ -102,7 +107,7 @@ def _mark(fragment: str, ranges: list[Any]) -> str:
     raw = fragment.encode("utf-8")
 
     def text(start: int, end: int) -> str:
-        return html.escape(raw[start:end].decode("utf-8", errors="replace"))
+        return escape_html(raw[start:end].decode("utf-8", errors="replace"))
 
     out, last = [], 0
     for r in sorted(ranges, key=lambda r: r.start):
