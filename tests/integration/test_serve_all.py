@@ -1,7 +1,8 @@
 """`attest serve all --embedded`: every service in one process, used through the CLI.
 
-Starts the real command, waits for SERVING, ingests the bundled sample with
-`attest ingest --address`, asks with `attest ask`, and shuts down on SIGTERM.
+Starts the real command, waits for SERVING, ingests the bundled sample through
+a call whose deadline is shorter than the job, then again with `attest ingest
+--address`, asks with `attest ask`, and shuts down on SIGTERM.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from attest.demo.run import sample_documents
+from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from tests.integration.ingest_stack import free_port, wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,6 +61,23 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
         wait_until(lambda: serving(address) or server.poll() is not None, 600, "serve all")
         assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
 
+        # A job outlives the call that queued it: Ingest, with a 2 s deadline,
+        # returns the job at once; its batches take longer and still finish.
+        began = time.monotonic()
+        with grpc.insecure_channel(address) as channel:
+            stub = ingest_pb2_grpc.IngestServiceStub(channel)
+            items = [ingest_pb2.IngestItem(document=d) for d in sample_documents()]
+            job = stub.Ingest(ingest_pb2.IngestRequest(items=items), timeout=2).job
+            updates = list(
+                stub.WatchJob(ingest_pb2.WatchJobRequest(job_id=job.job_id), timeout=600)
+            )
+        took = time.monotonic() - began
+        final = updates[-1]
+        assert final.state == ingest_pb2.JOB_STATE_DONE, final
+        assert (final.progress.created, final.progress.failed) == (48, 0)
+        assert took > 2, f"the job took {took:.1f} s: too short to show it outlives the call"
+
+        # The same documents again, through the CLI: nothing changed.
         ingested = subprocess.run(
             [*CLI, "ingest", str(SAMPLE), "--address", address],
             env=env,
@@ -67,7 +88,7 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
         )
         assert ingested.returncode == 0, ingested.stdout + ingested.stderr
         assert "DONE" in ingested.stdout
-        assert "ingested 48" in ingested.stdout
+        assert "unchanged 48" in ingested.stdout
         assert "failed 0" in ingested.stdout
 
         asked = subprocess.run(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import threading
@@ -279,11 +280,15 @@ class InlineDispatcher:
         self._worker: asyncio.Task[None] | None = None
 
     def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
-        self._loop.call_soon_threadsafe(self._enqueue, job_id, tenant, list(batches))
+        # A fresh context: the batches outlive the call that queued them, so they
+        # must not carry its deadline (or request id) into their own downstream calls.
+        self._loop.call_soon_threadsafe(
+            self._enqueue, job_id, tenant, list(batches), context=contextvars.Context()
+        )
 
     def _enqueue(self, job_id: str, tenant: str, batches: list[Batch]) -> None:
         if self._worker is None:
-            self._worker = self._loop.create_task(self._work())
+            self._worker = self._loop.create_task(self._work(), context=contextvars.Context())
         for batch in batches:
             self._queue.put_nowait((job_id, tenant, batch))
 
