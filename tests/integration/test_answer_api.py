@@ -259,7 +259,12 @@ async def test_ask_stream_orders_events_and_revises_weak_sentences(stack: Stack)
     assert kinds.count("final") == 1
     assert kinds.count("retrieval") == 1
     first_revision = kinds.index("revision")
-    assert all(k == "sentence" for k in kinds[1:first_revision])
+    # The model's sentences as drafts while it writes, then each one cited.
+    assert all(k in ("draft", "sentence") for k in kinds[1:first_revision])
+    drafts = [e.draft for e in events if e.WhichOneof("event") == "draft"]
+    cited = [e.sentence for e in events if e.WhichOneof("event") == "sentence"]
+    assert [(d.index, d.text) for d in drafts] == [(c.index, c.text) for c in cited]
+    assert kinds.index("draft") < kinds.index("sentence")
     assert all(k == "revision" for k in kinds[first_revision:-1])
     retrieval, final = events[0].retrieval, events[-1].final
     assert 0 < len(retrieval.sources) <= 3
