@@ -644,6 +644,22 @@ async def test_llm_ratings_are_combined_with_the_judge(fake: FakeLLM) -> None:
         assert all(5 <= c.confidence <= 10 for c in s.citations)
 
 
+async def test_the_judge_cites_a_supporting_source_the_model_left_out(fake: FakeLLM) -> None:
+    # The model names no source for the emissions sentence; the source that
+    # states it is still cited, rated by the judge alone, and the board-meeting
+    # source, which states none of it, is not.
+    fake.responder = Script(answer=SOURCES[0].text, cites=[cite_json()])
+    generator = make_generator(fake.url, fake.flavor)
+    generator.settings = PipelineSettings(fallback_to_extractive=False)
+    final = final_of(await collect(generator))
+    (sentence,) = final.sentences
+    assert sentence.text == SOURCES[0].text
+    assert sentence.citations[0].doc_id == "d1"
+    assert "d3" not in {c.doc_id for c in sentence.citations}
+    assert all(5 <= c.confidence <= 10 for c in sentence.citations)
+    assert final.judge_disagreements == 0
+
+
 async def test_sentences_are_drafted_while_the_model_writes(fake: FakeLLM) -> None:
     """The answer is streamed: the first sentence is out as a draft before the
     model has sent the last word of its reply, and each draft is followed by
@@ -689,6 +705,29 @@ async def test_a_stream_cut_midway_falls_back_to_an_extractive_answer(fake: Fake
     assert final.mode is Mode.EXTRACTIVE
     assert "the model crashed" in final.degraded_reason
     assert final.sentences[0].citations[0].doc_id == "d1"
+
+
+async def test_a_dropped_stream_is_asked_for_again(fake: FakeLLM) -> None:
+    """A stream that ends without text or a finish reason (a server that dropped
+    the reply) is retried like a failed request, not read as an empty answer."""
+    script = Script(cites=[cite_json((1, 1, 9), (2, 2, 8))])
+    answers: list[str] = []
+
+    def drop_first(prompt: str) -> Reply | str:
+        if "Question:" in prompt:
+            answers.append(prompt)
+            return Reply(text=ANSWER, dropped=len(answers) == 1)
+        return script(prompt)
+
+    fake.responder = drop_first
+    events = await collect(make_generator(fake.url, fake.flavor))
+    final = final_of(events)
+    assert len(answers) == 2
+    assert (final.mode, final.insufficient_information) == (Mode.LLM, False)
+    assert [e.text for e in events if isinstance(e, DraftEvent)] == [
+        "Acme Copper cut its emissions by 30% in 2024.",
+        "The company mines copper in Chile.",
+    ]
 
 
 async def test_a_short_source_is_its_own_summary(fake: FakeLLM) -> None:

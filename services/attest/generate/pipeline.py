@@ -313,7 +313,9 @@ class Generator:
                     for ps in raw
                 ]
                 if self.settings.llm_citation_rating == "combine":
-                    cited = await self._rate_with_judge(run, question, sentences, sources, cited)
+                    cited = await self._rate_with_judge(
+                        run, question, sentences, sources, cited, allowed, max_citations
+                    )
                 return cited
             except Unavailable as exc:
                 self._degrade(run, exc)
@@ -339,27 +341,40 @@ class Generator:
         sentences: Sequence[str],
         sources: Sequence[Source],
         cited: list[tuple[Citation, ...]],
+        allowed: Sequence[int],
+        max_citations: int,
     ) -> list[tuple[Citation, ...]]:
-        """The model's citations re-rated with the support judge (``combine``):
-        a citation the judge cannot confirm falls below the floor and is
-        dropped; each disagreement is counted."""
-        if not any(cited):
-            return cited
+        """The model's citations re-rated with the support judge (``combine``),
+        and the judge's own among the ``allowed`` sources.
+
+        A source the model cites is rated by both: a citation the judge cannot
+        confirm falls below the floor and is dropped, and each disagreement is
+        counted. A source the model leaves out is not one it denied (it is
+        asked for the few that explain a sentence best), so the judge's rating
+        alone decides whether it is cited too: the judge measures support, the
+        model may lower a rating but is never the only gate."""
         # Judged against every source: how many of them agree is part of the rating.
         support = await self.extractive.judged(question, sentences, [s.text for s in sources])
         margin = self.settings.disagreement_margin
+        floor = self.settings.min_citation_confidence
         out: list[tuple[Citation, ...]] = []
         for i, citations in enumerate(cited):
-            rated = []
+            rated: dict[int, Citation] = {}
             for c in citations:
                 judged = to_confidence(float(support[i, c.source_index]))
                 if abs(judged - c.confidence) > margin:
                     run.disagreements += 1
                 confidence = combine(c.confidence, judged, margin)
-                if confidence >= self.settings.min_citation_confidence:
-                    rated.append(replace(c, confidence=confidence))
-            rated.sort(key=lambda c: (-c.confidence, c.source_index))
-            out.append(tuple(rated))
+                if confidence >= floor:
+                    rated[c.source_index] = replace(c, confidence=confidence)
+            named = {c.source_index for c in citations}
+            for j in allowed:
+                judged = to_confidence(float(support[i, j]))
+                if j not in named and judged >= floor:
+                    source = sources[j]
+                    rated[j] = Citation(j, source.doc_id, source.passage_index, judged)
+            best = sorted(rated.values(), key=lambda c: (-c.confidence, c.source_index))
+            out.append(tuple(best[:max_citations]))
         return out
 
     async def cite(
