@@ -46,9 +46,10 @@ else
   model=$(sed -n 's/^LLM_MODEL=//p' <<<"$env_out")
   echo "llm: environment ready in $((SECONDS - start))s; starting on $url (model $model)"
   # Greedy decoding (the client sends temperature 0) with a fixed seed; Gemma's chat
-  # template (without --chat_format the server falls back to llama-2's).
+  # template (without --chat_format the server falls back to llama-2's); requests
+  # queue instead of a new one cutting a streamed reply short.
   nohup "$python" -m llama_cpp.server --model "$model" --host 127.0.0.1 --port "$port" \
-    --n_ctx 4096 --chat_format gemma --seed 0 \
+    --n_ctx 4096 --chat_format gemma --seed 0 --interrupt_requests false \
     --n_threads "$threads" --n_threads_batch "$threads" >"$log_file" 2>&1 </dev/null &
   echo $! >"$pid_file"
 fi

@@ -35,6 +35,9 @@ class Reply:
     finish_reason: str = "stop"  # "length": cut off at the token limit
     piece_delay: float = 0.0  # streamed replies: seconds between pieces
     fail_after: int | None = None  # streamed replies: an error event after this many pieces
+    # Streamed replies: end the stream cleanly with no text and no finish reason,
+    # as llama-cpp-python's server does with a reply another request interrupted.
+    dropped: bool = False
 
 
 @dataclass
@@ -143,6 +146,10 @@ async def _send_events(request: web.Request, reply: Reply, sent: list[float]) ->
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     loop = asyncio.get_running_loop()
+    if reply.dropped:
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
     words = reply.text.split(" ")
     for i, word in enumerate(words):
         if i == reply.fail_after:

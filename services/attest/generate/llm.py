@@ -47,6 +47,7 @@ import asyncio
 import json
 import logging
 import random
+import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
@@ -258,6 +259,9 @@ class LLMClient(ABC):
         self.invalid_outputs = 0  # JSON replies that failed the schema check
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        # Seconds spent inside HTTP requests to the model (waits for a
+        # concurrency slot excluded): the model's own time as this client sees it.
+        self.model_seconds = 0.0
 
     @property
     def name(self) -> str:
@@ -331,7 +335,11 @@ class LLMClient(ABC):
             try:
                 async with self._semaphore:
                     seconds = budget(self.deadline_for(max_tokens))
-                    completion = await self._once(system, user, max_tokens, use_schema, seconds)
+                    began = time.perf_counter()
+                    try:
+                        completion = await self._once(system, user, max_tokens, use_schema, seconds)
+                    finally:
+                        self.model_seconds += time.perf_counter() - began
                 self.prompt_tokens += completion.prompt_tokens
                 self.completion_tokens += completion.completion_tokens
                 return completion
@@ -382,9 +390,16 @@ class LLMClient(ABC):
             try:
                 async with self._semaphore:
                     seconds = budget(self.deadline_for(max_tokens))
-                    async for piece in self._stream_once(system, user, max_tokens, seconds):
-                        started = True
-                        yield piece
+                    began = time.perf_counter()
+                    try:
+                        async for piece in self._stream_once(system, user, max_tokens, seconds):
+                            started = True
+                            # The caller's work on a piece is not the model's time.
+                            self.model_seconds += time.perf_counter() - began
+                            yield piece
+                            began = time.perf_counter()
+                    finally:
+                        self.model_seconds += time.perf_counter() - began
                 return
             except _Retryable as exc:
                 if started or attempt >= self.settings.max_attempts:
@@ -419,6 +434,7 @@ class LLMClient(ABC):
                         yield completion.text
                     return
                 pieces = 0
+                finished = False
                 usage: dict[str, Any] = {}
                 async for raw in response.content:
                     line = raw.decode("utf-8", "replace").strip()
@@ -441,6 +457,12 @@ class LLMClient(ABC):
                     if piece:
                         pieces += 1
                         yield piece
+                    finished = finished or _finish_reason(chunk) is not None
+                if not finished:
+                    # A server that drops a reply (llama-cpp-python's server cuts a
+                    # stream when another request arrives) still ends the stream
+                    # cleanly, only without a finish reason.
+                    raise _Retryable(Unavailable("the LLM's stream ended without a finish reason"))
                 counted = usage.get("completion_tokens")
                 self.completion_tokens += counted if isinstance(counted, int) else pieces
                 prompt = usage.get("prompt_tokens")
@@ -549,6 +571,14 @@ def _delta(chunk: dict[str, Any]) -> str:
     except (KeyError, IndexError, TypeError, AttributeError):
         return ""
     return content if isinstance(content, str) else ""
+
+
+def _finish_reason(chunk: dict[str, Any]) -> str | None:
+    try:
+        reason = chunk["choices"][0].get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return reason if isinstance(reason, str) and reason else None
 
 
 class TGIClient(LLMClient):

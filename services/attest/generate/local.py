@@ -106,6 +106,9 @@ def command(model: LocalModel, host: str, port: int, threads: int | None = None)
     """The server's command line: greedy decoding is asked per request; a fixed seed here."""
     args = [model.python, "-m", "llama_cpp.server", "--model", model.path]
     args += ["--host", host, "--port", str(port), "--n_ctx", "4096", "--seed", "0"]
+    # By default the server cuts a streamed reply short, silently, when another
+    # request arrives; queue them instead.
+    args += ["--interrupt_requests", "false"]
     if model.chat_format:
         args += ["--chat_format", model.chat_format]
     if threads:
