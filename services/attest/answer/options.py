@@ -15,6 +15,7 @@ from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.common import filters_from_proto
 from attest.core.errors import DeadlineExceeded, InvalidArgument
+from attest.core.validation import check_enum
 from attest.generate.v1 import generate_pb2
 
 DEFAULT_RETRIEVERS = (
@@ -141,10 +142,9 @@ def validate(
     )
     _range(researches, 0, 20, "options.max_researches")
 
-    if options.generation_mode not in generate_pb2.GenerationMode.values():
-        raise InvalidArgument(
-            f"unknown generation mode {options.generation_mode}", field="options.generation_mode"
-        )
+    check_enum(
+        options.generation_mode, generate_pb2.GenerationMode.values(), "options.generation_mode"
+    )
 
     budget = _budget(options, settings, deadline_seconds)
     return Plan(
