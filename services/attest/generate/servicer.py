@@ -96,7 +96,9 @@ def sources_from_proto(
                 passage_index=s.passage_index,
                 title=s.title,
                 source_url=s.source_url,
-                published_at=from_timestamp(s.published_at, s.HasField("published_at")),
+                published_at=from_timestamp(
+                    s.published_at, s.HasField("published_at"), f"{where}.published_at"
+                ),
                 summary=s.summary,
             )
         )
