@@ -102,7 +102,7 @@ async def run_demo(
                     client,
                     q["question"],
                     ask_options,
-                    600 if llm else 300,
+                    1800 if llm else 300,
                     on_draft=lambda d: echo(f"… writing [{d.index + 1}] {d.text}"),
                 )
                 for line in render_answer(answer):

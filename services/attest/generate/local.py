@@ -51,13 +51,21 @@ class LocalModel:
         return "gemma" if self.name == "gemma" else None
 
     def env(self, url: str) -> dict[str, str]:
-        """ATTEST_GENERATE_LLM__* settings that point the generator at ``url``."""
+        """Settings that point the generator at ``url``, with deadlines for a CPU:
+        prompts of a few thousand tokens take tens of seconds to read there, and
+        a few tokens a second to write (the defaults suit a GPU server)."""
         out = {
             "ATTEST_GENERATE_LLM__URL": url,
             "ATTEST_GENERATE_LLM__KIND": "openai",
             "ATTEST_GENERATE_LLM__RESPONSE_FORMAT": "json_object",
             # llama-cpp-python's server answers one request at a time.
             "ATTEST_GENERATE_LLM__MAX_CONCURRENCY": "1",
+            "ATTEST_GENERATE_LLM__MAX_NEW_TOKENS": "256",
+            "ATTEST_GENERATE_LLM__FIRST_TOKEN_SECONDS": "120",
+            "ATTEST_GENERATE_LLM__SECONDS_PER_TOKEN": "1",
+            "ATTEST_GENERATE_LLM__TIMEOUT_SECONDS": "600",
+            # The answer service's limit on the whole generation stream.
+            "ATTEST_ANSWER_TIMEOUTS__GENERATE": "1800",
         }
         if self.chat_format == "gemma":
             out["ATTEST_GENERATE_LLM__SYSTEM_ROLE"] = "false"
