@@ -498,3 +498,23 @@ def test_demo_summary_reports_the_three_checks() -> None:
     assert "citations of an article that does not state the answer: 1 (q03:esg-026)" in lines
     assert "answer sentences that state no part of the answer: 1 (q03#2)" in lines
     assert "unanswerable questions answered with insufficient information: 1 of 1" in lines
+
+
+def test_an_abstention_is_never_a_right_answer() -> None:
+    """ "insufficient information available: no source states ..." contains the
+    word "no": it must not count as the answer "no"."""
+    item = QAItem(
+        id="yn",
+        question="Are A and B both plants?",
+        answers=("no",),
+        passages=(QAPassage(id="p", title="", text="A is a plant.", gold=True),),
+    )
+    abstained = Answered(
+        text="insufficient information available: no source states an answer to the question.",
+        sentences=(((), True),),
+        llm_calls=0,
+        insufficient=True,
+    )
+    metrics = score([item], [abstained])
+    assert metrics["answer_recall"] == 0.0
+    assert per_question([item], [abstained])[0]["right"] is False

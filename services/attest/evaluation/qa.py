@@ -488,8 +488,12 @@ def score(
         gold = {p.id for p in item.passages if p.gold}
         if item.has_answer:
             answerable += 1
-            strict_hits += answer_right(item, answer.text)
-            tolerant_hits += answer_right(item, answer.text, tolerant=True)
+            # An abstention is never right, whatever it says ("... no source states
+            # ..." must not count as the answer "no").
+            strict_hits += not answer.insufficient and answer_right(item, answer.text)
+            tolerant_hits += not answer.insufficient and answer_right(
+                item, answer.text, tolerant=True
+            )
             abstained_answerable += answer.insufficient
         else:
             unanswerable += 1
@@ -609,8 +613,11 @@ def per_question(items: Sequence[QAItem], answers: Sequence[Answered]) -> list[d
                 "id": item.id,
                 "half": half_of(item.id),
                 "answerable": item.has_answer,
-                "right": answer_right(item, answer.text) if item.has_answer else None,
-                "right_numeric": answer_right(item, answer.text, tolerant=True)
+                "right": not answer.insufficient and answer_right(item, answer.text)
+                if item.has_answer
+                else None,
+                "right_numeric": not answer.insufficient
+                and answer_right(item, answer.text, tolerant=True)
                 if item.has_answer
                 else None,
                 "abstained": answer.insufficient,

@@ -54,11 +54,13 @@ import numpy.typing as npt
 
 from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
+from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
 from attest.generate.judge import SupportJudge, to_confidence
 from attest.generate.models import Proposal, Source
 from attest.generate.text import (
     answer_type,
     conflicts_with_question,
+    contains_answer,
     content_tokens,
     dateline_year,
     is_compound,
@@ -265,6 +267,9 @@ class ExtractiveEngine:
     def _answer(
         self, question: str, sources: Sequence[Source], max_sentences: int
     ) -> list[Candidate]:
+        decided = self._decide(question, sources)
+        if decided is not None:
+            return decided[:max_sentences]
         ranked = self._rank(question, sources)
         if ranked is None:
             return []
@@ -287,6 +292,36 @@ class ExtractiveEngine:
             for i in chosen[1:]
             if text_facts(cands[i].text, kind, question, common).states(fact)
         ]
+
+    def _decide(self, question: str, sources: Sequence[Source]) -> list[Candidate] | None:
+        """A choice or yes/no question answered by deciding between what it names
+        (``forms``): the deciding sentence first, led by the option's name when it
+        does not say it (or by "Yes"/"No"), then, for yes/no, the other thing's.
+        None when the question has neither form or the sources do not name both."""
+        choice = choice_of(question)
+        polar = None if choice is not None else polar_of(question)
+        if choice is None and polar is None:
+            return None
+        found: list[Candidate] = []
+        places: list[Place] = []
+        for i, source in enumerate(sources):
+            for k, text in enumerate(fragments(source.text, self.settings.min_fragment_words)):
+                found.append(Candidate(text, i))
+                places.append(Place(source.title, k))
+        texts = [c.text for c in found]
+        decision = choose(choice, texts, places) if choice is not None else None
+        if polar is not None:
+            decision = yes_or_no(polar, texts, places)
+        if decision is None:
+            return None
+        first, *rest = (found[i] for i in dict.fromkeys(decision.sentences))
+        if decision.lead:
+            lead = f"{decision.lead}: {first.text}"
+        elif contains_answer(first.text, decision.picked):
+            lead = first.text
+        else:
+            lead = f"{decision.picked}: {first.text}"
+        return [Candidate(lead, first.source_index), *rest]
 
     # -- citations ---------------------------------------------------------------------
 

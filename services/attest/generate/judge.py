@@ -58,6 +58,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attest.generate.facts import completeness, facts_of, primary_fact, stem, text_facts
+from attest.generate.forms import mentions, named_things
 from attest.generate.text import (
     answer_type,
     conflicts_with_question,
@@ -391,6 +392,13 @@ class SupportJudge:
             # Nothing to answer: the rating is the support alone.
             return support
         answer = self.models.answer.score(sentence_features(x, support))
+        named = named_things(question)
+        if named:
+            # A choice or yes/no question is answered by what the sources say of
+            # each thing it names (``forms``): a sentence about one of them is
+            # part of the answer, and its rating is how well it is supported.
+            about = [any(mentions(n, s) >= 0.5 for n in named) for s in sentences]
+            answer = np.where(about, 1.0, answer)
         return np.asarray(support * answer[:, None], dtype=np.float64)
 
 

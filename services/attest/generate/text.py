@@ -44,7 +44,7 @@ STOPWORDS = _words(
     other our ours ourselves out over own same she should so some such than that the their
     theirs them themselves then there these they this those through to too under until up
     very was we were what when where which while who whom why will with would you your
-    yours yourself yourselves also says said say one new may might must shall us
+    yours yourself yourselves also says said say one new may might must shall us yes
     """
 )
 

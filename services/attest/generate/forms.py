@@ -1,0 +1,399 @@
+"""Questions whose answer is not a sentence of the sources: choices and yes/no.
+
+Two forms of English question are answered by reading the sources for each
+thing the question names and deciding between them, not by quoting one
+sentence:
+
+* **A choice between two named things** ("Who was born first, Erika Jayne or
+  Marco Da Silva?", "Which came out first, Dinosaur or McFarland, USA"): the
+  answer names one of them. When the question asks which comes first or
+  last in time (born, died, founded, released, "older", "more recent"), each
+  option's earliest year in the sentences that name it decides; otherwise
+  the option whose sentences best state the rest of the question.
+* **A yes/no question about named things** ("Are Ferocactus and Silene both
+  types of plant?", "Were Halldór Laxness and Timothy Leary from the same
+  country?"): yes when the sentences about every named thing state what the
+  question says of them (its content words, stems compared), and for "the
+  same ..." / "different ..." when their descriptions share a name-like word
+  (a nationality, a place, a family), inverted for "different".
+
+Both read names as runs of capitalized words (with digits and short
+connectors such as "of" or "de" inside), so they apply to any corpus of
+named things; what cannot be parsed is answered the ordinary way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from attest.generate.facts import stem
+from attest.generate.text import STOPWORDS, content_tokens, key_terms, tokens
+
+
+def _set(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
+_AUXILIARIES = _set("is are was were do does did has have had can could will would should")
+_CONNECTORS = _set("of the de del der van von da di la le and for on in")
+_YEAR = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})\b")
+# Words that make a choice a question of time, and which end of it is asked for.
+_EARLIER = _set("first earlier earliest older oldest before sooner")
+_LATER = _set("later latest last younger youngest recently recent newer newest after")
+# "younger"/"older" compare birth dates: the younger was born later.
+_TIME_NOUNS = _set(
+    "born birth died death founded established formed opened released published came "
+    "built created started began launched premiered aired written"
+)
+_SAME = _set("same")
+_DIFFERENT = _set("different differ differs")
+_FILLER = _set("both either all each")
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A question asking which of two named things; ``direction`` is "earlier",
+    "later" or "" (not a question of time); ``rest`` is the question without
+    the options (what is asked of them)."""
+
+    options: tuple[str, str]
+    direction: str
+    rest: str
+
+
+@dataclass(frozen=True, slots=True)
+class Polar:
+    """A yes/no question about named things: ``relation`` is "same", "different"
+    or "" (what ``claim`` says holds of each)."""
+
+    names: tuple[str, ...]
+    relation: str
+    claim: str
+
+
+def _is_name_word(word: str) -> bool:
+    return bool(word) and (word[0].isupper() or word[0].isdigit())
+
+
+def _name_run(words: Sequence[str], *, from_end: bool) -> str:
+    """The run of name words at the end (or the start) of ``words``: capitalized
+    words and digits, with connectors allowed inside ("Bank of America")."""
+    seq = list(reversed(words)) if from_end else list(words)
+    run: list[str] = []
+    for i, word in enumerate(seq):
+        bare = word.strip(",;:?!.\"'()")
+        if _is_name_word(bare):
+            run.append(word)
+            continue
+        # A connector stays inside a name when a name word follows within two words
+        # ("Bank of America", "In the Realm of the Hackers").
+        ahead = [w.strip(",;:?!.\"'()") for w in seq[i + 1 : i + 3]]
+        inside = (
+            bare.lower() in _CONNECTORS
+            and bool(run)
+            and any(_is_name_word(w) for w in ahead)
+            and all(_is_name_word(w) or w.lower() in _CONNECTORS for w in ahead[:1])
+        )
+        if inside:
+            run.append(word)
+            continue
+        break
+    if from_end:
+        run.reverse()
+    return " ".join(run).strip(" ,;:?!.")
+
+
+def choice_of(question: str) -> Choice | None:
+    """The two options of "..., A or B?" (or "... A or B?", "...: A or B?"), else None."""
+    text = question.strip().rstrip("?").strip().replace(":", ",")
+    left, sep, right = text.rpartition(" or ")
+    if not sep or not left.strip() or not right.strip():
+        return None
+    second = right.strip(" ,")
+    if not _is_name_word(second.split()[0]):
+        return None
+    tail = ""
+    if "," in second:
+        # "McFarland, USA" is one name; "John Carpenter, held more roles" is a name
+        # and the rest of the question.
+        name, _, after = second.partition(",")
+        if after.strip() and not _is_name_word(after.split()[0]):
+            second, tail = name.strip(), after
+    else:
+        run = _name_run(second.split(), from_end=False)
+        second, tail = run, second[len(run) :]
+    head, comma, first = left.rpartition(",")
+    first = first.strip()
+    if not comma or not first or not _is_name_word(first.split()[0]):
+        first = _name_run(left.split(), from_end=True)
+        head = left[: left.rfind(first)] if first else left
+    if not first or not second or first == second:
+        return None
+    rest = f"{head} {tail}".strip(" ,")
+    words = set(tokens(rest))
+    direction = ""
+    if words & (_EARLIER | _LATER):
+        earlier = bool(words & _EARLIER)
+        # "younger"/"older" compare births; "first"/"last" whatever the question names.
+        if words & _TIME_NOUNS or words & {"younger", "older", "youngest", "oldest", "first"}:
+            direction = "earlier" if earlier else "later"
+        elif words & {"recently", "recent", "newer", "newest", "latest", "later"}:
+            direction = "later"
+    return Choice((first, second), direction, rest)
+
+
+def polar_of(question: str) -> Polar | None:
+    """The named things of a yes/no question ("Are A and B both X?"), else None."""
+    words = question.strip().rstrip("?").replace(",", " ").split()
+    if not words or words[0].lower() not in _AUXILIARIES or " or " in question:
+        return None
+    body = [w for w in words[1:] if w.lower() not in _FILLER]
+    try:
+        cut = next(i for i, w in enumerate(body) if w == "and")
+    except StopIteration:
+        return None
+    first = _name_run(body[:cut], from_end=True)
+    second = _name_run(body[cut + 1 :], from_end=False)
+    if not first or not second:
+        return None
+    claim_words = body[: cut - len(first.split())] + body[cut + 1 + len(second.split()) :]
+    if not claim_words and len(second.split()) > 1:
+        # "Are both Jim McBride and Neil Jordan American?": the last capitalized
+        # word is what is said of them.
+        *name, said = second.split()
+        second, claim_words = " ".join(name), [said]
+    claim = " ".join(claim_words).strip(" ,")
+    if not claim:
+        return None
+    lowered = set(tokens(claim))
+    relation = "same" if lowered & _SAME else "different" if lowered & _DIFFERENT else ""
+    return Polar((first, second), relation, claim)
+
+
+# --- reading the sources ------------------------------------------------------------
+
+
+def _name_words(name: str) -> set[str]:
+    return {t for t in content_tokens(name) if not t.isdigit()} or content_tokens(name)
+
+
+def mentions(name: str, sentence: str) -> float:
+    """Share of the name's words the sentence contains."""
+    wanted = _name_words(name)
+    if not wanted:
+        return 0.0
+    return len(wanted & content_tokens(sentence)) / len(wanted)
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a sentence comes from: its document's title and its position there."""
+
+    title: str = ""
+    position: int = 0
+
+
+def about(name: str, sentences: Sequence[str], places: Sequence[Place] = ()) -> list[int]:
+    """Indices of the sentences that name ``name`` (at least half of its words),
+    best first: the opening sentence of a document titled with the name (where
+    a text defines what it is about), then other sentences of such documents,
+    then by how much of the name they contain."""
+    out = []
+    for i, sentence in enumerate(sentences):
+        share = mentions(name, sentence)
+        if share < 0.5:
+            continue
+        place = places[i] if i < len(places) else Place()
+        titled = bool(place.title) and mentions(name, place.title) >= 0.5
+        out.append((not titled, place.position > 0 or not titled, -share, place.position, i))
+    return [key[-1] for key in sorted(out)]
+
+
+def year_of(sentence: str, last: bool = False) -> int | None:
+    """The year a defining sentence gives first ("(born 1961)", "is a 1998
+    film"), or with ``last`` the end of its first span of years ("(May 1,
+    1895 – February 10, 1967)": 1967, for a death)."""
+    found = [int(y) for y in _YEAR.findall(sentence)]
+    if not found:
+        return None
+    if last:
+        span = re.search(r"\(([^()]*)\)", sentence)
+        inside = [int(y) for y in _YEAR.findall(span.group(1))] if span else []
+        if len(inside) >= 2:
+            return inside[-1]
+    return found[0]
+
+
+def stems(text: str) -> set[str]:
+    return {stem(t) for t in content_tokens(text)}
+
+
+def coverage(claim: str, text: str, name_words: set[str]) -> float:
+    """Share of the claim's content stems (the names excluded) that ``text`` has."""
+    wanted = stems(claim) - {stem(w) for w in name_words}
+    if not wanted:
+        return 0.0
+    return len(wanted & stems(text)) / len(wanted)
+
+
+def describing_terms(sentence: str, name: str) -> set[str]:
+    """The name-like words a sentence uses to describe ``name`` (nationality,
+    place, family), the name's own words excluded."""
+    return key_terms(sentence) - _name_words(name) - {t for t in key_terms(name)}
+
+
+_MORE = _set(
+    "more most larger largest bigger biggest higher highest greater greatest longer "
+    "longest busier busiest"
+)
+_FEWER = _set("fewer fewest less least smaller smallest lower lowest shorter shortest")
+_NUMBERS_IN_WORDS = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+)
+_NUMBER_WORDS = {w: n for n, w in enumerate(_NUMBERS_IN_WORDS)}
+
+
+def _quantity(sentence: str, noun: str) -> int | None:
+    """The count a sentence gives of ``noun`` ("about 900 species", "four members")."""
+    words = tokens(sentence)
+    want = stem(noun)
+    for i, word in enumerate(words):
+        if stem(word) != want:
+            continue
+        for back in range(max(0, i - 3), i):
+            value = words[back].replace(",", "")
+            if value.isdigit():
+                return int(value)
+            if value in _NUMBER_WORDS:
+                return _NUMBER_WORDS[value]
+    return None
+
+
+def quantity_noun(rest: str) -> tuple[str, bool] | None:
+    """The thing counted in "which has more species" (the last word of the run
+    of content words after the comparative, "than" and numbers skipped) and
+    whether more of it wins."""
+    words = tokens(rest)
+    for i, word in enumerate(words):
+        if word not in _MORE and word not in _FEWER:
+            continue
+        run: list[str] = []
+        for after in words[i + 1 :]:
+            if after == "than" or after.replace(",", "").isdigit():
+                continue
+            if not after.isalpha() or after in STOPWORDS:
+                break
+            run.append(after)
+        if run:
+            return run[-1], word in _MORE
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a form decided: the answer's lead word ("Yes"/"No", or "" for a
+    choice), the option picked, and the sentences (indices) to answer with, the
+    deciding one first (for a choice, only the picked option's)."""
+
+    lead: str
+    picked: str
+    sentences: tuple[int, ...]
+
+
+def choose(choice: Choice, texts: Sequence[str], places: Sequence[Place] = ()) -> Decision | None:
+    """Pick one option by the sentences that name each; None when either is
+    unnamed or nothing tells them apart."""
+    evidence = {o: about(o, texts, places) for o in choice.options}
+    if not all(evidence.values()):
+        return None
+    a, b = choice.options
+    pick: str | None = None
+    if choice.direction:
+        death = bool(set(tokens(choice.rest)) & {"died", "death", "dead"})
+        years = {o: year_of(texts[evidence[o][0]], last=death) for o in choice.options}
+        ya, yb = years[a], years[b]
+        if ya is not None and yb is not None and ya != yb:
+            pick = a if (ya < yb) == (choice.direction == "earlier") else b
+    counted = quantity_noun(choice.rest) if pick is None else None
+    if counted is not None:
+        noun, more = counted
+        counts = {
+            o: max(
+                (q for i in evidence[o] if (q := _quantity(texts[i], noun)) is not None),
+                default=None,
+            )
+            for o in choice.options
+        }
+        qa, qb = counts[a], counts[b]
+        if qa is not None and qb is not None and qa != qb:
+            pick = a if (qa > qb) == more else b
+    if pick is None:
+        # What the question says of the answer, stated in the sentences naming each.
+        def stated(option: str) -> float:
+            words = _name_words(choice.options[0]) | _name_words(choice.options[1])
+            return max(coverage(choice.rest, texts[i], words) for i in evidence[option])
+
+        sa, sb = stated(a), stated(b)
+        if sa == sb:
+            return None
+        pick = a if sa > sb else b
+    # Only the chosen option's sentence: an answer that also quoted the other
+    # option would name both, and a reader could not tell which it chose.
+    return Decision("", pick, (evidence[pick][0],))
+
+
+def yes_or_no(polar: Polar, texts: Sequence[str], places: Sequence[Place] = ()) -> Decision | None:
+    """Yes when the sentences about every named thing state the claim (or, for
+    "same"/"different", when their descriptions share a name-like word or not)."""
+    names = list(polar.names)
+    claim = polar.claim
+    evidence: dict[str, list[int]] = {}
+    for k, name in enumerate(names):
+        found = about(name, texts, places)
+        parts = name.split()
+        if not found and len(parts) > 1:
+            # "Neil Jordan American": a capitalized word after the name is said of it.
+            shorter = " ".join(parts[:-1])
+            found = about(shorter, texts, places)
+            if found:
+                names[k], claim = shorter, f"{claim} {parts[-1]}".strip()
+                name = shorter
+        if not found:
+            return None
+        evidence[name] = found
+    if polar.relation:
+        terms = [describing_terms(texts[evidence[n][0]], n) for n in names]
+        shared = bool(set.intersection(*terms))
+        yes = shared if polar.relation == "same" else not shared
+        order = names
+    else:
+        words = set().union(*(_name_words(n) for n in names))
+        covered = {n: max(coverage(claim, texts[i], words) for i in evidence[n][:3]) for n in names}
+        yes = all(c >= 0.5 for c in covered.values())
+        # A "no" leads with the thing the claim fails for.
+        order = sorted(names, key=lambda n: covered[n]) if not yes else names
+    return Decision("Yes" if yes else "No", "", tuple(evidence[n][0] for n in order))
+
+
+def named_things(question: str) -> tuple[str, ...]:
+    """What a choice or yes/no question names (its options or the things it asks
+    about); empty for other questions."""
+    choice = choice_of(question)
+    if choice is not None:
+        return choice.options
+    polar = polar_of(question)
+    return polar.names if polar is not None else ()

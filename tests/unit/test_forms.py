@@ -1,0 +1,162 @@
+"""Choice and yes/no questions: parsing what they name, and deciding from the sources."""
+
+from __future__ import annotations
+
+import pytest
+
+from attest.generate.forms import (
+    Place,
+    choice_of,
+    choose,
+    named_things,
+    polar_of,
+    quantity_noun,
+    year_of,
+    yes_or_no,
+)
+
+
+@pytest.mark.parametrize(
+    ("question", "options", "direction"),
+    [
+        ("Who was born first, Erika Jayne or Marco Da Silva", ("Erika Jayne", "Marco Da Silva"), "earlier"),
+        ("who is younger Keith Bostic or Jerry Glanville ?", ("Keith Bostic", "Jerry Glanville"), "later"),
+        ("Which came out first, Dinosaur or McFarland, USA", ("Dinosaur", "McFarland, USA"), "earlier"),
+        ("Which film was released first: Sacred Planet or Oz the Great and Powerful?",
+         ("Sacred Planet", "Oz the Great and Powerful"), "earlier"),
+        ("Which person, William Blake Herron or John Carpenter, held more diverse roles?",
+         ("William Blake Herron", "John Carpenter"), ""),
+        ("Which band is from England, Fireflight or Dirty Pretty Things?",
+         ("Fireflight", "Dirty Pretty Things"), ""),
+    ],
+)  # fmt: skip
+def test_a_choice_names_its_two_options(
+    question: str, options: tuple[str, str], direction: str
+) -> None:
+    choice = choice_of(question)
+    assert choice is not None
+    assert (choice.options, choice.direction) == (options, direction)
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What did Norvale Copper report in 2025?", "Did emissions rise or fall?", "Who or what?"],
+)
+def test_a_question_without_two_named_options_is_no_choice(question: str) -> None:
+    assert choice_of(question) is None
+
+
+@pytest.mark.parametrize(
+    ("question", "names", "relation", "claim"),
+    [
+        ("Are Ferocactus and Silene both types of plant?", ("Ferocactus", "Silene"), "", "types of plant"),
+        ("Are both Jim McBride and Neil Jordan American?", ("Jim McBride", "Neil Jordan"), "", "American"),
+        ("Were Halldór Laxness and Timothy Leary from the same country?",
+         ("Halldór Laxness", "Timothy Leary"), "same", "from the same country"),
+        ("Are Freakonomics and In the Realm of the Hackers both documentaries?",
+         ("Freakonomics", "In the Realm of the Hackers"), "", "documentaries"),
+    ],
+)  # fmt: skip
+def test_a_yes_no_question_names_what_it_asks_about(
+    question: str, names: tuple[str, ...], relation: str, claim: str
+) -> None:
+    polar = polar_of(question)
+    assert polar is not None
+    assert (polar.names, polar.relation, polar.claim) == (names, relation, claim)
+    assert named_things(question) == names
+
+
+def test_questions_of_other_forms_name_nothing() -> None:
+    assert polar_of("How much did Norvale Copper cut its emissions?") is None
+    assert named_things("How much did Norvale Copper cut its emissions?") == ()
+
+
+def test_years_of_a_defining_sentence() -> None:
+    assert year_of("Ralph Murphy (May 1, 1895 – February 10, 1967) was a director.") == 1895
+    assert (
+        year_of("Ralph Murphy (May 1, 1895 – February 10, 1967) was a director.", last=True) == 1967
+    )
+    assert year_of("The Agronomist is a 2003 documentary film.") == 2003
+    assert year_of("No year here.") is None
+
+
+def test_the_thing_counted_and_which_way() -> None:
+    assert quantity_noun("Which genus has more species") == ("species", True)
+    assert quantity_noun("Who has written more than 300 papers") == ("papers", True)
+    assert quantity_noun("Which band has fewer members") == ("members", False)
+    assert quantity_noun("Which writer was from England") is None
+
+
+BORN = [
+    "Erika Girardi (born 10 July 1971), known professionally as Erika Jayne, is a singer.",
+    "Marco Da Silva (born 1977) is a dancer and choreographer.",
+    "Marco Da Silva toured with her in 1989.",
+]
+PLACES = [Place("Erika Jayne", 0), Place("Marco Da Silva", 0), Place("Marco Da Silva", 1)]
+
+
+def test_a_choice_of_time_reads_each_option_defining_sentence() -> None:
+    first = choose(choice_of("Who was born first, Erika Jayne or Marco Da Silva?"), BORN, PLACES)  # type: ignore[arg-type]
+    assert first is not None
+    assert (first.picked, first.sentences) == ("Erika Jayne", (0,))
+    younger = choose(choice_of("Who is younger, Erika Jayne or Marco Da Silva?"), BORN, PLACES)  # type: ignore[arg-type]
+    assert younger is not None
+    assert younger.picked == "Marco Da Silva"
+
+
+def test_a_choice_by_count_compares_the_numbers_stated() -> None:
+    texts = [
+        "Salvia is the largest genus of plants in the sage family, with nearly 1000 species.",
+        "Arachis is a genus of about 70 species of annual and perennial plants.",
+    ]
+    places = [Place("Salvia", 0), Place("Arachis", 0)]
+    decided = choose(choice_of("Which genus has more species, Salvia or Arachis?"), texts, places)  # type: ignore[arg-type]
+    assert decided is not None
+    assert decided.picked == "Salvia"
+    fewer = choose(choice_of("Which genus has fewer species, Salvia or Arachis?"), texts, places)  # type: ignore[arg-type]
+    assert fewer is not None
+    assert fewer.picked == "Arachis"
+
+
+def test_an_option_no_source_names_leaves_the_choice_undecided() -> None:
+    assert (
+        choose(choice_of("Who was born first, Erika Jayne or Ada Lovelace?"), BORN, PLACES) is None
+    )  # type: ignore[arg-type]
+
+
+NATIONS = [
+    "James McBride (born 1941) is an American film director.",
+    "Neil Patrick Jordan (born 1950) is an Irish film director and novelist.",
+]
+NATION_PLACES = [Place("Jim McBride", 0), Place("Neil Jordan", 0)]
+
+
+def test_yes_when_every_named_thing_is_said_to_be_what_the_question_says() -> None:
+    both = yes_or_no(
+        polar_of("Are both James McBride and Neil Jordan film directors?"), NATIONS, NATION_PLACES
+    )  # type: ignore[arg-type]
+    assert both is not None
+    assert both.lead == "Yes"
+    american = yes_or_no(
+        polar_of("Are both James McBride and Neil Jordan American?"), NATIONS, NATION_PLACES
+    )  # type: ignore[arg-type]
+    assert american is not None
+    # "No", led by the one the claim fails for.
+    assert (american.lead, american.sentences[0]) == ("No", 1)
+
+
+def test_same_and_different_compare_what_describes_each() -> None:
+    same = yes_or_no(
+        polar_of("Are James McBride and Neil Jordan from the same country?"),  # type: ignore[arg-type]
+        NATIONS,
+        NATION_PLACES,
+    )
+    assert same is not None
+    assert same.lead == "No"
+    different = yes_or_no(
+        polar_of("Are James McBride and Neil Jordan from different countries?"),  # type: ignore[arg-type]
+        NATIONS,
+        NATION_PLACES,
+    )
+    assert different is not None
+    assert different.lead == "Yes"
