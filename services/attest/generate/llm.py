@@ -44,12 +44,13 @@ check only has to catch truncation and servers that ignore the grammar.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -413,11 +414,8 @@ class LLMClient(ABC):
         payload["stream"] = True
         session = self._get_session()
         self.requests += 1
-        timeout = aiohttp.ClientTimeout(
-            total=seconds, sock_connect=min(seconds, self.settings.connect_timeout_seconds)
-        )
-        try:
-            async with session.post(url, json=payload, timeout=timeout) as response:
+        with _transport_errors(seconds):
+            async with session.post(url, json=payload, timeout=self._timeout(seconds)) as response:
                 if response.status >= 400:
                     try:
                         body: Any = await response.json(content_type=None)
@@ -467,14 +465,6 @@ class LLMClient(ABC):
                 self.completion_tokens += counted if isinstance(counted, int) else pieces
                 prompt = usage.get("prompt_tokens")
                 self.prompt_tokens += prompt if isinstance(prompt, int) else 0
-        except TimeoutError:
-            raise DeadlineExceeded(f"the LLM did not finish within {seconds:.1f}s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise _Retryable(Unavailable(f"LLM server unreachable: {exc.os_error}")) from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise _Retryable(Unavailable(f"LLM connection failed: {exc}")) from None
-        except aiohttp.ClientPayloadError as exc:
-            raise _Retryable(Unavailable(f"LLM response cut short: {exc}")) from None
 
     async def _once(
         self, system: str, user: str, max_tokens: int, schema: JsonSchema | None, seconds: float
@@ -482,14 +472,8 @@ class LLMClient(ABC):
         url, payload = self._request(system, user, max_tokens, schema)
         session = self._get_session()
         self.requests += 1
-        try:
-            async with session.post(
-                url,
-                json=payload,
-                timeout=aiohttp.ClientTimeout(
-                    total=seconds, sock_connect=min(seconds, self.settings.connect_timeout_seconds)
-                ),
-            ) as response:
+        with _transport_errors(seconds):
+            async with session.post(url, json=payload, timeout=self._timeout(seconds)) as response:
                 try:
                     body: Any = await response.json(content_type=None)
                 except (json.JSONDecodeError, UnicodeDecodeError, aiohttp.ContentTypeError):
@@ -497,17 +481,14 @@ class LLMClient(ABC):
                 if response.status >= 400:
                     raise map_http_error(response.status, body, response.headers)
                 completion = self._completion(body)
-        except TimeoutError:
-            raise DeadlineExceeded(f"the LLM did not answer within {seconds:.1f}s") from None
-        except aiohttp.ClientConnectorError as exc:
-            raise _Retryable(Unavailable(f"LLM server unreachable: {exc.os_error}")) from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            raise _Retryable(Unavailable(f"LLM connection failed: {exc}")) from None
-        except aiohttp.ClientPayloadError as exc:
-            raise _Retryable(Unavailable(f"LLM response cut short: {exc}")) from None
         if completion is None:
             raise Internal(f"unexpected LLM response shape: {str(body)[:200]}")
         return completion
+
+    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(
+            total=seconds, sock_connect=min(seconds, self.settings.connect_timeout_seconds)
+        )
 
     def _messages(self, system: str, user: str) -> list[dict[str, str]]:
         if not system:
@@ -562,6 +543,22 @@ class LLMClient(ABC):
             prompt_tokens=count("prompt_tokens"),
             completion_tokens=count("completion_tokens"),
         )
+
+
+@contextlib.contextmanager
+def _transport_errors(seconds: float) -> Iterator[None]:
+    """HTTP failures of one request as typed errors: a timeout is final, the
+    connection failures are retried by the caller."""
+    try:
+        yield
+    except TimeoutError:
+        raise DeadlineExceeded(f"the LLM did not answer within {seconds:.1f}s") from None
+    except aiohttp.ClientConnectorError as exc:
+        raise _Retryable(Unavailable(f"LLM server unreachable: {exc.os_error}")) from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise _Retryable(Unavailable(f"LLM connection failed: {exc}")) from None
+    except aiohttp.ClientPayloadError as exc:
+        raise _Retryable(Unavailable(f"LLM response cut short: {exc}")) from None
 
 
 def _delta(chunk: dict[str, Any]) -> str:
