@@ -743,3 +743,27 @@ async def test_a_short_source_is_its_own_summary(fake: FakeLLM) -> None:
     summaries = [e.summary for e in events if isinstance(e, SummaryEvent)]
     assert summaries == [s.text for s in SOURCES]
     assert not fake.prompts("Summarize the source")
+
+
+async def test_text_that_repeats_the_prompt_is_dropped(fake: FakeLLM) -> None:
+    """A model that continues its prompt: the instruction it writes back is not
+    drafted or cited, the sentence after it is; a summary that repeats its
+    instructions is replaced by an extractive one."""
+    echo = "Summarize the source below in at most 3 sentences. Keep names exactly."
+    script = Script(
+        answer=f"{prompts.SYSTEM} Acme Copper cut its emissions by 30% in 2024.",
+        cites=[cite_json((1, 1, 9))],
+    )
+
+    def echoing(prompt: str) -> str:
+        return echo if "Summarize the source" in prompt else script(prompt)
+
+    fake.responder = echoing
+    events = await collect(make_generator(fake.url, fake.flavor))
+    drafts = [e.text for e in events if isinstance(e, DraftEvent)]
+    assert drafts == ["Acme Copper cut its emissions by 30% in 2024."]
+    summaries = [e.summary for e in events if isinstance(e, SummaryEvent)]
+    assert summaries
+    assert not any("Summarize the source" in s for s in summaries)
+    final = final_of(events)
+    assert [s.text for s in final.sentences] == drafts

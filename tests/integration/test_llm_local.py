@@ -88,6 +88,9 @@ def generator_for(client: LLMClient) -> Generator:
             max_citations=2,
             fallback_to_extractive=False,  # a dead server must fail here, not pass extractively
             summarize_short_sources=True,  # the model summarizes even one-sentence sources
+            # The base model repeats its prompt: kept here so that the rest of the
+            # pipeline runs on its output (the drop is tested on its own below).
+            drop_prompt_echoes=False,
         ),
     )
 
@@ -227,3 +230,26 @@ async def test_the_server_keeps_to_the_json_schema_it_is_given(llm_url: str) -> 
         if prompts.valid_number(rating.sentence, 1) is not None:
             value = prompts.valid_confidence(rating.confidence)
             assert value is None or 0 <= value <= 10
+
+
+async def test_a_model_repeating_its_prompt_gives_no_answer_sentence(llm_url: str) -> None:
+    """By default what the base model writes back of its prompt (instructions,
+    source delimiters) is dropped before it is drafted: no sentence of the
+    answer or summary repeats an instruction, and an answer with nothing else
+    says there is insufficient information."""
+    client = create_client(local_settings(llm_url, max_new_tokens=32))
+    generator = Generator(
+        ExtractiveEngine(EMBEDDER),
+        client,
+        PipelineSettings(summary_sentences=1, max_citations=2, fallback_to_extractive=False),
+    )
+    events = [e async for e in generator.answer(QUESTION, SOURCES, AnswerOptions(max_sentences=2))]
+    await generator.close()
+    final = assert_citations_are_sound(events)
+    written = [e.text for e in events if isinstance(e, DraftEvent)]
+    summaries = [e.summary for e in events if isinstance(e, SummaryEvent)]
+    assert not any(prompts.echoes_prompt(t) for t in [*written, *summaries])
+    assert all(not prompts.echoes_prompt(s.text) for s in final.sentences)
+    assert client.completion_tokens > 0  # the model did write
+    if not written:
+        assert final.insufficient_information

@@ -64,3 +64,18 @@ def test_a_reply_is_asked_again_only_when_nothing_can_be_read_from_it() -> None:
 )
 def test_a_refusal_is_a_short_reply(reply: str, insufficient: bool) -> None:
     assert prompts.is_insufficient(reply) is insufficient
+
+
+@pytest.mark.parametrize(
+    ("text", "echo"),
+    [
+        ('Focus on what helps answer the question "Which organization fined Norvale?".', True),
+        ("Investors objected. </source> <source> You are a careful", True),
+        ('Write only the summary. < source title="x">', True),
+        ("Keep names, numbers and dates exactly as written.", True),
+        ("Norvale Copper was fined $2.4 million by the Sallow River authority.", False),
+        ("The company said it would keep the names of its mines.", False),
+    ],
+)
+def test_model_text_that_repeats_the_prompt_is_recognized(text: str, echo: bool) -> None:
+    assert prompts.echoes_prompt(text) is echo

@@ -80,6 +80,9 @@ class PipelineSettings(StrictModel):
     # A sentence no source supports, even after its search, is withdrawn from
     # the answer (a removed revision) instead of being kept marked unsupported.
     withdraw_unsupported: bool = True
+    # LLM mode: a summary or answer sentence that repeats the prompt (its
+    # instructions or source delimiters) is dropped (``prompts.echoes_prompt``).
+    drop_prompt_echoes: bool = True
 
 
 @dataclass(slots=True)
@@ -201,7 +204,9 @@ class Generator:
                     prompts.SYSTEM,
                     prompts.summarize_prompt(source.text, source.title, query, n),
                 )
-                return text.strip() or await self.extractive.summarize(source, query, n)
+                if text.strip() and not self._echo(text):
+                    return text.strip()
+                return await self.extractive.summarize(source, query, n)
             except Unavailable as exc:
                 self._degrade(run, exc)
         return await self.extractive.summarize(source, query, n)
@@ -601,17 +606,30 @@ class Generator:
         prompt = prompts.answer_prompt(question, [s.evidence for s in sources], max_sentences)
         written = ""
         done = 0
+        kept = 0
         async with aclosing(self.llm.stream(prompts.SYSTEM, prompt)) as pieces:
             async for piece in pieces:
                 written += piece
                 complete = split_sentences(prompts.clean_answer(written))[:-1]
-                for text in complete[done:max_sentences]:
-                    yield text
+                for text in complete[done:]:
+                    if kept < max_sentences and not self._echo(text):
+                        kept += 1
+                        yield text
                 done = len(complete)
-                if done >= max_sentences:
+                if kept >= max_sentences:
                     return
-        for text in split_sentences(prompts.clean_answer(written))[done:max_sentences]:
-            yield text
+        for text in split_sentences(prompts.clean_answer(written))[done:]:
+            if kept < max_sentences and not self._echo(text):
+                kept += 1
+                yield text
+
+    def _echo(self, text: str) -> bool:
+        """Model text that repeats the prompt is neither a summary nor part of
+        the answer (a base model continues its prompt): it is dropped."""
+        if self.settings.drop_prompt_echoes and prompts.echoes_prompt(text):
+            log.warning("dropped a sentence that repeats the prompt: %.120s", text)
+            return True
+        return False
 
     async def _research(
         self,

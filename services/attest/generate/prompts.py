@@ -217,3 +217,38 @@ def is_insufficient(text: str) -> bool:
     """
     text = text.strip().lower()
     return INSUFFICIENT in text and len(text) <= len(INSUFFICIENT) + 60
+
+
+_HOLE = "\x00"
+_SOURCE_MARKUP = re.compile(r"<\s*/?\s*source\b", re.IGNORECASE)
+
+
+def _fixed_phrases() -> tuple[str, ...]:
+    """The instruction phrases of the prompts (what surrounds their inputs), of
+    four words or more, lower-cased with single spaces."""
+    templates = [
+        SYSTEM,
+        summarize_prompt(_HOLE, "", _HOLE, 3),
+        answer_prompt(_HOLE, [_HOLE], 3),
+    ]
+    phrases: set[str] = set()
+    for template in templates:
+        for piece in re.split(r"[\x00\n.:;0-9]|<[^>]*>", template):
+            words = re.sub(r"[^a-z0-9 ]", " ", piece.lower()).split()
+            if len(words) >= 4:
+                phrases.add(" ".join(words))
+    return tuple(sorted(phrases))
+
+
+_PHRASES = _fixed_phrases()
+
+
+def echoes_prompt(text: str) -> bool:
+    """Whether model output repeats its prompt instead of answering: it holds a
+    source delimiter or one of the prompts' instruction phrases. A base model
+    continues its prompt; such text is neither an answer nor a summary, and
+    its words (the question's, the sources') would otherwise pass for one."""
+    if _SOURCE_MARKUP.search(text):
+        return True
+    flat = " ".join(re.sub(r"[^a-z0-9 ]", " ", text.lower()).split())
+    return any(phrase in flat for phrase in _PHRASES)
