@@ -19,11 +19,15 @@ sources are few and short and every reply is capped at a few dozen tokens.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from attest.cli import main
 from attest.generate import prompts
 from attest.generate.extractive import ExtractiveEngine
 from attest.generate.llm import LLMClient, LLMSettings, create_client
@@ -253,3 +257,68 @@ async def test_a_model_repeating_its_prompt_gives_no_answer_sentence(llm_url: st
     assert client.completion_tokens > 0  # the model did write
     if not written:
         assert final.insufficient_information
+
+
+def test_eval_qa_in_llm_mode_reports_the_model_cost(llm_url: str, tmp_path: Path) -> None:
+    """`attest eval qa --mode llm` on the real model (two RGB-style questions):
+    the table carries LLM calls, tokens and invalid outputs, and the JSON
+    record of every answer holds only citations to the question's passages."""
+    dataset = tmp_path / "two.jsonl"
+    rows = [
+        {
+            "id": "0",
+            "question": QUESTION,
+            "answers": ["30%"],
+            "passages": [
+                {"id": s.doc_id, "title": "", "text": s.text, "gold": s is SOURCES[0]}
+                for s in SOURCES
+            ],
+        },
+        {
+            "id": "1",
+            "question": "Where does Norvale Copper run its mines?",
+            "answers": ["Chile"],
+            "passages": [
+                {"id": f"c-{s.doc_id}", "title": "", "text": s.text, "gold": s is SOURCES[1]}
+                for s in SOURCES
+            ],
+        },
+    ]
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    output = tmp_path / "out.json"
+    env = {
+        **local_env(llm_url),
+        "ATTEST_GENERATE_LLM__MAX_NEW_TOKENS": "32",
+        "ATTEST_GENERATE_PIPELINE__SUMMARY_SENTENCES": "1",
+    }
+    result = CliRunner().invoke(
+        main,
+        ["eval", "qa", "--dataset", str(dataset), "--mode", "llm", "--output", str(output)],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    assert "mode=llm" in result.output
+    assert "invalid model outputs per call" in result.output
+    report = json.loads(output.read_text(encoding="utf-8"))
+    assert report["llm_calls_per_answer"] >= 1
+    assert report["completion_tokens_per_answer"] > 0
+    assert 0.0 <= report["invalid_output_rate"] <= 2.0
+    passages = {p["id"] for r in rows for p in r["passages"]}  # type: ignore[attr-defined]
+    for record in report["per_question"]:
+        assert set(record["cited"]) <= passages
+        assert all(0 <= c <= 10 for cs in record["confidences"] for c in cs)
+
+
+def local_env(url: str) -> dict[str, str]:
+    """The settings `attest serve llm` prints for Gemma, with this test's deadlines."""
+    return {
+        "ATTEST_GENERATE_LLM__URL": url,
+        "ATTEST_GENERATE_LLM__KIND": "openai",
+        "ATTEST_GENERATE_LLM__RESPONSE_FORMAT": "json_object",
+        "ATTEST_GENERATE_LLM__SYSTEM_ROLE": "false",
+        "ATTEST_GENERATE_LLM__MAX_CONCURRENCY": "1",
+        "ATTEST_GENERATE_LLM__TIMEOUT_SECONDS": "300",
+        "ATTEST_GENERATE_LLM__FIRST_TOKEN_SECONDS": "60",
+        "ATTEST_GENERATE_LLM__SECONDS_PER_TOKEN": "2",
+    }
