@@ -518,3 +518,15 @@ def test_an_abstention_is_never_a_right_answer() -> None:
     metrics = score([item], [abstained])
     assert metrics["answer_recall"] == 0.0
     assert per_question([item], [abstained])[0]["right"] is False
+
+
+def test_a_yes_or_no_answer_is_its_first_word() -> None:
+    item = QAItem(
+        id="yn2",
+        question="Are A and B both plants?",
+        answers=("no",),
+        passages=(QAPassage(id="p", title="", text="A is a plant.", gold=True),),
+    )
+    assert answer_right(item, "No: B is a fungus.")
+    assert not answer_right(item, "Yes: Engine No. 1 won a seat.")
+    assert not answer_right(item, "")

@@ -160,3 +160,56 @@ def test_same_and_different_compare_what_describes_each() -> None:
     )
     assert different is not None
     assert different.lead == "Yes"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Shell or :",
+        "Which is it, Tea or :?",
+        "Which, Coffee or ,",
+        "Should investors buy Tesla or Ford stock?",
+        "What did Apple announce on Monday or Tuesday?",
+        "Was Paris or London founded first?",
+        "",
+        "?",
+        " or ",
+    ],
+)
+def test_odd_or_open_questions_are_no_choice(question: str) -> None:
+    assert choice_of(question) is None
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Can you compare Tesla and Ford?",
+        "Do you know what Tesla and SpaceX make?",
+        "Is Shell committed to net zero by 2050 and Scope 3 targets?",
+        "Is and?",
+        "",
+    ],
+)
+def test_questions_that_ask_no_yes_or_no_about_two_names_are_left_alone(question: str) -> None:
+    assert polar_of(question) is None
+
+
+def test_counts_with_thousands_separators() -> None:
+    texts = ["Shell has 950 employees there.", "BP has 1,200 employees there."]
+    places = [Place("Shell", 0), Place("BP", 0)]
+    decided = choose(choice_of("Which has more employees, Shell or BP?"), texts, places)  # type: ignore[arg-type]
+    assert decided is not None
+    assert decided.picked == "BP"
+
+
+def test_a_denial_does_not_count_for_yes() -> None:
+    texts = [
+        "Amazon did not sign the Climate Pledge in 2019.",
+        "Microsoft signed the Climate Pledge in 2019.",
+    ]
+    places = [Place("Amazon", 0), Place("Microsoft", 0)]
+    polar = polar_of("Did Amazon and Microsoft both sign the Climate Pledge?")
+    assert polar is not None
+    decided = yes_or_no(polar, texts, places)
+    assert decided is not None
+    assert (decided.lead, decided.sentences[0]) == ("No", 0)

@@ -80,7 +80,7 @@ from attest.generate.models import (
     Source,
 )
 from attest.generate.pipeline import AnswerOptions, Generator
-from attest.generate.text import contains_answer
+from attest.generate.text import contains_answer, normalize_answer
 
 # Relative tolerance of numeric-tolerant answer matching.
 NUMERIC_TOLERANCE = 0.005
@@ -314,8 +314,17 @@ def _parts(item: QAItem) -> tuple[tuple[str, ...], ...]:
     return item.answer_parts or (item.answers,)
 
 
+_POLAR = frozenset({"yes", "no"})
+
+
 def answer_right(item: QAItem, text: str, *, tolerant: bool = False) -> bool:
-    """Whether ``text`` states the item's answer: every part, else any answer."""
+    """Whether ``text`` states the item's answer: every part, else any answer.
+    A yes/no answer must be the answer's first word ("No. 1" inside a "Yes"
+    answer is not "no")."""
+    gold = {normalize_answer(a) for a in item.answers}
+    if gold and gold <= _POLAR:
+        first = normalize_answer(text).split()[:1]
+        return bool(first) and first[0] in gold
     match: Callable[[str], bool] = (
         (lambda a: numeric_match(text, a)) if tolerant else (lambda a: contains_answer(text, a))
     )

@@ -50,6 +50,8 @@ _TIME_NOUNS = _set(
 _SAME = _set("same")
 _DIFFERENT = _set("different differ differs")
 _FILLER = _set("both either all each")
+_CHOOSING = _set("which who whom whose")
+_PRONOUNS = _set("you i we they he she it one")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +110,15 @@ def _name_run(words: Sequence[str], *, from_end: bool) -> str:
 def choice_of(question: str) -> Choice | None:
     """The two options of "..., A or B?" (or "... A or B?", "...: A or B?"), else None."""
     text = question.strip().rstrip("?").strip().replace(":", ",")
-    left, sep, right = text.rpartition(" or ")
-    if not sep or not left.strip() or not right.strip():
+    # Only a question that asks which one ("Which ...", "Who ...", "In which
+    # ..."): "What did Apple announce on Monday or Tuesday?" asks for something
+    # else, and "Was Paris or London founded first?" is left to the ordinary path.
+    if not _CHOOSING & set(tokens(text)[:3]):
         return None
+    left, sep, right = text.rpartition(" or ")
     second = right.strip(" ,")
+    if not sep or not left.strip() or not second:
+        return None
     if not _is_name_word(second.split()[0]):
         return None
     tail = ""
@@ -144,6 +151,11 @@ def choice_of(question: str) -> Choice | None:
     return Choice((first, second), direction, rest)
 
 
+def _names_a_thing(name: str) -> bool:
+    """A name with a capitalized word in it ("Scope 3", not "2050")."""
+    return any(w[:1].isupper() for w in name.split())
+
+
 def polar_of(question: str) -> Polar | None:
     """The named things of a yes/no question ("Are A and B both X?"), else None."""
     words = question.strip().rstrip("?").replace(",", " ").split()
@@ -154,11 +166,16 @@ def polar_of(question: str) -> Polar | None:
         cut = next(i for i, w in enumerate(body) if w == "and")
     except StopIteration:
         return None
+    if not body or body[0].lower() in _PRONOUNS:
+        return None  # "Can you compare A and B?" asks something of the reader
     first = _name_run(body[:cut], from_end=True)
     second = _name_run(body[cut + 1 :], from_end=False)
-    if not first or not second:
+    if not _names_a_thing(first) or not _names_a_thing(second):
         return None
-    claim_words = body[: cut - len(first.split())] + body[cut + 1 + len(second.split()) :]
+    before = body[: cut - len(first.split())]
+    if len(before) > 3:
+        return None  # "Is Shell committed to net zero by 2050 and ...": no pair of names
+    claim_words = before + body[cut + 1 + len(second.split()) :]
     if not claim_words and len(second.split()) > 1:
         # "Are both Jim McBride and Neil Jordan American?": the last capitalized
         # word is what is said of them.
@@ -267,15 +284,20 @@ _NUMBERS_IN_WORDS = (
 _NUMBER_WORDS = {w: n for n, w in enumerate(_NUMBERS_IN_WORDS)}
 
 
+# A sentence that denies what it says of a thing states nothing in its favour.
+_NEGATED = re.compile(r"\b(?:not|never|no longer|neither|nor)\b|n't\b", re.IGNORECASE)
+_COUNT = re.compile(r"\d{1,3}(?:,\d{3})+|\d+|[A-Za-z]+")
+
+
 def _quantity(sentence: str, noun: str) -> int | None:
-    """The count a sentence gives of ``noun`` ("about 900 species", "four members")."""
-    words = tokens(sentence)
+    """The count a sentence gives of ``noun`` ("about 1,200 species", "four members")."""
+    words = _COUNT.findall(sentence)
     want = stem(noun)
     for i, word in enumerate(words):
-        if stem(word) != want:
+        if stem(word.lower()) != want:
             continue
-        for back in range(max(0, i - 3), i):
-            value = words[back].replace(",", "")
+        for back in range(i - 1, max(-1, i - 4), -1):
+            value = words[back].replace(",", "").lower()
             if value.isdigit():
                 return int(value)
             if value in _NUMBER_WORDS:
@@ -382,7 +404,13 @@ def yes_or_no(polar: Polar, texts: Sequence[str], places: Sequence[Place] = ()) 
         order = names
     else:
         words = set().union(*(_name_words(n) for n in names))
-        covered = {n: max(coverage(claim, texts[i], words) for i in evidence[n][:3]) for n in names}
+        covered = {
+            n: max(
+                0.0 if _NEGATED.search(texts[i]) else coverage(claim, texts[i], words)
+                for i in evidence[n][:3]
+            )
+            for n in names
+        }
         yes = all(c >= 0.5 for c in covered.values())
         # A "no" leads with the thing the claim fails for.
         order = sorted(names, key=lambda n: covered[n]) if not yes else names
