@@ -767,3 +767,25 @@ async def test_text_that_repeats_the_prompt_is_dropped(fake: FakeLLM) -> None:
     assert not any("Summarize the source" in s for s in summaries)
     final = final_of(events)
     assert [s.text for s in final.sentences] == drafts
+
+
+class _Pieces:
+    """A model that streams a fixed reply in pieces of ``size`` characters."""
+
+    def __init__(self, text: str, size: int) -> None:
+        self.text, self.size = text, size
+
+    async def stream(self, system: str, user: str, **_: object) -> AsyncIterator[str]:
+        for i in range(0, len(self.text), self.size):
+            yield self.text[i : i + self.size]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+async def test_a_citation_marker_after_a_sentence_never_drafts_it_twice(size: int) -> None:
+    reply = "Emissions fell 5%. [1][2] Next sentence here. [3]"
+    generator = Generator(ExtractiveEngine(EMBEDDER), _Pieces(reply, size))  # type: ignore[arg-type]
+    run = generator._start(Mode.LLM)
+    written = [
+        s async for s in generator._written_sentences(run, QUESTION, SOURCES, max_sentences=5)
+    ]
+    assert written == ["Emissions fell 5%.", "Next sentence here."]

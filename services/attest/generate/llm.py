@@ -423,9 +423,16 @@ class LLMClient(ABC):
                         body = None
                     raise map_http_error(response.status, body, response.headers)
                 if "event-stream" not in response.headers.get("Content-Type", ""):
-                    completion = self._completion(await response.json(content_type=None))
+                    try:
+                        body = await response.json(content_type=None)
+                    except (json.JSONDecodeError, UnicodeDecodeError):
+                        body = None
+                    completion = self._completion(body)
                     if completion is None:
-                        raise Internal("unexpected LLM response shape to a streamed request")
+                        # Something answers there, but not as an LLM does.
+                        raise Unavailable(
+                            "the LLM server's reply to a streamed request is unreadable"
+                        )
                     self.prompt_tokens += completion.prompt_tokens
                     self.completion_tokens += completion.completion_tokens
                     if completion.text:

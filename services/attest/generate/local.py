@@ -18,6 +18,7 @@ Models by name:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -132,8 +133,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def served_model(url: str, timeout: float = 2.0) -> str | None:
     """The model id an OpenAI-compatible server at ``url`` reports, None when none answers."""
+    base = url.rstrip("/")
+    base = base if base.endswith("/v1") else f"{base}/v1"  # as the client builds it
     try:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/v1/models", timeout=timeout) as reply:  # noqa: S310 - the caller's own URL
+        with urllib.request.urlopen(f"{base}/models", timeout=timeout) as reply:  # noqa: S310 - the caller's own URL
             body = json.load(reply)
     except (OSError, urllib.error.URLError, ValueError):
         return None
@@ -141,6 +144,16 @@ def served_model(url: str, timeout: float = 2.0) -> str | None:
         return str(body["data"][0]["id"])
     except (KeyError, IndexError, TypeError):
         return "unknown"
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started it dies
+    (Linux; elsewhere a killed parent leaves the server running)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 @contextlib.contextmanager
@@ -163,7 +176,7 @@ def running(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            preexec_fn=_die_with_parent,  # only a prctl call: safe before exec
         )
     try:
         began = time.monotonic()

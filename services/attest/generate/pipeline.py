@@ -615,7 +615,8 @@ class Generator:
                     if kept < max_sentences and not self._echo(text):
                         kept += 1
                         yield text
-                done = len(complete)
+                # Never back: removing a citation marker can merge the last two pieces.
+                done = max(done, len(complete))
                 if kept >= max_sentences:
                     return
         for text in split_sentences(prompts.clean_answer(written))[done:]:
