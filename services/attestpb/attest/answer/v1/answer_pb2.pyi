@@ -156,9 +156,10 @@ class AskOptions(_message.Message):
     """Attach to each source the KG path behind its KG score (AnswerSource.kg_path)."""
     generation_mode: _generate_pb2.GenerationMode.ValueType
     """How the answer is written: unspecified means the server's configured mode
-    (LLM when one is configured, else extractive); LLM asked for where none is
-    configured or reachable runs extractively and names the reason in the
-    answer's degradations.
+    (LLM when one is configured, else extractive). LLM asked for where none is
+    configured, or while the LLM is unavailable (unreachable, overloaded),
+    runs extractively and names the reason in the answer's degradations;
+    other LLM failures (its deadline passed, a prompt too long) fail the call.
     """
     @_builtins.property
     def retrieval(self) -> _common_pb2.RetrievalOptions:

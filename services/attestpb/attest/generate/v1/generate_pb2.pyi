@@ -641,7 +641,8 @@ class AnswerResponse(_message.Message):
     @_builtins.property
     def draft(self) -> _common_pb2.SentenceDraft:
         """LLM mode: a sentence as the model finished writing it, before its
-        citations; the sentence event with the same index follows.
+        citations; the sentence event with the same index follows unless the
+        model failed midway (see SentenceDraft).
         """
 
     def __init__(

@@ -100,7 +100,8 @@ class GenerateServiceServicer:
     def Answer(self, request, context):
         """Runs the whole pipeline and streams its events: source summaries, in LLM
         mode each sentence as the model writes it (a draft), each sentence with
-        its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
+        its citations once verified, revisions after re-search, and a final
+        message. A sentence's draft comes before it, its revisions after it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -55,7 +55,8 @@ class GenerateServiceStub:
     Answer: _grpc.UnaryStreamMultiCallable[_generate_pb2.AnswerRequest, _generate_pb2.AnswerResponse]
     """Runs the whole pipeline and streams its events: source summaries, in LLM
     mode each sentence as the model writes it (a draft), each sentence with
-    its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
+    its citations once verified, revisions after re-search, and a final
+    message. A sentence's draft comes before it, its revisions after it.
     """
 
 @_typing.type_check_only
@@ -82,7 +83,8 @@ class GenerateServiceAsyncStub(GenerateServiceStub):
     Answer: _aio.UnaryStreamMultiCallable[_generate_pb2.AnswerRequest, _generate_pb2.AnswerResponse]  # type: ignore[assignment]
     """Runs the whole pipeline and streams its events: source summaries, in LLM
     mode each sentence as the model writes it (a draft), each sentence with
-    its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
+    its citations once verified, revisions after re-search, and a final
+    message. A sentence's draft comes before it, its revisions after it.
     """
 
 class GenerateServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -130,7 +132,8 @@ class GenerateServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_generate_pb2.AnswerResponse], _abc.AsyncIterator[_generate_pb2.AnswerResponse]]:
         """Runs the whole pipeline and streams its events: source summaries, in LLM
         mode each sentence as the model writes it (a draft), each sentence with
-        its citations once verified, revisions after re-search, and a final message. Events of one sentence never precede its sentence event.
+        its citations once verified, revisions after re-search, and a final
+        message. A sentence's draft comes before it, its revisions after it.
         """
 
 def add_GenerateServiceServicer_to_server(servicer: GenerateServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
