@@ -11,6 +11,13 @@ redelivered or replayed task overwrites instead of duplicating. Delivery:
 * late acknowledgement, and a task whose worker process dies is requeued;
   after ``max_deliveries`` deliveries of the same attempt its documents are
   reported as failed instead of being tried forever;
+* a running task keeps its delivery alive (``_Heartbeat``): Redis gives a
+  task back to the queue when it has been unacknowledged for the visibility
+  timeout, and without a heartbeat that includes tasks that are simply
+  slower than the timeout (a fresh worker loading its model, a batch on a
+  busy machine) — they ran twice or more, each copy counted as a delivery,
+  and the copies kept the one-process workers busy. With it, only the task
+  of a worker that stopped beating (died) comes back after the timeout;
 * transient failures (a store unavailable or overloaded) are retried with
   exponential backoff and jitter; anything else fails the batch's documents
   at once, each reported in the job.
@@ -19,9 +26,11 @@ redelivered or replayed task overwrites instead of duplicating. Delivery:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from celery import Celery, Task
@@ -85,6 +94,58 @@ class _Process:
         return self._loop.run_until_complete(coro)
 
 
+class _Heartbeat:
+    """While a task runs, refresh its entry in kombu's index of unacknowledged
+    Redis messages, so that the visibility timeout counts from the last beat of
+    a live worker instead of from the delivery.
+
+    kombu restores a message whose index score (the delivery time) is older
+    than the visibility timeout; ``ZADD XX`` moves the score to now and never
+    adds an entry that the acknowledgement (or a restore) already removed.
+    """
+
+    def __init__(self, app: Celery, interval: float) -> None:
+        self.app = app
+        self.interval = interval
+        options = app.conf.broker_transport_options or {}
+        self.key = str(options.get("global_keyprefix", "")) + str(
+            options.get("unacked_index_key", "unacked_index")
+        )
+        self._client: Any = None
+
+    def _beat(self, tag: str) -> None:
+        import redis
+
+        if self._client is None:
+            self._client = redis.Redis.from_url(
+                self.app.conf.broker_url, socket_timeout=5, socket_connect_timeout=5
+            )
+        try:
+            self._client.zadd(self.key, {tag: time.time()}, xx=True)
+        except redis.RedisError as err:
+            # A missed beat only risks a redelivery, which the stages tolerate.
+            log.warning("heartbeat of delivery %s failed: %s", tag, err)
+
+    @contextlib.contextmanager
+    def running(self, tag: str | None) -> Iterator[None]:
+        if not tag:
+            yield
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.wait(self.interval):
+                self._beat(tag)
+
+        thread = threading.Thread(target=loop, name=f"heartbeat-{tag[:8]}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=self.interval + 6)
+
+
 def _items(name: str, args: Sequence[Any]) -> list[tuple[int, str]]:
     """(item index, doc id) pairs a task's arguments cover."""
     payload = args[2] if len(args) > 2 else []
@@ -96,6 +157,7 @@ def _items(name: str, args: Sequence[Any]) -> list[tuple[int, str]]:
 def register(app: Celery) -> None:
     settings: PipelineSettings = app.conf["attest_settings"]
     process = _Process(settings)
+    heartbeat = _Heartbeat(app, max(1.0, settings.visibility_timeout_seconds / 5))
 
     class IngestTask(Task):  # type: ignore[misc]
         """Counts deliveries and reports the documents of a batch that finally failed."""
@@ -124,7 +186,11 @@ def register(app: Celery) -> None:
                         "finishing (its worker died each time)",
                     )
                     return None
-            return super().__call__(*args, **kwargs)
+            if request.is_eager:
+                return super().__call__(*args, **kwargs)
+            tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+            with heartbeat.running(tag):
+                return super().__call__(*args, **kwargs)
 
         def _fail(self, args: Sequence[Any], reason: str) -> None:
             runner = process.runner
