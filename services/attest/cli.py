@@ -409,9 +409,10 @@ _register_generate()
 
 
 def _register_ingest() -> None:
-    from attest.ingest.commands import ingest
+    from attest.ingest.commands import doctor_command, ingest
 
     main.add_command(ingest)
+    main.add_command(doctor_command)
 
 
 _register_ingest()

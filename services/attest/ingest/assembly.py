@@ -1,16 +1,23 @@
 """Putting an ``IngestCore`` together from settings, for the servicer and the CLI.
 
-* state: Redis when ``state_url`` is set, else in memory (saved under
-  ``data_dir/ingest/state.json`` when ``state_on_disk``);
+* state: Redis when ``state_url`` is set, else SQLite under
+  ``data_dir/ingest/state.sqlite3`` (in memory when not ``state_on_disk``);
 * stores: the lexical and semantic services over gRPC when their addresses
   are set, else their cores in this process (tantivy and the embedded Qdrant
   engine under ``data_dir``), sharing one embedding model with the pipeline;
 * stages: inline in this process, or Celery tasks (``mode = "celery"``).
+
+Inline, the assembly applies the recovery rule of ``attest.ingest.state`` as
+it starts (interrupted jobs resume) and then reconciles the registry with the
+stores in the background (``attest.ingest.doctor``): it reports, it does not
+block or repair.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -18,8 +25,17 @@ from attest.core.errors import FailedPrecondition
 from attest.ingest.jobs import Dispatcher, IngestCore, InlineDispatcher, StageRunner
 from attest.ingest.settings import IngestSettings
 from attest.ingest.stages import Embedding, Sinks
-from attest.ingest.state import JobStore, KeyValue, MemoryKeyValue, RedisKeyValue
+from attest.ingest.state import (
+    JobStore,
+    KeyValue,
+    MemoryKeyValue,
+    RedisKeyValue,
+    SqliteKeyValue,
+    open_embedded_state,
+)
 from attest.pipeline.settings import PipelineSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -27,18 +43,49 @@ class Assembly:
     core: IngestCore
     inline: InlineDispatcher | None
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    startup_check: asyncio.Task[None] | None = None
 
     async def close(self) -> None:
+        if self.startup_check is not None:
+            self.startup_check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.startup_check
         if self.inline is not None:
             await self.inline.close()
         for close in reversed(self.closers):
             await close()
         kv = self.core.store.kv
-        if isinstance(kv, MemoryKeyValue | RedisKeyValue):
+        if isinstance(kv, MemoryKeyValue | RedisKeyValue | SqliteKeyValue):
             kv.close()
 
 
-async def assemble(settings: IngestSettings, pipeline: PipelineSettings | None = None) -> Assembly:
+async def _startup_check(assembly: Assembly) -> None:
+    """Reconcile once the resumed jobs are through; report only."""
+    from attest.ingest import doctor
+
+    if assembly.inline is not None:
+        await assembly.inline.drain()
+    try:
+        findings = await doctor.check(assembly.core.store, assembly.core.sinks)
+    except Exception:
+        log.exception("the start-up reconciliation of the ingest registry failed")
+        return
+    if all(f.consistent for f in findings):
+        log.info("ingest registry and stores agree: %s", doctor.summary(findings))
+    else:
+        log.warning(
+            "ingest registry and stores disagree (run `attest doctor --repair`): %s",
+            doctor.summary(findings),
+        )
+
+
+async def assemble(
+    settings: IngestSettings,
+    pipeline: PipelineSettings | None = None,
+    *,
+    startup_check: bool = True,
+) -> Assembly:
     """A warm core: models loaded and stores open (raises while they are not ready)."""
     kv: KeyValue
     if settings.state_url is not None:
@@ -47,10 +94,12 @@ async def assemble(settings: IngestSettings, pipeline: PipelineSettings | None =
         kv = redis_kv
     elif settings.mode == "celery":
         raise FailedPrecondition("celery mode needs ATTEST_INGEST_STATE_URL (a Redis URL)")
+    elif settings.state_on_disk:
+        kv = await asyncio.to_thread(open_embedded_state, settings.data_dir / "ingest")
     else:
-        path = settings.data_dir / "ingest" / "state.json" if settings.state_on_disk else None
-        kv = MemoryKeyValue(path)
-    store = JobStore(kv)
+        kv = MemoryKeyValue()
+    # Only the embedded stores can be listed and repaired, so only they need sources.
+    store = JobStore(kv, keep_sources=not (settings.lexical_address or settings.state_url))
     closers: list[Callable[[], Awaitable[None]]] = []
 
     sinks: Sinks
@@ -105,4 +154,11 @@ async def assemble(settings: IngestSettings, pipeline: PipelineSettings | None =
         dispatcher = inline
     closers.append(sinks.close)
     core = IngestCore(store, dispatcher, lambda: sinks, batch_size=settings.batch_size)
-    return Assembly(core=core, inline=inline, closers=closers)
+    assembly = Assembly(core=core, inline=inline, closers=closers)
+    if inline is not None and settings.state_url is None:
+        assembly.resumed = await asyncio.to_thread(core.recover)
+        if startup_check:
+            assembly.startup_check = asyncio.get_running_loop().create_task(
+                _startup_check(assembly)
+            )
+    return assembly

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 from tqdm import tqdm
@@ -14,6 +16,7 @@ from tqdm import tqdm
 from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings, MiB
 from attest.ingest.readers import RawItem, count_items, read_path
+from attest.ingest.state import FailureRecord
 
 # Requests stay under the ingest service's default 64 MiB limit; one item
 # bigger than this is reported here and never sent.
@@ -170,7 +173,28 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
         await channel.close()
 
 
-@click.command(name="ingest")
+class _IngestGroup(click.Group):
+    """``attest ingest PATH`` ingests; ``attest ingest failures JOB`` is a subcommand.
+
+    Anything that is not a subcommand's name goes to the hidden ``load``
+    command, so ``attest ingest docs/ --data-dir x`` works as it always did.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["load", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(name="ingest", cls=_IngestGroup)
+def ingest() -> None:
+    """Ingest documents: `attest ingest PATH [OPTIONS]` loads PATH (a JSONL file, a BEIR
+    folder or corpus.jsonl, or a folder of .txt/.md/.html files) and prints ingested,
+    updated, unchanged and failed documents, with the reason of each failure;
+    `attest ingest failures JOB` lists the failed (quarantined) items of a job."""
+
+
+@ingest.command(name="load", hidden=True)
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--address",
@@ -181,7 +205,7 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True)
 @click.option("--show-failures", type=click.IntRange(0), default=20, show_default=True)
-def ingest(
+def load(
     path: Path, address: str | None, data_dir: Path | None, batch_size: int, show_failures: int
 ) -> None:
     """Ingest PATH: a JSONL file (one document a line), a BEIR folder or corpus.jsonl, or
@@ -192,9 +216,188 @@ def ingest(
     if address:
         report = asyncio.run(run_remote(path, address, batch_size, total))
     else:
-        root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
-        report = asyncio.run(run_embedded(path, root, batch_size, total))
+        report = asyncio.run(run_embedded(path, _data_dir(data_dir), batch_size, total))
     for line in report.lines(show_failures):
         click.echo(line)
     if report.state != "DONE":
+        raise SystemExit(1)
+
+
+def _data_dir(data_dir: Path | None) -> Path:
+    return data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+
+
+def _local_failures(data_dir: Path, job_id: str) -> tuple[str, list[FailureRecord]]:
+    from attest.ingest.state import JobStore, SqliteKeyValue
+
+    path = data_dir / "ingest" / "state.sqlite3"
+    if not path.is_file():
+        raise click.ClickException(f"no ingest state under {data_dir}")
+    kv = SqliteKeyValue(path)
+    try:
+        store = JobStore(kv)
+        snapshot = store.snapshot(job_id, failures_limit=0)
+        if snapshot is None:
+            raise click.ClickException(f"no job {job_id[:64]!r} under {data_dir}")
+        total = snapshot.progress.failed
+        return snapshot.state, store.failures(job_id, 0, total)
+    finally:
+        kv.close()
+
+
+async def _remote_failures(address: str, job_id: str) -> tuple[str, list[FailureRecord]]:
+    from attest.core.channels import create_channel
+    from attest.core.settings import ClientSettings
+    from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+
+    channel = create_channel(address, ClientSettings(timeout_seconds=60))
+    out: list[FailureRecord] = []
+    try:
+        stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        state = ""
+        while True:
+            response = await stub.GetJob(
+                ingest_pb2.GetJobRequest(
+                    job_id=job_id, failures_offset=len(out), failures_limit=1000
+                )
+            )
+            job = response.job
+            state = ingest_pb2.JobState.Name(job.state).removeprefix("JOB_STATE_")
+            for f in job.failures:
+                out.append(
+                    FailureRecord(
+                        f.item_index,
+                        f.doc_id,
+                        f.origin,
+                        ingest_pb2.Stage.Name(f.stage).removeprefix("STAGE_"),
+                        ingest_pb2.FailureCode.Name(f.code).removeprefix("FAILURE_CODE_"),
+                        f.reason,
+                    )
+                )
+            if len(job.failures) < 1000:
+                return state, out
+    finally:
+        await channel.close()
+
+
+@ingest.command(name="failures")
+@click.argument("job_id")
+@click.option("--address", default=None, help="An ingest service at HOST:PORT.")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per failed item.")
+def failures(job_id: str, address: str | None, data_dir: Path | None, as_json: bool) -> None:
+    """The dead letters of job JOB_ID: every item that failed, with its stage, code and
+    reason (what the pipeline set aside while the rest of the job went on)."""
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    if address:
+        state, found = asyncio.run(_remote_failures(address, job_id))
+    else:
+        state, found = _local_failures(_data_dir(data_dir), job_id)
+    if as_json:
+        for f in found:
+            click.echo(
+                json.dumps(
+                    {
+                        "item": f.item_index,
+                        "doc_id": f.doc_id,
+                        "origin": f.origin,
+                        "stage": f.stage,
+                        "code": f.code,
+                        "reason": f.reason,
+                    },
+                    ensure_ascii=True,
+                )
+            )
+        return
+    click.echo(f"job {job_id}: {state}, {len(found):,} failed items")
+    for f in found:
+        where = f"{f.origin} ({f.doc_id})" if f.doc_id else (f.origin or f"item {f.item_index}")
+        click.echo(f"  {where}: {f.stage} {f.code} {f.reason}")
+
+
+async def run_doctor(
+    data_dir: Path, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+) -> dict[str, Any]:
+    """Open the embedded stores (which resumes interrupted jobs), wait for those
+    jobs, reconcile, and repair when asked. Returns what was found and done."""
+    from attest.ingest import doctor
+    from attest.ingest.assembly import assemble
+    from attest.ingest.settings import IngestSettings
+
+    assembly = await assemble(IngestSettings(data_dir=data_dir), startup_check=False)
+    try:
+        core, inline = assembly.core, assembly.inline
+        assert inline is not None
+        if assembly.resumed:
+            echo(f"resumed {len(assembly.resumed):,} interrupted jobs: waiting for them")
+            await inline.drain()
+        before = await doctor.check(core.store, core.sinks, tenants or None)
+        report: dict[str, Any] = {
+            "resumed": assembly.resumed,
+            "before": [f.to_json() for f in before],
+        }
+        for f in before:
+            for line in f.lines():
+                echo(line)
+        if repair:
+            done = []
+            for f in before:
+                if not f.consistent:
+                    r = await doctor.repair(core.store, core.sinks, inline.runner, f)
+                    done.append(r)
+                    echo(
+                        f"repaired tenant {r.tenant}: {r.reindexed:,} indexed again from "
+                        f"their sources, {r.deleted:,} deleted"
+                        + (f", {len(r.unrepairable):,} unrepairable" if r.unrepairable else "")
+                    )
+            after = await doctor.check(core.store, core.sinks, tenants or None) if done else before
+            if done:
+                for f in after:
+                    for line in f.lines():
+                        echo(line)
+            report["repairs"] = [
+                {
+                    "tenant": r.tenant,
+                    "reindexed": r.reindexed,
+                    "deleted": r.deleted,
+                    "unrepairable": list(r.unrepairable),
+                }
+                for r in done
+            ]
+            report["after"] = [f.to_json() for f in after]
+            report["consistent"] = all(f.consistent for f in after)
+        else:
+            report["consistent"] = all(f.consistent for f in before)
+        return report
+    finally:
+        await assembly.close()
+
+
+@click.command(name="doctor")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option("--repair", is_flag=True, help="Delete orphans and index missing documents again.")
+@click.option("--tenant", "tenants", multiple=True, help="Only these tenants (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object.")
+def doctor_command(
+    data_dir: Path | None, repair: bool, tenants: tuple[str, ...], as_json: bool
+) -> None:
+    """Compare the ingest registry with the BM25 index, the vectors and the KG links of
+    the embedded stores, per tenant (counts and an id checksum); report orphans and
+    missing documents, and with --repair fix them. Exits 1 while they disagree."""
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    root = _data_dir(data_dir)
+    if not (root / "ingest").is_dir():
+        raise click.ClickException(f"no ingest state under {root}")
+    lines: list[str] = []
+    report = asyncio.run(
+        run_doctor(
+            root,
+            repair=repair,
+            tenants=tenants,
+            echo=lines.append if as_json else click.echo,
+        )
+    )
+    if as_json:
+        click.echo(json.dumps(report))
+    if not report["consistent"]:
         raise SystemExit(1)

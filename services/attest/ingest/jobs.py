@@ -19,12 +19,18 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from attest.core.common import Filters
-from attest.core.errors import InvalidArgument, NotFound
+from attest.core.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 from attest.ingest.documents import (
     Article,
     FailureCode,
@@ -39,6 +45,8 @@ from attest.ingest.state import FailureRecord, JobSnapshot, JobStore, RegistryEn
 log = logging.getLogger(__name__)
 
 Batch = list[list[Any]]  # [[item index, "created" | "updated"], ...]
+# Failures of a store that a later attempt can get past.
+TRANSIENT = (Unavailable, ResourceExhausted, DeadlineExceeded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +149,39 @@ class StageRunner:
             ],
         )
 
+    def rebuild(self, tenant: str, sources: Mapping[str, str]) -> list[Record]:
+        """Enriched and embedded records of stored sources (doc id -> source JSON),
+        outside any job: what ``attest doctor`` indexes again into a store that
+        lost a document. A source that fails is left out (and logged)."""
+        enricher = self._enricher(tenant)
+        records: list[Record] = []
+        for n, (doc_id, text) in enumerate(sources.items()):
+            try:
+                data = json.loads(text)
+                article = Article.from_json(data["article"])
+                records.append(enricher.enrich(-1 - n, "updated", data["hash"], article))
+            except Exception:
+                log.exception("the stored source of %r cannot be enriched", doc_id)
+        embedding = self.embedding
+        good = [r for r in records if not embedding.unknown_entities(r)]
+        out: list[Record] = []
+        for start in range(0, len(good), 64):
+            chunk = good[start : start + 64]
+            try:
+                out.extend(embedding.embed(chunk))
+            except Exception:
+                log.warning(
+                    "embedding %d stored sources failed; one by one", len(chunk), exc_info=True
+                )
+                for r in chunk:
+                    try:
+                        out.extend(embedding.embed([r]))
+                    except Exception:
+                        log.exception(
+                            "the stored source of %r cannot be embedded", r["article"]["id"]
+                        )
+        return out
+
     def enrich(
         self,
         job_id: str,
@@ -234,33 +275,116 @@ class StageRunner:
                 )
             else:
                 good.append(r)
-        out = embedding.embed(good) if good else []
+        out = self._embed_isolated(job_id, embedding, good) if good else []
         if out and handoff is not None:
             handoff(out)
         self.store.mark(job_id, "embedded", [r["item"] for r in out])
         return out
 
+    def _embed_isolated(
+        self, job_id: str, embedding: Embedding, records: Sequence[Record]
+    ) -> list[Record]:
+        """Embedded ``records``; when the batch raises, its halves are embedded
+        apart until the item that raises is alone, and only that item fails.
+
+        A poison item thus costs about 2·log2(batch) extra calls instead of its
+        whole batch. An error that fails every item (the model is gone) still
+        fails every item, each with its reason.
+        """
+        try:
+            return embedding.embed(records)
+        except Exception as exc:
+            if len(records) == 1:
+                (r,) = records
+                log.exception(
+                    "embedding of %r (job %s, item %d) failed",
+                    r["article"]["id"],
+                    job_id,
+                    r["item"],
+                )
+                self.fail_items(
+                    job_id,
+                    "EMBED",
+                    [(r["item"], r["article"]["id"])],
+                    FailureCode.PROCESSING_ERROR.value,
+                    f"embedding failed: {type(exc).__name__}",
+                )
+                return []
+            log.warning(
+                "a batch of %d items of job %s failed to embed (%s); embedding its halves apart",
+                len(records),
+                job_id,
+                type(exc).__name__,
+            )
+        half = len(records) // 2
+        return [
+            *self._embed_isolated(job_id, embedding, records[:half]),
+            *self._embed_isolated(job_id, embedding, records[half:]),
+        ]
+
     async def index(self, job_id: str, tenant: str, records: Sequence[Record]) -> None:
+        """Write a batch to every store and commit it to the registry (see
+        ``attest.ingest.state`` for the write order). A store's transient failure
+        (unavailable, overloaded) fails the call, to be retried; any other
+        failure is narrowed down by halves to the documents that cause it,
+        which fail alone."""
         if not records:
             return
-        await self.sinks.index(tenant, records)
-        self.store.registry_put(
-            tenant,
-            {
-                r["article"]["id"]: RegistryEntry(
-                    content_hash=r["hash"],
-                    passages=len(r["passages"]),
-                    organizations=tuple(r["organizations"]),
-                    entity_ids=tuple(r["entity_ids"]),
-                    published_at=r["article"].get("published_at"),
+        try:
+            await self._index_batch(job_id, tenant, records)
+        except TRANSIENT:
+            raise
+        except Exception as exc:
+            if len(records) == 1:
+                (r,) = records
+                log.exception(
+                    "indexing %r (job %s, item %d) failed", r["article"]["id"], job_id, r["item"]
                 )
-                for r in records
-            },
-        )
-        self.store.add_passages(job_id, {r["item"]: len(r["passages"]) for r in records})
-        for kind in ("created", "updated"):
-            self.store.mark(job_id, kind, [r["item"] for r in records if r["kind"] == kind])
-        self.store.mark(job_id, "indexed", [r["item"] for r in records])
+                code = FailureCode.PROCESSING_ERROR
+                reason = f"indexing failed: {type(exc).__name__}"
+                if isinstance(exc, InvalidArgument):
+                    code, reason = FailureCode.INVALID_FIELD, exc.details[:500]
+                await asyncio.to_thread(
+                    self.fail_items,
+                    job_id,
+                    "INDEX",
+                    [(r["item"], r["article"]["id"])],
+                    code.value,
+                    reason,
+                )
+                return
+            log.warning(
+                "a batch of %d items of job %s failed to index (%s); indexing its halves apart",
+                len(records),
+                job_id,
+                type(exc).__name__,
+            )
+            half = len(records) // 2
+            await self.index(job_id, tenant, records[:half])
+            await self.index(job_id, tenant, records[half:])
+
+    async def _index_batch(self, job_id: str, tenant: str, records: Sequence[Record]) -> None:
+        ids = [r["article"]["id"] for r in records]
+        await asyncio.to_thread(self.store.registry_begin, job_id, tenant, ids)
+        await self.sinks.index(tenant, records)
+        entries = {
+            r["article"]["id"]: RegistryEntry(
+                content_hash=r["hash"],
+                passages=len(r["passages"]),
+                organizations=tuple(r["organizations"]),
+                entity_ids=tuple(r["entity_ids"]),
+                published_at=r["article"].get("published_at"),
+            )
+            for r in records
+        }
+        sources = {
+            r["article"]["id"]: json.dumps(
+                {"article": r["article"], "hash": r["hash"]}, ensure_ascii=False
+            )
+            for r in records
+        }
+        items = {int(r["item"]): (str(r["kind"]), len(r["passages"])) for r in records}
+        await asyncio.to_thread(self.store.registry_commit, job_id, tenant, entries, sources, items)
 
 
 # -- the inline dispatcher --------------------------------------------------------
@@ -448,6 +572,46 @@ class IngestCore:
         snapshot = self.store.snapshot(job_id)
         assert snapshot is not None
         return snapshot
+
+    def recover(self) -> list[str]:
+        """Resume the jobs a crash or a stop interrupted (the recovery rule of
+        ``attest.ingest.state``): a sealed job's unfinished items go to the
+        pipeline again; a job that was never sealed was never acknowledged and
+        fails. Returns the ids of the resumed jobs."""
+        resumed: list[str] = []
+        for job_id in self.store.open_jobs():
+            if job_id in self._intakes:
+                continue
+            tenant = self.store.tenant_of(job_id)
+            if tenant is None:
+                continue
+            if not self.store.is_sealed(job_id):
+                self.store.set_error(
+                    job_id, "the service stopped before the job's intake ended (not acknowledged)"
+                )
+                continue
+            pending = self.store.unfinished_items(job_id)
+            if not pending:
+                self.store.snapshot(job_id)  # records that it is DONE
+                continue
+            ids: dict[int, str] = {}
+            for index, text in zip(pending, self.store.items(job_id, pending), strict=True):
+                if text:
+                    ids[index] = json.loads(text)["article"]["id"]
+            known = self.store.registry_get(tenant, sorted(set(ids.values())))
+            plan = [[i, "updated" if ids.get(i) in known else "created"] for i in pending]
+            batches = [
+                plan[start : start + self.batch_size]
+                for start in range(0, len(plan), self.batch_size)
+            ]
+            log.warning(
+                "resuming job %s: %d of its items were not finished when it stopped",
+                job_id,
+                len(pending),
+            )
+            self.dispatcher.dispatch(job_id, tenant, batches)
+            resumed.append(job_id)
+        return resumed
 
     def ingest(self, tenant: str, items: Sequence[Item]) -> JobSnapshot:
         job_id = self.start_job(tenant)

@@ -1,24 +1,57 @@
 """Job state, the document registry and the organization gazetteer.
 
 Production keeps them in Redis, next to the Celery queues; embedded mode
-keeps them in memory, optionally saved to a JSON file between runs. Both sit
+keeps them in SQLite (``SqliteKeyValue``: WAL journal, every write committed
+and synced before the call returns); tests may keep them in memory. All sit
 behind the same small key-value interface (``KeyValue``: the Redis commands
 used here), so ``JobStore`` has one implementation.
 
 Every progress count is the size of a set of item indexes, so a stage that
 runs twice for the same item (a redelivered task) counts it once.
+
+Write order of a batch's index stage (``StageRunner.index``), and what a
+crash at each point leaves:
+
+1. ``registry_begin``: the batch's documents are noted as *pending* (in
+   flight) for their job. A crash before this leaves nothing in the stores.
+2. The stores are written: lexical (BM25), then semantic (vectors and KG
+   links). Both upsert by (tenant, document id), so writing again repairs a
+   partial write. A crash here leaves pending documents that some stores
+   hold in a version the registry does not know.
+3. ``registry_commit``, one transaction: the registry entries and the stored
+   source text of the documents, the job's progress (indexed, created or
+   updated, passages), and the pending notes removed. Only now does a
+   document count as ingested; a crash after this loses nothing.
+
+Recovery rule (embedded mode, at start-up): every job that was acknowledged
+(sealed) but not finished resumes with its items that are neither indexed,
+unchanged nor failed; their pending documents are written again by step 2
+and committed by step 3. A job that was never sealed was never acknowledged
+and is marked failed. ``attest doctor`` then compares the registry with every
+store: a document in a store but neither in the registry nor pending in an
+open job is an orphan (deleted on repair); a registry document missing from
+a store is indexed again from its stored source; a pending note of a job
+that is no longer open is settled the same way (its document goes back to
+the registry's version, or away).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from attest.core.errors import FailedPrecondition
+
+log = logging.getLogger(__name__)
 
 PREFIX = "attest:ingest:"
 JOB_TTL_SECONDS = 7 * 24 * 3600
@@ -32,6 +65,7 @@ class KeyValue(Protocol):
     def hget(self, key: str, name: str) -> str | None: ...
     def hmget(self, key: str, names: Sequence[str]) -> list[str | None]: ...
     def hgetall(self, key: str) -> dict[str, str]: ...
+    def hkeys(self, key: str) -> list[str]: ...
     def hdel(self, key: str, names: Sequence[str]) -> int: ...
     def hvals(self, key: str) -> list[str]: ...
     def sadd(self, key: str, members: Sequence[str]) -> int: ...
@@ -44,6 +78,10 @@ class KeyValue(Protocol):
     def incr(self, key: str, ttl_seconds: int) -> int: ...
     def expire(self, keys: Sequence[str], ttl_seconds: int) -> None: ...
     def delete(self, keys: Sequence[str]) -> None: ...
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """Writes inside happen together or not at all where the store can do
+        that (SQLite); Redis relies on every write being idempotent instead."""
+        ...
 
 
 class RedisKeyValue:
@@ -89,6 +127,9 @@ class RedisKeyValue:
     def hgetall(self, key: str) -> dict[str, str]:
         return dict(self._r.hgetall(key))
 
+    def hkeys(self, key: str) -> list[str]:
+        return list(self._r.hkeys(key))
+
     def hdel(self, key: str, names: Sequence[str]) -> int:
         return int(self._r.hdel(key, *names)) if names else 0
 
@@ -133,6 +174,9 @@ class RedisKeyValue:
     def delete(self, keys: Sequence[str]) -> None:
         if keys:
             self._r.delete(*keys)
+
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
 
 class MemoryKeyValue:
@@ -189,6 +233,10 @@ class MemoryKeyValue:
     def hgetall(self, key: str) -> dict[str, str]:
         with self._lock:
             return dict(self._h.get(key, {}))
+
+    def hkeys(self, key: str) -> list[str]:
+        with self._lock:
+            return list(self._h.get(key, {}))
 
     def hdel(self, key: str, names: Sequence[str]) -> int:
         with self._lock:
@@ -254,6 +302,240 @@ class MemoryKeyValue:
                 self._s.pop(key, None)
                 self._z.pop(key, None)
                 self._c.pop(key, None)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        # Atomic against other threads only: nothing here survives the process.
+        with self._lock:
+            yield
+
+
+class SqliteKeyValue:
+    """``KeyValue`` in an SQLite database (embedded mode): durable when a call returns.
+
+    WAL journal with ``synchronous=FULL``: each write is one committed, synced
+    transaction (or part of the enclosing ``transaction()``), so a ``kill -9``
+    or a power cut after a call returned loses nothing, and a crash inside a
+    transaction leaves none of it. Values are stored as UTF-8 with surrogates
+    passed through, so no value (not even text a validator missed) can make a
+    write fail or corrupt the file. One connection, serialized by a lock: the
+    callers are worker threads of one process.
+    """
+
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS h (key TEXT NOT NULL, field TEXT NOT NULL, "
+        "value BLOB NOT NULL, PRIMARY KEY (key, field)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS s (key TEXT NOT NULL, member TEXT NOT NULL, "
+        "PRIMARY KEY (key, member)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS z (key TEXT NOT NULL, member TEXT NOT NULL, "
+        "score REAL NOT NULL, PRIMARY KEY (key, member)) WITHOUT ROWID",
+        "CREATE INDEX IF NOT EXISTS z_by_score ON z (key, score, member)",
+        "CREATE TABLE IF NOT EXISTS c (key TEXT NOT NULL PRIMARY KEY, value INTEGER NOT NULL)",
+    )
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._depth = 0
+        try:
+            db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            db.execute("PRAGMA synchronous=FULL")
+            for statement in self.SCHEMA:
+                db.execute(statement)
+        except sqlite3.DatabaseError as exc:
+            raise FailedPrecondition(f"the ingest state {path} cannot be opened: {exc}") from exc
+        if str(mode).lower() != "wal":
+            raise FailedPrecondition(f"the ingest state {path} cannot use a WAL journal ({mode})")
+        self._db = db
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0:
+                self._db.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._db.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.execute("COMMIT")
+
+    @staticmethod
+    def _in(value: str) -> bytes:
+        return value.encode("utf-8", "surrogatepass")
+
+    @staticmethod
+    def _out(value: bytes) -> str:
+        return bytes(value).decode("utf-8", "surrogatepass")
+
+    def _all(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def hset(self, key: str, mapping: Mapping[str, str]) -> None:
+        if mapping:
+            with self.transaction():
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO h (key, field, value) VALUES (?, ?, ?)",
+                    [(key, f, self._in(v)) for f, v in mapping.items()],
+                )
+
+    def hsetnx(self, key: str, name: str, value: str) -> bool:
+        with self.transaction():
+            cursor = self._db.execute(
+                "INSERT OR IGNORE INTO h (key, field, value) VALUES (?, ?, ?)",
+                (key, name, self._in(value)),
+            )
+            return cursor.rowcount == 1
+
+    def hget(self, key: str, name: str) -> str | None:
+        rows = self._all("SELECT value FROM h WHERE key = ? AND field = ?", (key, name))
+        return self._out(rows[0][0]) if rows else None
+
+    def hmget(self, key: str, names: Sequence[str]) -> list[str | None]:
+        found: dict[str, str] = {}
+        for start in range(0, len(names), 500):
+            chunk = list(names[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            for name, value in self._all(
+                f"SELECT field, value FROM h WHERE key = ? AND field IN ({marks})",  # noqa: S608
+                [key, *chunk],
+            ):
+                found[str(name)] = self._out(value)
+        return [found.get(n) for n in names]
+
+    def hgetall(self, key: str) -> dict[str, str]:
+        rows = self._all("SELECT field, value FROM h WHERE key = ?", (key,))
+        return {str(f): self._out(v) for f, v in rows}
+
+    def hkeys(self, key: str) -> list[str]:
+        return [str(f) for (f,) in self._all("SELECT field FROM h WHERE key = ?", (key,))]
+
+    def hdel(self, key: str, names: Sequence[str]) -> int:
+        if not names:
+            return 0
+        with self.transaction():
+            removed = 0
+            for name in names:
+                removed += self._db.execute(
+                    "DELETE FROM h WHERE key = ? AND field = ?", (key, name)
+                ).rowcount
+            return removed
+
+    def hvals(self, key: str) -> list[str]:
+        return [self._out(v) for (v,) in self._all("SELECT value FROM h WHERE key = ?", (key,))]
+
+    def sadd(self, key: str, members: Sequence[str]) -> int:
+        if not members:
+            return 0
+        with self.transaction():
+            added = 0
+            for m in members:
+                added += self._db.execute(
+                    "INSERT OR IGNORE INTO s (key, member) VALUES (?, ?)", (key, m)
+                ).rowcount
+            return added
+
+    def srem(self, key: str, members: Sequence[str]) -> int:
+        if not members:
+            return 0
+        with self.transaction():
+            removed = 0
+            for m in members:
+                removed += self._db.execute(
+                    "DELETE FROM s WHERE key = ? AND member = ?", (key, m)
+                ).rowcount
+            return removed
+
+    def smembers(self, key: str) -> set[str]:
+        return {str(m) for (m,) in self._all("SELECT member FROM s WHERE key = ?", (key,))}
+
+    def scard(self, key: str) -> int:
+        return int(self._all("SELECT COUNT(*) FROM s WHERE key = ?", (key,))[0][0])
+
+    def zadd_nx(self, key: str, mapping: Mapping[str, float]) -> None:
+        if mapping:
+            with self.transaction():
+                self._db.executemany(
+                    "INSERT OR IGNORE INTO z (key, member, score) VALUES (?, ?, ?)",
+                    [(key, m, float(v)) for m, v in mapping.items()],
+                )
+
+    def zrem(self, key: str, members: Sequence[str]) -> None:
+        if members:
+            with self.transaction():
+                self._db.executemany(
+                    "DELETE FROM z WHERE key = ? AND member = ?", [(key, m) for m in members]
+                )
+
+    def zrange(self, key: str, start: int, stop: int) -> list[str]:
+        limit = -1 if stop == -1 else max(0, stop - start + 1)
+        rows = self._all(
+            "SELECT member FROM z WHERE key = ? ORDER BY score, member LIMIT ? OFFSET ?",
+            (key, limit, start),
+        )
+        return [str(m) for (m,) in rows]
+
+    def incr(self, key: str, ttl_seconds: int) -> int:
+        with self.transaction():
+            self._db.execute(
+                "INSERT INTO c (key, value) VALUES (?, 1) "
+                "ON CONFLICT (key) DO UPDATE SET value = value + 1",
+                (key,),
+            )
+            return int(self._db.execute("SELECT value FROM c WHERE key = ?", (key,)).fetchone()[0])
+
+    def expire(self, keys: Sequence[str], ttl_seconds: int) -> None:
+        """Embedded state is kept: finished jobs stay readable until deleted."""
+
+    def delete(self, keys: Sequence[str]) -> None:
+        if keys:
+            with self.transaction():
+                for table in ("h", "s", "z", "c"):
+                    self._db.executemany(
+                        f"DELETE FROM {table} WHERE key = ?",  # noqa: S608
+                        [(k,) for k in keys],
+                    )
+
+    def import_memory(self, memory: MemoryKeyValue) -> None:
+        """Copy the hashes, sets and sorted sets of a JSON-saved state (earlier
+        releases) into this store, in one transaction."""
+        with self.transaction():
+            for key, h in memory._h.items():
+                self.hset(key, h)
+            for key, members in memory._s.items():
+                self.sadd(key, sorted(members))
+            for key, z in memory._z.items():
+                self.zadd_nx(key, z)
+
+
+def open_embedded_state(directory: Path) -> SqliteKeyValue:
+    """The embedded state under ``directory`` (``state.sqlite3``); a ``state.json``
+    left by an earlier release is imported once and renamed ``state.json.imported``."""
+    kv = SqliteKeyValue(directory / "state.sqlite3")
+    legacy = directory / "state.json"
+    if legacy.is_file():
+        try:
+            memory = MemoryKeyValue(legacy)
+        except ValueError:
+            # A save cut short by a crash: nothing in it can be trusted.
+            log.warning("ignoring the unreadable ingest state %s", legacy)
+            legacy.replace(legacy.with_name("state.json.unreadable"))
+        else:
+            kv.import_memory(memory)
+            legacy.replace(legacy.with_name("state.json.imported"))
+    return kv
 
 
 # -- the job store ----------------------------------------------------------------
@@ -345,8 +627,16 @@ def _ts(value: str | None) -> datetime | None:
 
 
 class JobStore:
-    def __init__(self, kv: KeyValue) -> None:
+    """Jobs, the registry and the gazetteer over a ``KeyValue``.
+
+    ``keep_sources``: the registry also keeps each document's normalized
+    source (embedded mode), so that ``attest doctor`` can index a document
+    again into a store that lost it.
+    """
+
+    def __init__(self, kv: KeyValue, *, keep_sources: bool = False) -> None:
         self.kv = kv
+        self.keep_sources = keep_sources
 
     # keys
     @staticmethod
@@ -371,12 +661,44 @@ class JobStore:
     def _registry(tenant: str) -> str:
         return f"{PREFIX}registry:{tenant}"
 
+    @staticmethod
+    def _sources(tenant: str) -> str:
+        return f"{PREFIX}source:{tenant}"
+
+    @staticmethod
+    def _pending(tenant: str) -> str:
+        return f"{PREFIX}pending:{tenant}"
+
+    OPEN_JOBS = f"{PREFIX}jobs:open"
+    TENANTS = f"{PREFIX}tenants"
+
     # job lifecycle
     def create_job(self, job_id: str, tenant: str) -> None:
-        self.kv.hset(
-            self._job(job_id),
-            {"tenant": tenant, "created_at": repr(time.time()), "received": "0", "sealed": ""},
-        )
+        with self.kv.transaction():
+            self.kv.hset(
+                self._job(job_id),
+                {"tenant": tenant, "created_at": repr(time.time()), "received": "0", "sealed": ""},
+            )
+            self.kv.sadd(self.OPEN_JOBS, [job_id])
+            self.kv.sadd(self.TENANTS, [tenant])
+
+    def open_jobs(self) -> list[str]:
+        """Jobs created and not yet seen DONE or FAILED."""
+        return sorted(self.kv.smembers(self.OPEN_JOBS))
+
+    def tenants(self) -> list[str]:
+        """Every tenant that ever started a job."""
+        return sorted(self.kv.smembers(self.TENANTS))
+
+    def is_sealed(self, job_id: str) -> bool:
+        return bool(self.kv.hget(self._job(job_id), "sealed"))
+
+    def unfinished_items(self, job_id: str) -> list[int]:
+        """Items with a record that are neither indexed, unchanged nor failed."""
+        done: set[str] = set()
+        for stage in ("indexed", "unchanged", "failed"):
+            done |= self.kv.smembers(self._set(job_id, stage))
+        return sorted(int(i) for i in self.kv.hkeys(f"{self._job(job_id)}:items") if i not in done)
 
     def tenant_of(self, job_id: str) -> str | None:
         return self.kv.hget(self._job(job_id), "tenant")
@@ -428,7 +750,9 @@ class JobStore:
         self.kv.hsetnx(base, "started_at", repr(now))
 
     def set_error(self, job_id: str, error: str) -> None:
-        self.kv.hset(self._job(job_id), {"error": error, "finished_at": repr(time.time())})
+        with self.kv.transaction():
+            self.kv.hset(self._job(job_id), {"error": error, "finished_at": repr(time.time())})
+            self.kv.srem(self.OPEN_JOBS, [job_id])
 
     def indexed_items(self, job_id: str) -> set[int]:
         return {int(i) for i in self.kv.smembers(self._set(job_id, "indexed"))}
@@ -467,6 +791,7 @@ class JobStore:
                 now = repr(time.time())
                 if self.kv.hsetnx(self._job(job_id), "finished_at", now):
                     self.kv.expire(self._keys(job_id), JOB_TTL_SECONDS)
+                self.kv.srem(self.OPEN_JOBS, [job_id])
                 finished_at = self.kv.hget(self._job(job_id), "finished_at")
         elif head.get("started_at"):
             state = "RUNNING"
@@ -493,7 +818,51 @@ class JobStore:
         self.kv.hset(self._registry(tenant), {d: e.to_json() for d, e in entries.items()})
 
     def registry_delete(self, tenant: str, doc_ids: Sequence[str]) -> int:
-        return self.kv.hdel(self._registry(tenant), list(doc_ids))
+        with self.kv.transaction():
+            self.kv.hdel(self._sources(tenant), list(doc_ids))
+            self.kv.hdel(self._pending(tenant), list(doc_ids))
+            return self.kv.hdel(self._registry(tenant), list(doc_ids))
+
+    def registry_ids(self, tenant: str) -> list[str]:
+        return self.kv.hkeys(self._registry(tenant))
+
+    # the index stage's write order (see the module docstring)
+    def registry_begin(self, job_id: str, tenant: str, doc_ids: Sequence[str]) -> None:
+        """Step 1: note ``doc_ids`` as being written to the stores for ``job_id``."""
+        self.kv.hset(self._pending(tenant), {d: job_id for d in doc_ids})
+
+    def registry_commit(
+        self,
+        job_id: str,
+        tenant: str,
+        entries: Mapping[str, RegistryEntry],
+        sources: Mapping[str, str],
+        items: Mapping[int, tuple[str, int]],
+    ) -> None:
+        """Step 3, in one transaction: the registry entries (and sources), the
+        progress of the job's ``items`` (index -> (created|updated, passages)),
+        and the pending notes gone."""
+        with self.kv.transaction():
+            self.registry_put(tenant, entries)
+            if self.keep_sources and sources:
+                self.kv.hset(self._sources(tenant), sources)
+            self.add_passages(job_id, {i: n for i, (_, n) in items.items()})
+            for kind in ("created", "updated"):
+                self.mark(job_id, kind, [i for i, (k, _) in items.items() if k == kind])
+            self.mark(job_id, "indexed", list(items))
+            self.kv.hdel(self._pending(tenant), list(entries))
+
+    def pending(self, tenant: str) -> dict[str, str]:
+        """Documents being written to the stores: doc id -> job id."""
+        return self.kv.hgetall(self._pending(tenant))
+
+    def settle_pending(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        self.kv.hdel(self._pending(tenant), list(doc_ids))
+
+    def sources(self, tenant: str, doc_ids: Sequence[str]) -> dict[str, str]:
+        """Stored sources (``{"article": ..., "hash": ...}`` JSON) by doc id."""
+        texts = self.kv.hmget(self._sources(tenant), list(doc_ids))
+        return {d: t for d, t in zip(doc_ids, texts, strict=True) if t}
 
     def registry_all(self, tenant: str) -> dict[str, RegistryEntry]:
         return {

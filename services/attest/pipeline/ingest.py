@@ -35,9 +35,8 @@ from typing import Any
 
 from celery import Celery, Task
 
-from attest.core.errors import DeadlineExceeded, ResourceExhausted, Unavailable
 from attest.ingest.documents import FailureCode
-from attest.ingest.jobs import Batch, StageRunner
+from attest.ingest.jobs import TRANSIENT, Batch, StageRunner
 from attest.ingest.state import JobStore, RedisKeyValue
 from attest.pipeline.settings import PipelineSettings
 
@@ -46,7 +45,6 @@ log = logging.getLogger(__name__)
 ENRICH = "attest.ingest.enrich"
 EMBED = "attest.ingest.embed"
 INDEX = "attest.ingest.index"
-TRANSIENT = (Unavailable, ResourceExhausted, DeadlineExceeded)
 _STAGES = {ENRICH: "ENRICH", EMBED: "EMBED", INDEX: "INDEX"}
 
 

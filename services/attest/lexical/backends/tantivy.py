@@ -353,6 +353,26 @@ class TantivyBackend:
     async def stats(self, tenant: str) -> Counts:
         return await asyncio.to_thread(self._stats_sync, tenant)
 
+    def _document_ids_sync(self, tenant: str) -> dict[str, int]:
+        docs, passages = self._ready()
+        out: dict[str, int] = {}
+        for level, is_passage in ((docs, False), (passages, True)):
+            query = level.term("tenant", tenant)
+            total = level.count(query)
+            if not total:
+                continue
+            searcher = level.index.searcher()
+            for _, address in searcher.search(query, total, count=False).hits:
+                doc_id = str(_first(searcher.doc(address).to_dict(), "doc_id", ""))
+                out[doc_id] = out.get(doc_id, 0) + int(is_passage)
+        return out
+
+    async def document_ids(self, tenant: str) -> dict[str, int]:
+        """Every document id of ``tenant`` with its number of passage records
+        (for reconciliation with the ingest registry; a passage whose document
+        record is gone still shows up under its id)."""
+        return await asyncio.to_thread(self._document_ids_sync, tenant)
+
 
 def _outside_stored_dates(f: Filters) -> bool:
     """Whether the date range excludes every publication time a document can have."""
