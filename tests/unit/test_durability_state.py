@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from attest.core.errors import InvalidArgument, Unavailable
 from attest.ingest.documents import article_from_raw_json, content_hash
-from attest.ingest.jobs import Batch, IngestCore, Item
+from attest.ingest.jobs import Batch, IngestCore, InlineDispatcher, Item, StageRunner
+from attest.ingest.settings import EnrichSettings
 from attest.ingest.state import (
     FailureRecord,
     JobStore,
@@ -201,3 +203,81 @@ def test_recovery_resumes_acknowledged_jobs_and_fails_the_others(tmp_path: Path)
     assert running is not None
     assert (running.state, running.progress.indexed, running.progress.created) == ("RUNNING", 2, 2)
     kv.close()
+
+
+class _Embedding:
+    """The model side of the pipeline, without a model."""
+
+    def warm_up(self) -> None:
+        pass
+
+    def unknown_entities(self, record: dict) -> list[str]:
+        return []
+
+    def embed(self, records: list[dict]) -> list[dict]:
+        return [{**r, "entity_ids": []} for r in records]
+
+
+class _Sinks:
+    """Stores that are unavailable for the first ``outages`` calls and refuse
+    any document whose id starts with ``bad``."""
+
+    def __init__(self, outages: int = 0) -> None:
+        self.outages = outages
+        self.calls = 0
+        self.stored: dict[str, str] = {}
+
+    async def index(self, tenant: str, records: Sequence[dict]) -> None:
+        self.calls += 1
+        if self.outages:
+            self.outages -= 1
+            raise Unavailable("lexical: connection refused")
+        if any(r["article"]["id"].startswith("bad") for r in records):
+            raise InvalidArgument("rejected by the store", field="documents[0].entity_ids")
+        self.stored.update({r["article"]["id"]: r["hash"] for r in records})
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        for d in doc_ids:
+            self.stored.pop(d, None)
+
+    async def close(self) -> None:
+        pass
+
+
+async def _run_inline(sinks: _Sinks, ids: list[str]) -> tuple[JobStore, str]:
+    store = JobStore(MemoryKeyValue(), keep_sources=True)
+    runner = StageRunner(store, EnrichSettings(), embedding=_Embedding, sinks=lambda: sinks)
+    inline = InlineDispatcher(runner)
+    core = IngestCore(store, inline, lambda: sinks, batch_size=len(ids))
+    job_id = core.ingest("t", [_item(d, f"Text of {d}.") for d in ids]).job_id
+    await inline.drain()
+    await inline.close()
+    return store, job_id
+
+
+async def test_a_store_refusing_one_document_fails_that_document_alone():
+    sinks = _Sinks()
+    ids = [f"d{i}" for i in range(7)]
+    ids.insert(5, "bad-1")
+    store, job_id = await _run_inline(sinks, ids)
+    snap = store.snapshot(job_id)
+    assert snap is not None
+    assert (snap.state, snap.progress.indexed, snap.progress.failed) == ("DONE", 7, 1)
+    (failure,) = snap.failures
+    assert (failure.doc_id, failure.stage, failure.code) == ("bad-1", "INDEX", "INVALID_FIELD")
+    assert failure.reason == "documents[0].entity_ids: rejected by the store"
+    assert sorted(sinks.stored) == sorted(d for d in ids if d != "bad-1")
+    assert sorted(store.registry_all("t")) == sorted(sinks.stored)
+    assert store.pending("t") == {"bad-1": job_id}  # settled by `attest doctor --repair`
+    # 1 whole batch, then halves: [4 | 4], [2 | 2] of the half with bad-1, [1 | 1].
+    assert sinks.calls == 7
+
+
+async def test_inline_indexing_waits_out_a_store_that_is_still_starting():
+    sinks = _Sinks(outages=2)
+    store, job_id = await _run_inline(sinks, ["d0", "d1"])
+    snap = store.snapshot(job_id)
+    assert snap is not None
+    assert (snap.state, snap.progress.indexed, snap.progress.failed) == ("DONE", 2, 0)
+    assert sinks.calls == 3
+    assert store.pending("t") == {}

@@ -98,9 +98,13 @@ async def assemble(
         kv = await asyncio.to_thread(open_embedded_state, settings.data_dir / "ingest")
     else:
         kv = MemoryKeyValue()
-    # Only the embedded stores can be listed and repaired, so only they need sources.
-    store = JobStore(kv, keep_sources=not (settings.lexical_address or settings.state_url))
+    # The embedded state keeps each document's source, so that `attest doctor` can
+    # index it again (also under `serve all --embedded`, whose ingest reaches the
+    # embedded stores through the in-process services).
+    store = JobStore(kv, keep_sources=isinstance(kv, SqliteKeyValue))
     closers: list[Callable[[], Awaitable[None]]] = []
+
+    from attest.ingest.sinks import LocalSinks
 
     sinks: Sinks
     embedding: Embedding | None = None
@@ -113,7 +117,6 @@ async def assemble(
             "set both lexical_address and semantic_address, or neither (embedded stores)"
         )
     else:
-        from attest.ingest.sinks import LocalSinks
         from attest.lexical.backends import create_backend
         from attest.lexical.settings import LexicalSettings
         from attest.semantic.index import SemanticIndex
@@ -157,7 +160,9 @@ async def assemble(
     assembly = Assembly(core=core, inline=inline, closers=closers)
     if inline is not None and settings.state_url is None:
         assembly.resumed = await asyncio.to_thread(core.recover)
-        if startup_check:
+        # Only stores opened here can be listed; behind services (`serve all`),
+        # `attest doctor --data-dir` checks them while the server is stopped.
+        if startup_check and isinstance(sinks, LocalSinks):
             assembly.startup_check = asyncio.get_running_loop().create_task(
                 _startup_check(assembly)
             )

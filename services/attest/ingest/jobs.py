@@ -397,8 +397,9 @@ class InlineDispatcher:
     may be called from any thread.
     """
 
-    def __init__(self, runner: StageRunner) -> None:
+    def __init__(self, runner: StageRunner, *, index_attempts: int = 8) -> None:
         self.runner = runner
+        self.index_attempts = index_attempts
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, str, Batch]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
@@ -416,12 +417,27 @@ class InlineDispatcher:
         for batch in batches:
             self._queue.put_nowait((job_id, tenant, batch))
 
+    async def _index(self, job_id: str, tenant: str, records: list[Record]) -> None:
+        """Index, waiting out a store that is briefly unavailable: the stores
+        may be services of this very process that are still starting when an
+        interrupted job resumes."""
+        for attempt in range(self.index_attempts):
+            try:
+                await self.runner.index(job_id, tenant, records)
+                return
+            except TRANSIENT as exc:
+                if attempt == self.index_attempts - 1:
+                    raise
+                delay = min(30.0, 0.5 * 2**attempt)
+                log.warning("indexing for job %s: %s; again in %.1f s", job_id, exc, delay)
+                await asyncio.sleep(delay)
+
     async def run_batch(self, job_id: str, tenant: str, batch: Batch) -> None:
         runner = self.runner
         try:
             enriched = await asyncio.to_thread(runner.enrich, job_id, tenant, batch)
             embedded = await asyncio.to_thread(runner.embed, job_id, enriched)
-            await runner.index(job_id, tenant, embedded)
+            await self._index(job_id, tenant, embedded)
         except Exception as exc:
             log.exception("a batch of job %s failed", job_id)
             done = runner.store.indexed_items(job_id)
