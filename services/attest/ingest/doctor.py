@@ -176,6 +176,16 @@ def _registry_shapes(registry: Mapping[str, RegistryEntry]) -> dict[str, dict[st
     return {"lexical": passages, "vectors": passages, "kg_links": links}
 
 
+def _running_jobs(store: JobStore) -> list[str]:
+    """Open jobs that are not finished (a snapshot also closes a finished one)."""
+    out = []
+    for job_id in store.open_jobs():
+        snapshot = store.snapshot(job_id, failures_limit=0)
+        if snapshot is not None and snapshot.state not in ("DONE", "FAILED"):
+            out.append(job_id)
+    return out
+
+
 async def check(
     store: JobStore, sinks: Sinks, tenants: Iterable[str] | None = None
 ) -> list[TenantFindings]:
@@ -184,7 +194,7 @@ async def check(
         return []
     out: list[TenantFindings] = []
     wanted = list(tenants) if tenants is not None else await asyncio.to_thread(store.tenants)
-    open_jobs = set(await asyncio.to_thread(store.open_jobs))
+    open_jobs = set(await asyncio.to_thread(_running_jobs, store))
     for tenant in wanted:
         registry = await asyncio.to_thread(store.registry_all, tenant)
         pending = await asyncio.to_thread(store.pending, tenant)
