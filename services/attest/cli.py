@@ -268,10 +268,14 @@ def eval_group() -> None:
 )
 @click.option(
     "--retriever",
-    type=click.Choice(["bm25", "dense", "kg", "kg_enhanced", "hybrid", "hybrid_kg"]),
+    type=click.Choice(
+        ["bm25", "dense", "kg", "kg_enhanced", "hybrid", "hybrid_kg", "tuned", "all"]
+    ),
     default="bm25",
     show_default=True,
-    help="hybrid: RRF of BM25 and dense; hybrid_kg: RRF of BM25, dense and KG enhanced.",
+    help="hybrid: RRF of BM25 and dense; hybrid_kg: RRF of BM25, dense and KG enhanced; "
+    "tuned: the services' default fusion (--fusion-settings); all: every one of them "
+    "from one indexing.",
 )
 @click.option(
     "--backend",
@@ -283,6 +287,19 @@ def eval_group() -> None:
 @click.option("--address", default=None, help="Use a running lexical service at HOST:PORT.")
 @click.option(
     "--semantic-address", default=None, help="Use a running semantic service at HOST:PORT."
+)
+@click.option(
+    "--fusion-settings",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Fusion settings JSON for 'tuned' (default: the one the services ship with).",
+)
+@click.option(
+    "--cache/--no-cache",
+    default=True,
+    show_default=True,
+    help="Keep indexes, KG links and result lists under .attest/eval/cache/<dataset>-<hash> "
+    "and reuse them on the next run over the same corpus.",
 )
 @click.option(
     "--output",
@@ -298,23 +315,28 @@ def eval_ir(
     backend: str,
     address: str | None,
     semantic_address: str | None,
+    fusion_settings: Path | None,
+    cache: bool,
     output: Path | None,
     batch_size: int,
     concurrency: int,
 ) -> None:
     """Index a BEIR data set through the service API; print nDCG@10, MRR@10, Recall@100."""
+    from attest.answer.fusion import FusionSettingsError, load_fusion_settings
     from attest.evaluation.ir import DatasetError, load_dataset
-    from attest.evaluation.runner import BackendName, run_ir_eval
+    from attest.evaluation.runner import BackendName, default_cache_dir, run_ir_eval
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     try:
         data = load_dataset(dataset)
-    except DatasetError as exc:
+        tuned = load_fusion_settings(fusion_settings)
+    except (DatasetError, FusionSettingsError) as exc:
         raise click.ClickException(str(exc)) from exc
     label = "remote" if address else backend
     if retriever in ("dense", "kg", "kg_enhanced"):
         label = "remote" if semantic_address else "qdrant-edge"
     output = output or Path(".attest") / "eval" / f"{data.name}-{retriever}-{label}.json"
+    cache_dir = default_cache_dir(data) if cache else None
     with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
         try:
             result = asyncio.run(
@@ -325,6 +347,8 @@ def eval_ir(
                     address=address,
                     semantic_address=semantic_address,
                     data_dir=Path(tmp),
+                    cache_dir=cache_dir,
+                    tuned=tuned,
                     batch_size=batch_size,
                     concurrency=concurrency,
                 )
@@ -334,12 +358,14 @@ def eval_ir(
     result.update({"dataset": data.name, "retriever": retriever, "backend": label})
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    click.echo(
-        f"{data.name}  {retriever}/{label}  queries={int(result['queries'])}  "
-        f"nDCG@10={result['ndcg@10']:.4f}  MRR@10={result['mrr@10']:.4f}  "
-        f"Recall@100={result['recall@100']:.4f}"
-    )
-    click.echo(f"wrote {output}")
+    rows = result["retrievers"] if retriever == "all" else {retriever: result}
+    for name, m in rows.items():
+        click.echo(
+            f"{data.name}  {name}/{label}  queries={int(m['queries'])}  "
+            f"nDCG@10={m['ndcg@10']:.4f}  MRR@10={m['mrr@10']:.4f}  "
+            f"Recall@100={m['recall@100']:.4f}"
+        )
+    click.echo(f"wall {result['wall_seconds']:.1f} s; wrote {output}")
 
 
 @main.command()
@@ -397,12 +423,14 @@ def _register_generate() -> None:
         eval_demo,
         eval_qa,
         fit_judge_command,
+        tune_fusion_command,
     )
 
     eval_group.add_command(eval_qa)
     eval_group.add_command(eval_demo)
     eval_group.add_command(convert_rgb_command)
     eval_group.add_command(fit_judge_command)
+    eval_group.add_command(tune_fusion_command)
 
 
 _register_generate()

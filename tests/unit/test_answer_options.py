@@ -24,7 +24,7 @@ def plan(question: str = "What did Norvale emit?", deadline: float | None = None
 def test_an_empty_options_message_means_every_default() -> None:
     p = plan()
     assert p.retrievers == DEFAULT_RETRIEVERS
-    assert p.fusion == "rrf"
+    assert p.fusion == SETTINGS.fusion()  # the configured (shipped) fusion
     assert (p.top_k_per_retriever, p.fused_top_k, p.rerank_top_k) == (100, 50, 10)
     assert (p.passages_per_document, p.confidence_threshold, p.max_researches) == (1, 5, 3)
     assert p.research_top_k == 3
@@ -101,3 +101,25 @@ def test_the_generation_mode_goes_to_the_plan() -> None:
     assert plan("q").generation_mode == generate_pb2.GENERATION_MODE_UNSPECIFIED
     chosen = plan("q", generation_mode=generate_pb2.GENERATION_MODE_LLM)
     assert chosen.generation_mode == generate_pb2.GENERATION_MODE_LLM
+
+
+def test_fusion_methods_map_to_settings() -> None:
+    from attest.common.v1 import common_pb2
+
+    configured = SETTINGS.fusion()
+
+    def fusion(method: int) -> Any:
+        return plan(retrieval=common_pb2.RetrievalOptions(fusion=method)).fusion
+
+    plain = fusion(common_pb2.FUSION_METHOD_RRF)
+    assert plain.method == "rrf"
+    assert plain.weight("bm25") == plain.weight("kg_enhanced") == 1.0
+    assert plain.rescore == ()
+    for method, name in (
+        (common_pb2.FUSION_METHOD_WEIGHTED, "weighted"),
+        (common_pb2.FUSION_METHOD_DBSF, "dbsf"),
+    ):
+        got = fusion(method)
+        assert got.method == name
+        assert dict(got.weights) == dict(configured.weights)
+    assert fusion(common_pb2.FUSION_METHOD_UNSPECIFIED) == configured

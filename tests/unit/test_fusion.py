@@ -37,3 +37,58 @@ def test_weighted_fusion_normalises_each_list():
 def test_empty_lists_are_harmless():
     assert fuse([Ranked("x", [])]) == []
     assert weighted_score_fusion([Ranked("x", [("a", 3.0)])]) == [("a", 1.0)]
+
+
+def test_distribution_fusion_scales_by_mean_and_deviation():
+    from attest.answer.fusion import FusionSettings, fuse_with
+
+    # mean 2, sd sqrt(2/3): scaled (s - (2 - 3 sd)) / (6 sd), clipped to [0, 1]
+    one = Ranked("bm25", [("a", 3.0), ("b", 2.0), ("c", 1.0)])
+    sd = (2 / 3) ** 0.5
+    fused = dict(fuse_with([one], FusionSettings(method="dbsf")))
+    assert fused["b"] == pytest.approx(0.5)
+    assert fused["a"] == pytest.approx((3 - (2 - 3 * sd)) / (6 * sd))
+    assert fused["c"] == pytest.approx((1 - (2 - 3 * sd)) / (6 * sd))
+    # Beyond three deviations a score is clipped.
+    far = Ranked("x", [("top", 1000.0)] + [(f"d{i}", 1.0) for i in range(20)])
+    assert dict(fuse_with([far], FusionSettings(method="dbsf")))["top"] == 1.0
+
+
+def test_weights_by_name_zero_weight_and_rescoring():
+    from attest.answer.fusion import FusionSettings, fuse_with
+
+    bm25 = Ranked("bm25", [("a", 3.0), ("b", 2.0)])
+    dense = Ranked("dense", [("b", 0.9), ("c", 0.8)])
+    kg = Ranked("kg", [("d", 0.9), ("a", 0.5), ("c", 0.1)])
+    both = FusionSettings(method="rrf", weights={"bm25": 1.0, "dense": 2.0}, default_weight=0.0)
+    fused = dict(fuse_with([bm25, dense, kg], both))
+    assert set(fused) == {"a", "b", "c"}  # kg weighs 0: its "d" is not a candidate
+    assert fused["c"] == pytest.approx(2 / 62)
+    boost = FusionSettings(
+        method="rrf", weights={"bm25": 1.0, "dense": 1.0, "kg": 0.5}, rescore=("kg",)
+    )
+    fused = dict(fuse_with([bm25, dense, kg], boost))
+    assert "d" not in fused  # a re-scoring list never adds candidates
+    assert fused["a"] == pytest.approx(1 / 61 + 0.5 / 62)
+    assert fused["c"] == pytest.approx(1 / 62 + 0.5 / 63)
+    # Alone, a re-scoring list is used as it is.
+    assert [k for k, _ in fuse_with([kg], boost)] == ["d", "a", "c"]
+
+
+def test_settings_files_are_checked(tmp_path):
+    from attest.answer.fusion import FusionSettingsError, load_fusion_settings
+
+    shipped = load_fusion_settings()
+    assert shipped.method in ("rrf", "weighted", "dbsf")
+    assert shipped.fitted_on
+    bad = tmp_path / "f.json"
+    for text, message in (
+        ('{"method": "borda"}', "unknown fusion method"),
+        ('{"weights": {"bm25": -1}}', "finite number"),
+        ('{"weights": {"bm25": 1}, "colour": 1}', "unknown fusion settings keys"),
+        ("[1]", "expected a JSON object"),
+        ("{", "f.json"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(FusionSettingsError, match=message):
+            load_fusion_settings(bad)

@@ -36,14 +36,27 @@ def unit(rng, n=None):
     return v if n else v[0]
 
 
-def reference_score(scorer, encode, article, query, variant, top_n):
-    """The method as written: every node on every path to the root, scored by its best attribute."""
-    graph = scorer.graph
+def sub_graph(graph, article):
     nodes = set()
     for entity in article.entity_ids:
         for path in graph.paths_to_root(entity):
             nodes.update(path)
-    scores = [float(np.max(encode(graph.attributes(n)) @ query)) for n in nodes]
+    return nodes
+
+
+def reference_score(scorer, encode, article, query, variant, top_n, corpus=None):
+    """The method as written: every node on every path to the root, scored by its best
+    attribute; with ``corpus``, each node's score weighted by its IDF among those articles."""
+    graph = scorer.graph
+    nodes = sub_graph(graph, article)
+    weight = dict.fromkeys(nodes, 1.0)
+    if corpus is not None:
+        reach = [sub_graph(graph, a) for a in corpus]
+        n = len(corpus)
+        for node in nodes:
+            df = sum(node in r for r in reach)
+            weight[node] = float(np.log1p(n / (1 + df)) / np.log1p(n))
+    scores = [float(np.max(encode(graph.attributes(n)) @ query)) * weight[n] for n in nodes]
     attrs = [article.headline]
     if variant == "kg_enhanced":
         if article.summary is not None:
@@ -62,9 +75,9 @@ def graph():
 
 
 @pytest.fixture
-def setup(graph):
+def setup(graph, request):
     encode = ToyEncoder()
-    scorer = KgScorer(graph, encode, top_n=3)
+    scorer = KgScorer(graph, encode, top_n=3, node_weighting=getattr(request, "param", "idf"))
     rng = np.random.default_rng(3)
     entity_pool = [
         e
@@ -91,6 +104,7 @@ def setup(graph):
     return scorer, encode, articles, rng
 
 
+@pytest.mark.parametrize("setup", ["idf", "none"], indirect=True)
 @pytest.mark.parametrize("variant", ["kg", "kg_enhanced"])
 @pytest.mark.parametrize("top_n", [0, 1, 3, 8])
 def test_vectorised_scores_equal_the_reference(setup, variant, top_n):
@@ -99,9 +113,10 @@ def test_vectorised_scores_equal_the_reference(setup, variant, top_n):
     ranked = scorer.score("default", query, variant=variant, top_k=len(articles), top_n=top_n)
     assert len(ranked) == len(articles)
     got = {s.doc_id: s.score for s in ranked}
+    corpus = articles if scorer.node_weighting == "idf" else None
     for article in articles:
         assert got[article.doc_id] == pytest.approx(
-            reference_score(scorer, encode, article, query, variant, top_n), abs=2e-3
+            reference_score(scorer, encode, article, query, variant, top_n, corpus), abs=2e-3
         ), "article vectors are held at half precision"
     scores = [s.score for s in ranked]
     assert scores == sorted(scores, reverse=True)
@@ -157,7 +172,7 @@ def test_unknown_entities_are_rejected(graph):
 
 def test_explain_returns_paths_with_node_scores(graph):
     encode = ToyEncoder()
-    scorer = KgScorer(graph, encode, top_n=3)
+    scorer = KgScorer(graph, encode, top_n=3, node_weighting="none")
     query = encode([graph.entity("carbon-dioxide-emission").name])[0]
     headline = encode(["Miner cuts CO2"])[0]
     scorer.upsert(
@@ -179,3 +194,32 @@ def test_explain_returns_paths_with_node_scores(graph):
         "sustainability",
     ] in ids
     assert scorer.explain("default", "missing", query) is None
+
+
+def test_a_node_most_articles_reach_weighs_less(graph):
+    """IDF weighting: the root every path reaches scores ~0; a topic one article of
+    ten reaches keeps most of its similarity; the article's own score is unweighted."""
+    encode = ToyEncoder()
+    scorer = KgScorer(graph, encode, top_n=3)
+    rng = np.random.default_rng(5)
+    rare, common = "carbon-dioxide-emission", "water-stress"
+    articles = [Article(doc_id="rare", entity_ids=(rare,), headline=unit(rng))]
+    articles += [
+        Article(doc_id=f"c{i}", entity_ids=(common,), headline=unit(rng)) for i in range(9)
+    ]
+    scorer.upsert("default", articles)
+    root = "sustainability"
+    for node, query_text in ((rare, graph.entity(rare).name), (root, graph.entity(root).name)):
+        query = encode([query_text])[0]
+        _, nodes, _ = scorer.explain("default", "rare", query)
+        by_id = {n.node_id: n.score for n in nodes}
+        if node == rare:
+            assert by_id[rare] == pytest.approx(np.log1p(10 / 2) / np.log1p(10), abs=1e-4)
+        else:
+            assert by_id.get(root, 0.0) == pytest.approx(np.log1p(10 / 11) / np.log1p(10), abs=1e-4)
+    # An article whose own headline is the question still scores 1 for itself.
+    query = unit(rng)
+    scorer.upsert("default", [Article(doc_id="own", entity_ids=(common,), headline=query)])
+    top = scorer.score("default", query, top_k=1)[0]
+    assert top.doc_id == "own"
+    assert top.best_score == pytest.approx(1.0, abs=2e-3)

@@ -7,9 +7,10 @@ anything is DEADLINE_EXCEEDED. The same plan drives Ask, AskStream and jobs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from attest.answer.fusion import Method
+from attest.answer.fusion import FusionSettings
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
@@ -31,7 +32,7 @@ class Plan:
 
     question: str
     retrievers: tuple[common_pb2.Retriever.ValueType, ...]
-    fusion: Method
+    fusion: FusionSettings
     filters: tuple[common_pb2.Filter, ...]
     top_k_per_retriever: int
     fused_top_k: int
@@ -59,6 +60,20 @@ def _range(value: int, low: int, high: int, field: str) -> None:
 
 def _or_default(value: int, default: int) -> int:
     return value if value else default
+
+
+def fusion_of(
+    method: common_pb2.FusionMethod.ValueType, configured: FusionSettings
+) -> FusionSettings:
+    """UNSPECIFIED: the configured fusion; RRF: plain, equal weights; WEIGHTED and
+    DBSF: that method with the configured weights."""
+    if method == common_pb2.FUSION_METHOD_RRF:
+        return FusionSettings(method="rrf", rrf_k=configured.rrf_k, fitted_on="plain RRF")
+    if method == common_pb2.FUSION_METHOD_WEIGHTED:
+        return dataclasses.replace(configured, method="weighted")
+    if method == common_pb2.FUSION_METHOD_DBSF:
+        return dataclasses.replace(configured, method="dbsf")
+    return configured
 
 
 def validate(
@@ -94,7 +109,7 @@ def validate(
         raise InvalidArgument(
             f"unknown fusion method {retrieval.fusion}", field="options.retrieval.fusion"
         )
-    fusion: Method = "weighted" if retrieval.fusion == common_pb2.FUSION_METHOD_WEIGHTED else "rrf"
+    fusion = fusion_of(retrieval.fusion, settings.fusion())
     try:
         filters_from_proto(
             retrieval.filters, max_filters=limits.max_filters, max_values=limits.max_filter_values

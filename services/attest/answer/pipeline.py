@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar
 
 from google.protobuf.duration_pb2 import Duration
 
-from attest.answer.fusion import Ranked, fuse
+from attest.answer.fusion import Ranked, fuse_with
 from attest.answer.options import Plan
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
@@ -38,6 +38,13 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 INSUFFICIENT = "insufficient information available"
+# The names fusion settings weigh retrievers by (as `attest eval ir` names them).
+RETRIEVER_NAMES = {
+    common_pb2.RETRIEVER_BM25: "bm25",
+    common_pb2.RETRIEVER_DENSE: "dense",
+    common_pb2.RETRIEVER_KG: "kg",
+    common_pb2.RETRIEVER_KG_ENHANCED: "kg_enhanced",
+}
 # Passages per document handed to the reranker (its default per-document limit).
 RERANK_PASSAGES = 8
 
@@ -137,6 +144,7 @@ class AnswerPipeline:
     """Runs one plan against the backends and yields the public stream events."""
 
     def __init__(self, backends: Backends, settings: AnswerSettings) -> None:
+        settings.fusion()  # a broken fusion settings file fails at start-up, not per request
         self.backends = backends
         self.settings = settings
 
@@ -146,7 +154,7 @@ class AnswerPipeline:
 
         candidates, lists = await self._retrieve(plan, clock, degradations)
         fuse_start = time.perf_counter()
-        fused = fuse(lists, method=plan.fusion, top_k=plan.fused_top_k)
+        fused = fuse_with(lists, plan.fusion, top_k=plan.fused_top_k)
         clock.record(answer_pb2.STAGE_FUSE, time.perf_counter() - fuse_start)
         kept = [candidates[str(key)] for key, _ in fused]
         for (_, score), cand in zip(fused, kept, strict=True):
@@ -271,8 +279,9 @@ class AnswerPipeline:
             if len(responses) > 1:
                 for rank, h in enumerate(responses[1].hits):
                     candidate(h.doc_id).add_passage(h.passage_index, h.text, rank)
-            name = common_pb2.Retriever.Name(retriever)
-            return Ranked(name, [(h.doc_id, h.score) for h in responses[0].hits])
+            return Ranked(
+                RETRIEVER_NAMES[retriever], [(h.doc_id, h.score) for h in responses[0].hits]
+            )
 
         jobs: list[tuple[answer_pb2.Stage.ValueType, str, Awaitable[Ranked]]] = []
         for r in plan.retrievers:

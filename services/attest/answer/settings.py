@@ -7,8 +7,12 @@ Every timeout is further capped by what is left of the request's budget.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 from pydantic import Field, SecretStr
 
+from attest.answer.fusion import FusionSettings, load_fusion_settings
 from attest.core.settings import (
     ClientSettings,
     ServerSettings,
@@ -98,3 +102,18 @@ class AnswerSettings(ServiceSettings):
     defaults: AnswerDefaults = AnswerDefaults()
     limits: AnswerLimits = AnswerLimits()
     jobs: JobSettings = JobSettings()
+    fusion_settings: Path | None = Field(
+        default=None,
+        description="Fusion method and per-retriever weights (JSON, as written by `attest eval "
+        "tune-fusion`); None uses the settings shipped with Attest. Used when a request leaves "
+        "options.retrieval.fusion unset; WEIGHTED and DBSF take its weights, RRF is plain.",
+    )
+
+    def fusion(self) -> FusionSettings:
+        """The configured fusion, read once per file."""
+        return _fusion_file(self.fusion_settings)
+
+
+@functools.cache
+def _fusion_file(path: Path | None) -> FusionSettings:
+    return load_fusion_settings(path)

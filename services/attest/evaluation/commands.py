@@ -1,4 +1,4 @@
-"""``attest eval qa``, ``demo``, ``convert-rgb`` and ``fit-judge``."""
+"""``attest eval qa``, ``demo``, ``convert-rgb``, ``fit-judge`` and ``tune-fusion``."""
 
 from __future__ import annotations
 
@@ -340,3 +340,96 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(report, indent=2))
     click.echo(f"wrote {output}")
+
+
+@click.command(name="tune-fusion")
+@click.option(
+    "--dataset",
+    "datasets",
+    multiple=True,
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="BEIR folder (attest eval ir's format); repeat to fit one setting on several sets.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where the fitted settings go (default .attest/eval/fusion.json). The services "
+    "read services/attest/answer/fusion.json, or the file named by "
+    "ATTEST_ANSWER_FUSION_SETTINGS.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["tantivy", "opensearch", "elasticsearch"]),
+    default="tantivy",
+    show_default=True,
+    help="Lexical backend of the in-process BM25.",
+)
+@click.option(
+    "--reuse-lists/--no-reuse-lists",
+    default=False,
+    show_default=True,
+    help="Fit on the result lists the last run over the same corpus saved in the cache "
+    "instead of asking the retrievers again (only valid if no scoring code or setting "
+    "changed since).",
+)
+def tune_fusion_command(
+    datasets: tuple[Path, ...], output: Path | None, backend: str, reuse_lists: bool
+) -> None:
+    """Fit the fusion method and weights on development sets, cross-validated by halves.
+
+    Each set is indexed once (or read back from attest eval ir's cache), every
+    retriever's list is taken per query, and a grid of fusions is fitted on one
+    half of the queries and scored on the other, both ways round. Prints the
+    figures and writes the settings fitted on all queries.
+    """
+    from typing import cast
+
+    from attest.evaluation.fusion_tune import tune
+    from attest.evaluation.ir import DatasetError, load_dataset
+    from attest.evaluation.runner import (
+        SIGNAL_NAMES,
+        BackendName,
+        default_cache_dir,
+        signal_lists,
+    )
+
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    inputs = []
+    try:
+        for root in datasets:
+            data = load_dataset(root)
+            with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
+                lists, _ = asyncio.run(
+                    signal_lists(
+                        data,
+                        SIGNAL_NAMES,
+                        backend=cast(BackendName, backend),
+                        data_dir=Path(tmp),
+                        cache_dir=default_cache_dir(data),
+                        reuse_lists=reuse_lists,
+                    )
+                )
+            inputs.append((data.name, lists, data.qrels))
+    except DatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    settings, report = tune(inputs)
+    output = _output(output, "fusion")
+    record = {**settings.describe(), "cross_validated": report["cross_validated"]}
+    _write(output, record)
+    for name, by_half in report["cross_validated"].items():  # type: ignore[attr-defined]
+        for half, f in sorted(by_half.items()):
+            click.echo(
+                f"{name} half {half} ({f['queries']} queries, fitted on the other half): "
+                f"hybrid {f['hybrid']:.4f}  hybrid_kg {f['hybrid_kg']:.4f}  "
+                f"tuned {f['tuned']:.4f}  [{_short(f['fitted_on_other_half'])}]"
+            )
+    click.echo(f"fitted on all: {_short(settings.describe())}")
+    click.echo(f"wrote {output}")
+
+
+def _short(settings: dict[str, Any]) -> str:
+    weights = ", ".join(f"{k}={v:g}" for k, v in settings["weights"].items() if v)
+    rescore = f", re-scoring {'/'.join(settings['rescore'])}" if settings["rescore"] else ""
+    return f"{settings['method']}: {weights}{rescore}"

@@ -1,25 +1,35 @@
 """Drive a retrieval evaluation through the gRPC APIs of the services.
 
-Retrievers: ``bm25`` (lexical service), ``dense``, ``kg`` and ``kg_enhanced``
-(semantic service), and the fusions ``hybrid`` (BM25 + dense) and
-``hybrid_kg`` (BM25 + dense + KG enhanced), both reciprocal rank fusion with
-k = 60 and equal weights: nothing is tuned to the evaluation sets. Services
-run in this process on port 0 unless addresses are given.
+Signals: ``bm25`` (lexical service), ``dense``, ``kg`` and ``kg_enhanced``
+(semantic service). Fusions: ``hybrid`` (BM25 + dense) and ``hybrid_kg``
+(BM25 + dense + KG enhanced), plain reciprocal rank fusion with k = 60 and
+equal weights, and ``tuned``, the fusion the services use by default (the
+settings file written by ``attest eval tune-fusion``). ``all`` asks every
+signal once per query and scores every signal and fusion from those lists,
+so a comparison indexes and embeds the corpus once.
+
+With a cache folder the indexes, the knowledge-graph links and the per-signal
+result lists are kept there, keyed by the corpus's content: a second run on
+the same data set skips linking and indexing. Services run in this process on
+port 0 unless addresses are given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import hashlib
+import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from tqdm import tqdm
 
-from attest.answer.fusion import Ranked, reciprocal_rank_fusion
+from attest.answer.fusion import FusionSettings, Ranked, fuse_with, load_fusion_settings
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.server import Servicer, running
@@ -31,8 +41,10 @@ from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 LEXICAL = "attest.lexical.v1.LexicalService"
 SEMANTIC = "attest.semantic.v1.SemanticService"
 BackendName = Literal["tantivy", "opensearch", "elasticsearch"]
-RETRIEVERS = ("bm25", "dense", "kg", "kg_enhanced", "hybrid", "hybrid_kg")
-# Which signals each retriever fuses.
+SIGNAL_NAMES = ("bm25", "dense", "kg", "kg_enhanced")
+FUSION_NAMES = ("hybrid", "hybrid_kg", "tuned")
+RETRIEVERS = (*SIGNAL_NAMES, *FUSION_NAMES, "all")
+# Which signals each retriever needs.
 SIGNALS: dict[str, tuple[str, ...]] = {
     "bm25": ("bm25",),
     "dense": ("dense",),
@@ -40,7 +52,45 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     "kg_enhanced": ("kg_enhanced",),
     "hybrid": ("bm25", "dense"),
     "hybrid_kg": ("bm25", "dense", "kg_enhanced"),
+    "all": SIGNAL_NAMES,
 }
+# Per-signal result lists: query id -> signal -> [(doc id, score)], best first.
+SignalLists = dict[str, dict[str, list[tuple[str, float]]]]
+
+
+def plain_fusions() -> dict[str, FusionSettings]:
+    """The untuned baselines: equal-weight RRF, k = 60."""
+    return {
+        "hybrid": FusionSettings(
+            method="rrf", weights={"bm25": 1.0, "dense": 1.0}, default_weight=0.0
+        ),
+        "hybrid_kg": FusionSettings(
+            method="rrf",
+            weights={"bm25": 1.0, "dense": 1.0, "kg_enhanced": 1.0},
+            default_weight=0.0,
+        ),
+    }
+
+
+def signals_of(retriever: str, tuned: FusionSettings) -> tuple[str, ...]:
+    if retriever == "tuned":
+        return tuple(s for s in SIGNAL_NAMES if s in tuned.weights)
+    if retriever == "all":
+        return SIGNAL_NAMES
+    return SIGNALS[retriever]
+
+
+def run_of(lists: SignalLists, settings: FusionSettings | None, signal: str = "") -> Run:
+    """A trec_eval run from the per-signal lists: one signal, or a fusion of several."""
+    run: Run = {}
+    for qid, by_signal in lists.items():
+        if settings is None:
+            ranked: Sequence[tuple[Any, float]] = by_signal.get(signal, [])
+        else:
+            ranked = fuse_with([Ranked(name, items) for name, items in by_signal.items()], settings)
+        # trec_eval ranks by score: keep the order with strictly decreasing pseudo-scores.
+        run[qid] = {str(k): float(len(ranked) - i) for i, (k, _) in enumerate(ranked)}
+    return run
 
 
 @dataclass(frozen=True)
@@ -94,26 +144,110 @@ def _batches(docs: Sequence[CorpusDoc], size: int) -> list[Sequence[CorpusDoc]]:
     return [docs[i : i + size] for i in range(0, len(docs), size)]
 
 
-async def run_ir_eval(
+def corpus_key(data: Dataset) -> str:
+    """A short content hash of the corpus: what a cache entry belongs to."""
+    h = hashlib.sha256()
+    with data.corpus_path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def default_cache_dir(data: Dataset, root: Path = Path(".attest") / "eval" / "cache") -> Path:
+    return root / f"{data.name}-{corpus_key(data)}"
+
+
+class _Cache:
+    """What an earlier run on the same corpus left: indexes, links, result lists.
+
+    ``state.json`` records which stores hold the whole corpus; it is written
+    only after a store's indexing finished, so an interrupted run indexes
+    again (indexing is an upsert).
+    """
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._state: dict[str, Any] = {}
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+            path = root / "state.json"
+            if path.is_file():
+                with contextlib.suppress(ValueError):
+                    self._state = json.loads(path.read_text(encoding="utf-8"))
+
+    def has(self, key: str) -> bool:
+        return bool(self._state.get(key))
+
+    def mark(self, key: str, value: Any = True) -> None:
+        if self.root is None:
+            return
+        self._state[key] = value
+        tmp = self.root / "state.json.tmp"
+        tmp.write_text(json.dumps(self._state, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(self.root / "state.json")
+
+    def load_json(self, name: str) -> Any:
+        if self.root is None or not (self.root / name).is_file():
+            return None
+        with gzip.open(self.root / name, "rt", encoding="utf-8") as f:
+            return json.load(f)
+
+    def save_json(self, name: str, value: Any) -> None:
+        if self.root is None:
+            return
+        tmp = self.root / f"{name}.tmp"
+        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+            json.dump(value, f)
+        tmp.replace(self.root / name)
+
+
+async def signal_lists(
     data: Dataset,
+    signals: Sequence[str],
     *,
-    retriever: str = "bm25",
     backend: BackendName = "tantivy",
     address: str | None = None,
     semantic_address: str | None = None,
     data_dir: Path,
+    cache_dir: Path | None = None,
     batch_size: int = 200,
     concurrency: int = 8,
     top_k: int = 100,
-) -> dict[str, Any]:
-    signals = SIGNALS[retriever]
+    reuse_lists: bool = False,
+) -> tuple[SignalLists, dict[str, float]]:
+    """Every judged query's result list from each signal, and the time each step took.
+
+    With ``cache_dir`` the in-process indexes live there (``data_dir`` is then
+    unused for them) and the lists are saved there; with ``reuse_lists`` too,
+    lists saved by an earlier run for the same signals and depth are read back
+    instead of asked again (the index is reused either way; the lists only when
+    asked, since they depend on the scoring code and settings of that run).
+    """
+    cache = _Cache(cache_dir)
+    timings: dict[str, float] = {}
+    lists_key = f"lists-{top_k}.json.gz"
+    local = address is None and semantic_address is None
+    cached = cache.load_json(lists_key) if reuse_lists and local else None
+    if cached is not None and all(s in by for by in cached.values() for s in signals):
+        return {
+            q: {s: [(d, float(v)) for d, v in by[s]] for s in signals} for q, by in cached.items()
+        }, timings
     need_lexical = "bm25" in signals
     need_semantic = any(s != "bm25" for s in signals)
     need_links = any(s.startswith("kg") for s in signals)
+    # A store started here keeps its index in the cache; a remote one (or an
+    # OpenSearch/Elasticsearch index) is indexed on every run.
+    lexical_cached = cache.root is not None and address is None and backend == "tantivy"
+    semantic_cached = cache.root is not None and semantic_address is None
+    store_dir = cache.root / "index" if cache.root is not None else data_dir
     docs = [d for d in data.corpus() if d.title.strip() or d.text.strip()]
-    skipped = data.corpus_size() - len(docs)
     index_name = f"attest-eval-{data.name.lower()}"
-    timings: dict[str, float] = {}
+    index_lexical = need_lexical and not (lexical_cached and cache.has("lexical"))
+    index_semantic = need_semantic and not (
+        semantic_cached
+        and cache.has("semantic")
+        and (cache.has("semantic_links") or not need_links)
+    )
 
     async with service_targets(
         need_lexical=need_lexical,
@@ -121,7 +255,7 @@ async def run_ir_eval(
         backend=backend,
         lexical_address=address,
         semantic_address=semantic_address,
-        data_dir=data_dir,
+        data_dir=store_dir if (lexical_cached or semantic_cached) else data_dir,
         index_name=index_name,
     ) as targets:
         channels = []
@@ -140,59 +274,65 @@ async def run_ir_eval(
             semantic = semantic_pb2_grpc.SemanticServiceStub(ch)
         try:
             links: dict[str, list[str]] = {}
-            if need_links:
+            if need_links and index_semantic:
+                links = cache.load_json("links.json.gz") or {}
+                if not links:
+                    started = time.perf_counter()
+                    links = await asyncio.to_thread(_link, docs, batch_size)
+                    timings["link_seconds"] = time.perf_counter() - started
+                    timings["links_per_second"] = len(docs) / max(timings["link_seconds"], 1e-9)
+                    cache.save_json("links.json.gz", links)
+            if index_lexical or index_semantic:
                 started = time.perf_counter()
-                links = await asyncio.to_thread(_link, docs, batch_size)
-                timings["link_seconds"] = time.perf_counter() - started
-            started = time.perf_counter()
-            with tqdm(total=len(docs), desc="index", unit="doc") as bar:
-                for batch in _batches(docs, batch_size):
-                    protos = [
-                        common_pb2.Document(
-                            id=d.id, title=d.title, body=d.text, entity_ids=links.get(d.id, [])
-                        )
-                        for d in batch
-                    ]
-                    if lexical is not None:
-                        await lexical.Index(
-                            lexical_pb2.IndexRequest(documents=protos, refresh=True), timeout=300
-                        )
-                    if semantic is not None:
-                        await semantic.Index(
-                            semantic_pb2.IndexRequest(
-                                documents=[semantic_pb2.IndexDocument(document=p) for p in protos]
-                            ),
-                            timeout=600,
-                        )
-                    bar.update(len(batch))
-            timings["index_seconds"] = time.perf_counter() - started
+                with tqdm(total=len(docs), desc="index", unit="doc") as bar:
+                    for batch in _batches(docs, batch_size):
+                        protos = [
+                            common_pb2.Document(
+                                id=d.id, title=d.title, body=d.text, entity_ids=links.get(d.id, [])
+                            )
+                            for d in batch
+                        ]
+                        if index_lexical and lexical is not None:
+                            await lexical.Index(
+                                lexical_pb2.IndexRequest(documents=protos, refresh=True),
+                                timeout=300,
+                            )
+                        if index_semantic and semantic is not None:
+                            await semantic.Index(
+                                semantic_pb2.IndexRequest(
+                                    documents=[
+                                        semantic_pb2.IndexDocument(document=p) for p in protos
+                                    ]
+                                ),
+                                timeout=600,
+                            )
+                        bar.update(len(batch))
+                timings["index_seconds"] = time.perf_counter() - started
+                if index_lexical and lexical_cached:
+                    cache.mark("lexical")
+                if index_semantic and semantic_cached:
+                    cache.mark("semantic")
+                    cache.mark("semantic_links", need_links)
 
             queries = data.judged_queries()
-            run: Run = {}
+            out: SignalLists = {}
             gate = asyncio.Semaphore(concurrency)
+            semantic_modes = {
+                "dense": (semantic_pb2.SEARCH_MODE_DENSE, semantic_pb2.KG_VARIANT_UNSPECIFIED),
+                "kg": (semantic_pb2.SEARCH_MODE_KG, semantic_pb2.KG_VARIANT_PLAIN),
+                "kg_enhanced": (semantic_pb2.SEARCH_MODE_KG, semantic_pb2.KG_VARIANT_ENHANCED),
+            }
 
             async def one(qid: str, text: str) -> None:
                 text = text[:4096]
-                lists: list[Ranked] = []
+                by_signal: dict[str, list[tuple[str, float]]] = {}
                 async with gate:
                     if "bm25" in signals and lexical is not None:
                         r = await lexical.Search(
                             lexical_pb2.SearchRequest(query=text, top_k=top_k), timeout=60
                         )
-                        lists.append(Ranked("bm25", [(h.doc_id, h.score) for h in r.hits]))
-                    for signal, mode, variant in (
-                        (
-                            "dense",
-                            semantic_pb2.SEARCH_MODE_DENSE,
-                            semantic_pb2.KG_VARIANT_UNSPECIFIED,
-                        ),
-                        ("kg", semantic_pb2.SEARCH_MODE_KG, semantic_pb2.KG_VARIANT_PLAIN),
-                        (
-                            "kg_enhanced",
-                            semantic_pb2.SEARCH_MODE_KG,
-                            semantic_pb2.KG_VARIANT_ENHANCED,
-                        ),
-                    ):
+                        by_signal["bm25"] = [(h.doc_id, h.score) for h in r.hits]
+                    for signal, (mode, variant) in semantic_modes.items():
                         if signal in signals and semantic is not None:
                             s = await semantic.Search(
                                 semantic_pb2.SearchRequest(
@@ -200,14 +340,8 @@ async def run_ir_eval(
                                 ),
                                 timeout=60,
                             )
-                            lists.append(Ranked(signal, [(h.doc_id, h.score) for h in s.hits]))
-                if len(lists) == 1:
-                    fused = list(lists[0].items)
-                else:
-                    fused = reciprocal_rank_fusion(lists, top_k=top_k)
-                # trec_eval ranks by score: keep the fused order with strictly
-                # decreasing pseudo-scores.
-                run[qid] = {str(k): float(len(fused) - i) for i, (k, _) in enumerate(fused)}
+                            by_signal[signal] = [(h.doc_id, h.score) for h in s.hits]
+                out[qid] = by_signal
 
             started = time.perf_counter()
             tasks = [asyncio.create_task(one(q, t)) for q, t in queries.items()]
@@ -217,7 +351,58 @@ async def run_ir_eval(
         finally:
             for ch in channels:
                 await ch.close()
-    metrics: dict[str, Any] = dict(evaluate(data.qrels, run))
+    if local:
+        merged = cache.load_json(lists_key) or {}
+        for qid, by_signal in out.items():
+            merged.setdefault(qid, {}).update(by_signal)
+        cache.save_json(lists_key, merged)
+    return out, timings
+
+
+async def run_ir_eval(
+    data: Dataset,
+    *,
+    retriever: str = "bm25",
+    backend: BackendName = "tantivy",
+    address: str | None = None,
+    semantic_address: str | None = None,
+    data_dir: Path,
+    cache_dir: Path | None = None,
+    tuned: FusionSettings | None = None,
+    batch_size: int = 200,
+    concurrency: int = 8,
+    top_k: int = 100,
+) -> dict[str, Any]:
+    """Metrics of one retriever, or with ``retriever="all"`` of every signal and
+    fusion (under ``"retrievers"``), from one indexing of the corpus."""
+    tuned = tuned or load_fusion_settings()
+    started = time.perf_counter()
+    lists, timings = await signal_lists(
+        data,
+        signals_of(retriever, tuned),
+        backend=backend,
+        address=address,
+        semantic_address=semantic_address,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        top_k=top_k,
+    )
+    fusions: dict[str, FusionSettings] = {**plain_fusions(), "tuned": tuned}
+    names = [*SIGNAL_NAMES, *FUSION_NAMES] if retriever == "all" else [retriever]
+    per: dict[str, dict[str, float]] = {}
+    for name in names:
+        run = run_of(lists, fusions.get(name), name)
+        per[name] = dict(evaluate(data.qrels, run))
+    skipped = data.corpus_size() - sum(
+        1 for d in data.corpus() if d.title.strip() or d.text.strip()
+    )
+    timings["wall_seconds"] = time.perf_counter() - started
+    metrics: dict[str, Any] = dict(per[names[0]]) if retriever != "all" else {}
+    if retriever == "all":
+        metrics["retrievers"] = per
+        metrics["tuned_fusion"] = tuned.describe()
     metrics["empty_documents_skipped"] = skipped
     metrics.update({k: round(v, 3) for k, v in timings.items()})
     return metrics
@@ -238,3 +423,10 @@ def _link(docs: Sequence[CorpusDoc], batch_size: int) -> dict[str, list[str]]:
         ):
             out[doc.id] = [link.entity_id for link in found]
     return out
+
+
+def lists_from_json(raw: Mapping[str, Any]) -> SignalLists:
+    return {
+        q: {s: [(d, float(v)) for d, v in items] for s, items in by.items()}
+        for q, by in raw.items()
+    }

@@ -133,7 +133,11 @@ class SemanticIndex:
         if graph is None:
             graph = await asyncio.to_thread(load_graph, self.settings.graph_path)
         scorer = await asyncio.to_thread(
-            KgScorer, graph, self.embedder.encode, top_n=self.settings.kg_top_n
+            KgScorer,
+            graph,
+            self.embedder.encode,
+            top_n=self.settings.kg_top_n,
+            node_weighting=self.settings.kg_node_weighting,
         )
         restored = 0
         batch: dict[str, list[Article]] = {}

@@ -48,6 +48,11 @@ class SemanticSettings(ServiceSettings):
     embedding_device: str = "cpu"
     embedding_batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
     kg_top_n: int = Field(default=3, ge=0, le=50, description="Next-best nodes averaged.")
+    kg_node_weighting: Literal["idf", "none"] = Field(
+        default="idf",
+        description="idf: a graph node's score weighed by how few of the tenant's articles "
+        "reach it (see attest.semantic.kg_scoring); none: unweighted, as published.",
+    )
     graph_path: Path | None = Field(
         default=None, description="ESG graph YAML; None uses the one shipped with Attest."
     )

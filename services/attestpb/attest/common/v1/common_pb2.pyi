@@ -103,21 +103,43 @@ class _FusionMethod:
 class _FusionMethodEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FusionMethod.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     FUSION_METHOD_UNSPECIFIED: _FusionMethod.ValueType  # 0
-    """Same as FUSION_METHOD_RRF."""
+    """The server's configured fusion: a method and a weight per retriever, as
+    fitted on development sets (`attest eval tune-fusion`).
+    """
     FUSION_METHOD_RRF: _FusionMethod.ValueType  # 1
-    """Reciprocal rank fusion: sum over lists of 1 / (k + rank), k set by the server (default 60)."""
+    """Plain reciprocal rank fusion: sum over lists of 1 / (k + rank), equal
+    weights, k set by the server (default 60).
+    """
     FUSION_METHOD_WEIGHTED: _FusionMethod.ValueType  # 2
-    """Weighted sum of per-list normalized scores, weights set by the server's configuration."""
+    """Weighted sum of per-list min-max normalized scores, weights set by the
+    server's configuration.
+    """
+    FUSION_METHOD_DBSF: _FusionMethod.ValueType  # 3
+    """Weighted sum of per-list scores normalized by their mean and standard
+    deviation (distribution-based score fusion), weights set by the server's
+    configuration.
+    """
 
 class FusionMethod(_FusionMethod, metaclass=_FusionMethodEnumTypeWrapper):
     """How ranked lists from several retrievers are merged into one."""
 
 FUSION_METHOD_UNSPECIFIED: FusionMethod.ValueType  # 0
-"""Same as FUSION_METHOD_RRF."""
+"""The server's configured fusion: a method and a weight per retriever, as
+fitted on development sets (`attest eval tune-fusion`).
+"""
 FUSION_METHOD_RRF: FusionMethod.ValueType  # 1
-"""Reciprocal rank fusion: sum over lists of 1 / (k + rank), k set by the server (default 60)."""
+"""Plain reciprocal rank fusion: sum over lists of 1 / (k + rank), equal
+weights, k set by the server (default 60).
+"""
 FUSION_METHOD_WEIGHTED: FusionMethod.ValueType  # 2
-"""Weighted sum of per-list normalized scores, weights set by the server's configuration."""
+"""Weighted sum of per-list min-max normalized scores, weights set by the
+server's configuration.
+"""
+FUSION_METHOD_DBSF: FusionMethod.ValueType  # 3
+"""Weighted sum of per-list scores normalized by their mean and standard
+deviation (distribution-based score fusion), weights set by the server's
+configuration.
+"""
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
 @_typing.final

@@ -1,0 +1,294 @@
+"""Fit the fusion's method and per-retriever weights on development sets.
+
+The search is a grid, small enough to read: for each method (RRF, min-max,
+distribution-based), a weight for dense relative to BM25 and a weight for a
+knowledge-graph signal (``kg`` or ``kg_enhanced``), fused as a retriever of
+its own or as a re-scoring of BM25 + dense candidates. The plain
+equal-weight RRF is one of the candidates, so a fit can always fall back to
+it. The objective is the mean over data sets of nDCG@10.
+
+Beside the grid, two linear models are fitted by logistic regression on the
+candidates' per-retriever features (reciprocal rank, DBSF score, found): one
+over BM25 and dense, one with the knowledge-graph signals as re-scoring
+features. The candidate with the best objective on the fitting queries wins.
+
+Cross-validation: each data set's judged queries are split into two halves
+(alternating in sorted id order); the grid is fitted on one half and scored
+on the other, both ways round, so the reported figure is one the fit did not
+see. The weights written are then fitted on all the queries.
+
+Per-list normalised scores do not depend on the weights, so each method's
+scores are computed once per query as a (candidates x signals) matrix and a
+candidate fusion is one matrix-vector product.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from attest.answer.fusion import (
+    FEATURES,
+    METHODS,
+    RRF_K,
+    FusionSettings,
+    Ranked,
+    _distribution_scores,
+    _minmax_scores,
+    _rrf_scores,
+)
+from attest.evaluation.runner import SignalLists
+
+DENSE_WEIGHTS = (0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0)
+KG_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
+KG_SIGNALS = ("kg", "kg_enhanced")
+# Inverse L2 strength of the linear method's logistic regression.
+LINEAR_C = 1.0
+Qrels = Mapping[str, Mapping[str, int]]
+
+
+@dataclass(frozen=True)
+class _Query:
+    keys: list[str]
+    gains: npt.NDArray[np.float64]  # relevance of each candidate
+    ideal_dcg: float
+    # method -> (candidates x signals) normalised scores, and which signal found each key.
+    scores: dict[str, npt.NDArray[np.float64]]
+    found: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    signals: tuple[str, ...]
+    queries: dict[str, _Query]
+
+
+_DISCOUNT = 1.0 / np.log2(np.arange(2, 12))
+
+
+def prepare(lists: SignalLists, qrels: Qrels) -> Prepared:
+    """Normalised scores of every judged query under every method."""
+    signals = tuple(sorted({s for by in lists.values() for s in by}))
+    queries: dict[str, _Query] = {}
+    for qid, by_signal in lists.items():
+        rels = qrels.get(qid, {})
+        if not any(v > 0 for v in rels.values()):
+            continue
+        keys = list(dict.fromkeys(k for s in signals for k, _ in by_signal.get(s, [])))
+        index = {k: i for i, k in enumerate(keys)}
+        gains = np.array([max(0, rels.get(k, 0)) for k in keys], dtype=np.float64)
+        ideal = sorted((v for v in rels.values() if v > 0), reverse=True)[:10]
+        ideal_dcg = float(np.sum(np.array(ideal, dtype=np.float64) * _DISCOUNT[: len(ideal)]))
+        found = np.zeros((len(keys), len(signals)), dtype=bool)
+        per_method: dict[str, npt.NDArray[np.float64]] = {}
+        for method in ("rrf", "weighted", "dbsf"):
+            m = np.zeros((len(keys), len(signals)), dtype=np.float64)
+            for j, s in enumerate(signals):
+                ranked = Ranked(s, by_signal.get(s, []))
+                norm = (
+                    _rrf_scores(ranked, 60)
+                    if method == "rrf"
+                    else _minmax_scores(ranked)
+                    if method == "weighted"
+                    else _distribution_scores(ranked)
+                )
+                for k, v in norm.items():
+                    m[index[str(k)], j] = v
+                    found[index[str(k)], j] = True
+            per_method[method] = m
+        queries[qid] = _Query(keys, gains, ideal_dcg, per_method, found)
+    return Prepared(signals, queries)
+
+
+def ndcg10(prepared: Prepared, settings: FusionSettings, qids: Iterable[str]) -> float:
+    """Mean nDCG@10 of ``settings`` over ``qids`` (trec_eval's definition)."""
+    w = np.array([settings.weight(s) for s in prepared.signals])
+    active = w > 0 if (w > 0).any() else np.ones(len(w), dtype=bool)
+    rescore = np.array([s in settings.rescore for s in prepared.signals]) & active
+    if not (active & ~rescore).any():
+        rescore[:] = False
+    fusing = active & ~rescore
+    total = n = 0.0
+    for qid in qids:
+        q = prepared.queries.get(qid)
+        if q is None:
+            continue
+        n += 1
+        if not q.keys:
+            continue
+        # Mirrors ``fuse_with``: the fusing lists' keys are the candidates, and
+        # the re-scoring lists add to those only.
+        candidate = q.found[:, fusing].any(axis=1)
+        if settings.method == "linear":
+            fused = _linear(q, settings, prepared.signals, active)
+        else:
+            fused = q.scores[settings.method][:, active] @ w[active]
+        score = np.where(candidate, fused, -np.inf)
+        # Higher score first, ties in first-seen order as ``fuse_with`` keeps them.
+        order = [i for i in np.argsort(-score, kind="stable")[:10] if math.isfinite(score[i])]
+        dcg = float(np.sum(q.gains[order] * _DISCOUNT[: len(order)]))
+        total += dcg / q.ideal_dcg if q.ideal_dcg > 0 else 0.0
+    return total / n if n else 0.0
+
+
+def _features(q: _Query, columns: Sequence[int]) -> npt.NDArray[np.float64]:
+    """The linear method's features of each candidate: per signal in ``columns``,
+    ``k / (k + rank)``, the DBSF-scaled score and found (0/1), side by side."""
+    cols = list(columns)
+    return np.hstack(
+        [RRF_K * q.scores["rrf"][:, cols], q.scores["dbsf"][:, cols], q.found[:, cols]]
+    )
+
+
+def _linear(
+    q: _Query, settings: FusionSettings, signals: Sequence[str], active: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    cols = [j for j in range(len(signals)) if active[j]]
+    coef = np.array(
+        [settings.features.get(signals[j], {}).get(f, 0.0) for f in FEATURES for j in cols]
+    )
+    out: npt.NDArray[np.float64] = _features(q, cols) @ coef
+    return out
+
+
+def fit_linear(
+    prepared: Sequence[Prepared],
+    qids: Sequence[Sequence[str]],
+    signals: Sequence[str],
+    rescore: Sequence[str],
+    c: float = LINEAR_C,
+) -> FusionSettings:
+    """Logistic regression of relevance on the candidates' features (balanced classes,
+    L2): its coefficients rank the candidates of a query."""
+    from sklearn.linear_model import LogisticRegression
+
+    xs, ys = [], []
+    fusing = [s for s in signals if s not in rescore]
+    for p, ids in zip(prepared, qids, strict=True):
+        cols = [p.signals.index(s) if s in p.signals else -1 for s in signals]
+        base = [p.signals.index(s) for s in fusing if s in p.signals]
+        for qid in ids:
+            q = p.queries.get(qid)
+            if q is None or not q.keys:
+                continue
+            keep = q.found[:, base].any(axis=1)
+            x = _features(q, [c for c in cols if c >= 0])
+            xs.append(x[keep])
+            ys.append(q.gains[keep] > 0)
+    x_all, y_all = np.vstack(xs), np.concatenate(ys)
+    if y_all.all() or not y_all.any():
+        raise ValueError("the candidates need both relevant and non-relevant documents")
+    model = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
+    model.fit(x_all, y_all)
+    coef = model.coef_[0]
+    n = len(signals)
+    features = {
+        s: {f: round(float(coef[i * n + j]), 6) for i, f in enumerate(FEATURES)}
+        for j, s in enumerate(signals)
+    }
+    return FusionSettings(method="linear", features=features, rescore=tuple(rescore))
+
+
+def candidates(signals: Sequence[str]) -> list[FusionSettings]:
+    """Every fusion the grid tries over ``signals`` (BM25 weight fixed at 1)."""
+    kg_signals = [s for s in KG_SIGNALS if s in signals]
+    out: list[FusionSettings] = []
+    for method in METHODS:
+        if method == "linear":
+            continue  # fitted, not searched: see ``fit_linear``
+        for dense in DENSE_WEIGHTS if "dense" in signals else (0.0,):
+            base = {"bm25": 1.0, "dense": dense}
+            out.append(FusionSettings(method=method, weights=base, default_weight=0.0))
+            for kg, weight, rescore in itertools.product(kg_signals, KG_WEIGHTS[1:], (False, True)):
+                out.append(
+                    FusionSettings(
+                        method=method,
+                        weights={**base, kg: weight},
+                        default_weight=0.0,
+                        rescore=(kg,) if rescore else (),
+                    )
+                )
+    return out
+
+
+def fit(
+    prepared: Sequence[Prepared], qids: Sequence[Sequence[str]], grid: Sequence[FusionSettings]
+) -> tuple[FusionSettings, float]:
+    """The candidate with the best mean nDCG@10 over the data sets (first wins ties)."""
+    best, best_score = grid[0], -1.0
+    for settings in grid:
+        score = sum(ndcg10(p, settings, q) for p, q in zip(prepared, qids, strict=True)) / len(
+            prepared
+        )
+        if score > best_score + 1e-12:
+            best, best_score = settings, score
+    return best, best_score
+
+
+def halves(qids: Iterable[str]) -> tuple[list[str], list[str]]:
+    ordered = sorted(qids)
+    return ordered[0::2], ordered[1::2]
+
+
+def tune(
+    datasets: Sequence[tuple[str, SignalLists, Qrels]],
+) -> tuple[FusionSettings, dict[str, object]]:
+    """Cross-validated figures per data set and half, and the settings fitted on all.
+
+    Each figure is nDCG@10 by trec_eval on queries the fit did not see:
+    ``plain_hybrid`` (RRF of BM25 and dense), ``plain_hybrid_kg`` (RRF with
+    KG enhanced added at equal weight) and ``tuned`` (fitted on the other
+    half).
+    """
+    from attest.evaluation.ir import evaluate
+    from attest.evaluation.runner import plain_fusions, run_of
+
+    prepared = [prepare(lists, qrels) for _, lists, qrels in datasets]
+    signals = sorted({s for p in prepared for s in p.signals})
+    grid = candidates(signals)
+    split = [halves(p.queries) for p in prepared]
+    report: dict[str, object] = {"grid_size": len(grid)}
+    per_set: dict[str, dict[str, dict[str, object]]] = {}
+
+    def fitted(ids: Sequence[Sequence[str]], with_kg: bool) -> tuple[FusionSettings, float]:
+        kg = [s for s in KG_SIGNALS if s in signals] if with_kg else []
+        pool = [g for g in grid if with_kg or not any(g.weight(s) for s in KG_SIGNALS)]
+        base = [s for s in signals if s not in KG_SIGNALS]
+        linear = [fit_linear(prepared, ids, base, ())]
+        if kg:
+            linear.append(fit_linear(prepared, ids, base + kg, kg))
+        return fit(prepared, ids, pool + linear)
+
+    for fit_on, score_on in ((0, 1), (1, 0)):
+        ids = [h[fit_on] for h in split]
+        chosen, fitted_score = fitted(ids, with_kg=True)
+        without_kg, _ = fitted(ids, with_kg=False)
+        for (name, lists, qrels), h in zip(datasets, split, strict=True):
+            held = set(h[score_on])
+            sub_lists = {q: v for q, v in lists.items() if q in held}
+            sub_qrels = {q: dict(v) for q, v in qrels.items() if q in held}
+            figures: dict[str, object] = {"queries": len(held)}
+            for label, settings in {
+                **plain_fusions(),
+                "tuned": chosen,
+                "tuned_without_kg": without_kg,
+            }.items():
+                run = run_of(sub_lists, settings)
+                figures[label] = round(evaluate(sub_qrels, run)["ndcg@10"], 4)
+            figures["fitted_on_other_half"] = chosen.describe()
+            figures["fit_objective"] = round(fitted_score, 4)
+            per_set.setdefault(name, {})["AB"[score_on]] = figures
+    report["cross_validated"] = per_set
+    final, final_score = fitted([list(p.queries) for p in prepared], with_kg=True)
+    report["fitted_on_all"] = {"settings": final.describe(), "ndcg@10": round(final_score, 4)}
+    names = ", ".join(name for name, _, _ in datasets)
+    final = dataclasses.replace(
+        final, fitted_on=f"attest eval tune-fusion on {names} (all judged queries)"
+    )
+    return final, report

@@ -1,0 +1,91 @@
+"""The fusion grid's objective equals trec_eval's nDCG@10 of the fused run."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from attest.answer.fusion import FusionSettings
+from attest.evaluation.fusion_tune import (
+    candidates,
+    fit,
+    fit_linear,
+    halves,
+    ndcg10,
+    prepare,
+    tune,
+)
+from attest.evaluation.ir import evaluate
+from attest.evaluation.runner import SignalLists, plain_fusions, run_of
+
+
+def _synthetic(seed: int, n_queries: int = 40) -> tuple[SignalLists, dict[str, dict[str, int]]]:
+    """BM25 is a noisy view of relevance, dense a less noisy one, kg mostly noise."""
+    rng = random.Random(seed)
+    lists: SignalLists = {}
+    qrels: dict[str, dict[str, int]] = {}
+    docs = [f"d{i}" for i in range(60)]
+    for q in range(n_queries):
+        qid = f"q{q:03d}"
+        relevant = set(rng.sample(docs, 3))
+        qrels[qid] = {d: 1 for d in relevant}
+        by: dict[str, list[tuple[str, float]]] = {}
+        for name, noise in (("bm25", 1.2), ("dense", 0.7), ("kg", 3.0)):
+            scored = [(d, (1.0 if d in relevant else 0.0) + rng.gauss(0, noise)) for d in docs]
+            scored.sort(key=lambda kv: -kv[1])
+            by[name] = scored[:30]
+        lists[qid] = by
+    return lists, qrels
+
+
+def test_objective_is_trec_eval_ndcg():
+    lists, qrels = _synthetic(7)
+    prepared = prepare(lists, qrels)
+    grid = candidates(prepared.signals)
+    linear = [
+        fit_linear([prepared], [list(prepared.queries)], ["bm25", "dense"], ()),
+        fit_linear([prepared], [list(prepared.queries)], ["bm25", "dense", "kg"], ["kg"]),
+    ]
+    for settings in [*plain_fusions().values(), *random.Random(3).sample(grid, 12), *linear]:
+        ours = ndcg10(prepared, settings, list(prepared.queries))
+        theirs = evaluate(qrels, run_of(lists, settings))["ndcg@10"]
+        assert ours == pytest.approx(theirs, abs=1e-9), settings
+
+
+def test_fit_prefers_the_better_signal_and_generalizes():
+    lists, qrels = _synthetic(11, n_queries=80)
+    prepared = prepare(lists, qrels)
+    a, b = halves(prepared.queries)
+    assert len(a) == len(b) == 40
+    assert not set(a) & set(b)
+    chosen, score = fit([prepared], [a], candidates(prepared.signals))
+    assert chosen.weight("dense") > chosen.weight("bm25")  # dense is the less noisy view
+    plain = FusionSettings(method="rrf", weights={"bm25": 1, "dense": 1}, default_weight=0)
+    assert score >= ndcg10(prepared, plain, a)
+    assert ndcg10(prepared, chosen, b) > ndcg10(prepared, plain, b) - 0.02
+
+
+def test_tune_reports_both_halves_and_names_the_data():
+    lists, qrels = _synthetic(5, n_queries=30)
+    settings, report = tune([("toy", lists, qrels)])
+    halves_ = report["cross_validated"]["toy"]  # type: ignore[index]
+    assert set(halves_) == {"A", "B"}
+    for figures in halves_.values():
+        assert 0 <= figures["tuned"] <= 1
+        assert figures["queries"] == 15
+    assert "toy" in settings.fitted_on
+
+
+def test_linear_fusion_learns_which_signal_to_trust():
+    lists, qrels = _synthetic(13, n_queries=80)
+    prepared = prepare(lists, qrels)
+    a, b = halves(prepared.queries)
+    model = fit_linear([prepared], [a], ["bm25", "dense", "kg"], ["kg"])
+    assert model.method == "linear"
+    assert model.rescore == ("kg",)
+    dense, bm25 = model.features["dense"], model.features["bm25"]
+    assert dense["rank"] + dense["score"] > bm25["rank"] + bm25["score"] > 0
+    # It ranks the held-out half at least as well as plain RRF.
+    plain = FusionSettings(method="rrf", weights={"bm25": 1, "dense": 1}, default_weight=0)
+    assert ndcg10(prepared, model, b) >= ndcg10(prepared, plain, b) - 0.01
