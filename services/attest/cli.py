@@ -93,24 +93,50 @@ def _answer() -> tuple[Servicer, ServerSettings, LoggingSettings]:
 SERVICES["answer"] = _answer
 
 
-def _one_process(port: int | None, embedded: bool) -> int:
-    """Point every service of ``serve all`` at this process; returns the port to listen on.
+def _free_port() -> int:
+    import socket
 
-    Each service then reaches the others through the one server (ingest writes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _one_process(port: int | None, embedded: bool, secured: bool) -> tuple[int, dict[str, Any]]:
+    """Point every service of ``serve all`` at this process; returns the port to listen
+    on and the server settings that go with it.
+
+    Each service then reaches the others through this process (ingest writes
     through the in-process lexical and semantic services instead of opening
     the stores a second time), and with ``embedded`` every store is embedded.
+    With authentication (``secured``) they meet on a second, internal listener
+    on loopback, under a service key made for this process only.
     """
     from attest.answer.settings import AnswerSettings
 
+    front = AnswerSettings().server
     if port is None:
-        port = AnswerSettings().server.port
+        port = front.port
     if port == 0:
-        import socket
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+        port = _free_port()
+    overrides: dict[str, Any] = {}
     here = f"127.0.0.1:{port}"
+    if secured:
+        import secrets
+
+        from pydantic import SecretStr
+
+        from attest.core.auth import hash_key
+        from attest.core.settings import ClientIdentity
+
+        internal = front.internal_port or _free_port()
+        key = secrets.token_urlsafe(32)
+        overrides["identity"] = ClientIdentity(token=SecretStr(key))
+        overrides["internal_host"] = "127.0.0.1"
+        overrides["internal_port"] = internal
+        overrides["auth"] = front.auth.model_copy(
+            update={"service_key_sha256": (*front.auth.service_key_sha256, hash_key(key))}
+        )
+        here = f"127.0.0.1:{internal}"
     for name in (
         "ATTEST_ANSWER_LEXICAL_ADDRESS",
         "ATTEST_ANSWER_SEMANTIC_ADDRESS",
@@ -126,7 +152,7 @@ def _one_process(port: int | None, embedded: bool) -> int:
         os.environ["ATTEST_LEXICAL_BACKEND"] = "tantivy"
         os.environ["ATTEST_SEMANTIC_STORE"] = "edge"
         os.environ["ATTEST_INGEST_MODE"] = "inline"
-    return port
+    return port, overrides
 
 
 @click.group()
@@ -143,7 +169,15 @@ def main() -> None:
 @click.option(
     "--embedded",
     is_flag=True,
-    help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion).",
+    help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion); "
+    "implies --insecure-dev unless authentication is configured.",
+)
+@click.option(
+    "--insecure-dev",
+    is_flag=True,
+    help="No authentication (every caller is tenant `default` with every scope); binds "
+    "127.0.0.1 unless --host names another loopback address. Without authentication any "
+    "other address is refused.",
 )
 @click.option(
     "--model",
@@ -158,6 +192,7 @@ def serve(
     port: int | None,
     data_dir: Path | None,
     embedded: bool,
+    insecure_dev: bool,
     model: str,
 ) -> None:
     """Run one service, or every service in one process (``all``), or the local LLM.
@@ -176,12 +211,20 @@ def serve(
         os.environ["ATTEST_DATA_DIR"] = str(data_dir)
     if embedded and service != "all":
         raise click.UsageError("--embedded applies to `serve all`")
-    if service == "all":
-        port = _one_process(port, embedded)
-    names = list(SERVICES) if service == "all" else [service]
     from pydantic import ValidationError
 
+    from attest.core.server import StartupRefused, authenticated
+
+    overrides: dict[str, Any] = {}
     try:
+        if service == "all":
+            from attest.answer.settings import AnswerSettings
+
+            # --embedded is the laptop path: without authentication, dev mode on loopback.
+            secured = authenticated(AnswerSettings().server)
+            insecure_dev = insecure_dev or (embedded and not secured)
+            port, overrides = _one_process(port, embedded, secured and not insecure_dev)
+        names = list(SERVICES) if service == "all" else [service]
         built = [SERVICES[name]() for name in names]
     except ValidationError as exc:
         raise click.ClickException(f"invalid settings: {exc}") from exc
@@ -189,7 +232,10 @@ def serve(
     # `all` listens where the front door would.
     front = names.index("answer") if service == "all" else 0
     server_settings, log_settings = built[front][1], built[front][2]
-    overrides: dict[str, Any] = {}
+    if insecure_dev:
+        overrides["insecure_dev"] = True
+        if host is None:
+            host = "127.0.0.1"
     if host is not None:
         overrides["host"] = host
     if port is not None:
@@ -197,7 +243,10 @@ def serve(
     if overrides:
         server_settings = server_settings.model_copy(update=overrides)
     configure_logging(log_settings)
-    asyncio.run(serve_forever(servicers, server_settings))
+    try:
+        asyncio.run(serve_forever(servicers, server_settings))
+    except StartupRefused as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _serve_llm(host: str, port: int | None, model: str) -> None:

@@ -1,4 +1,4 @@
-"""Per-request context: request id, tenant and deadline, carried in contextvars.
+"""Per-request context: request id, caller, tenant and deadline, in contextvars.
 
 The server interceptor fills these for every RPC; logs, metrics and
 downstream calls read them. Cores receive the tenant as an argument and never
@@ -10,6 +10,10 @@ from __future__ import annotations
 import time
 import uuid
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attest.core.auth import Identity
 
 from attest.core.errors import DeadlineExceeded
 
@@ -17,6 +21,8 @@ DEFAULT_TENANT = "default"
 
 request_id_var: ContextVar[str | None] = ContextVar("attest_request_id", default=None)
 tenant_var: ContextVar[str] = ContextVar("attest_tenant", default=DEFAULT_TENANT)
+# The authenticated caller of the current request (None outside a request).
+identity_var: ContextVar[Identity | None] = ContextVar("attest_identity", default=None)
 # Absolute deadline on the time.monotonic() clock, or None for no deadline.
 deadline_var: ContextVar[float | None] = ContextVar("attest_deadline", default=None)
 

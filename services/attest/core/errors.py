@@ -43,9 +43,31 @@ class FailedPrecondition(AttestError):
 
 
 class ResourceExhausted(AttestError):
-    """Overload or a quota: the caller may retry later."""
+    """Overload or a quota: the caller may retry later.
+
+    ``retry_after`` (seconds), when known, reaches the caller as a
+    ``retry-after`` trailer.
+    """
 
     code = "RESOURCE_EXHAUSTED"
+
+    def __init__(
+        self, message: str, *, field: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
+
+class Unauthenticated(AttestError):
+    """No credential, or one that is not valid (unknown, revoked, expired, wrong audience)."""
+
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(AttestError):
+    """A valid credential that lacks the scope the method needs."""
+
+    code = "PERMISSION_DENIED"
 
 
 class Unavailable(AttestError):

@@ -1,10 +1,12 @@
-"""The one server interceptor: context, errors, size limit, metrics.
+"""The one server interceptor: identity, quotas, context, errors, size limit, metrics.
 
-For every RPC it sets the request id, tenant and deadline contextvars, checks
-the request size, counts and times the call, and maps exceptions to status
-codes: an ``AttestError`` becomes its own code and message; anything else
-becomes INTERNAL with a generic message (details go to the log, never to the
-caller), so no RPC ever ends with UNKNOWN.
+For every RPC it sets the request id, tenant and deadline contextvars,
+authenticates the caller and checks the method's scope (``Guard``; the
+tenant comes from the credential, never from the request), applies the
+tenant's quotas, checks the request size, counts and times the call, and
+maps exceptions to status codes: an ``AttestError`` becomes its own code and
+message; anything else becomes INTERNAL with a generic message (details go
+to the log, never to the caller), so no RPC ever ends with UNKNOWN.
 
 Request messages that cannot be decoded (a corrupt wire format, invalid UTF-8
 in a string field) are INVALID_ARGUMENT too. grpc.aio runs a method's request
@@ -28,19 +30,31 @@ import grpc
 from google.protobuf.message import Message
 
 from attest.core import metrics
+from attest.core.auth import (
+    DEV_IDENTITY,
+    Authenticator,
+    Identity,
+    Surface,
+    authorize,
+    required_scope,
+    tenant_for,
+)
 from attest.core.context import (
     DEFAULT_TENANT,
     deadline_var,
+    identity_var,
     new_request_id,
     request_id_var,
     tenant_var,
 )
-from attest.core.errors import AttestError, InvalidArgument
+from attest.core.errors import AttestError, InvalidArgument, ResourceExhausted
+from attest.core.quota import TenantQuotas
 from attest.core.validation import is_valid_request_id
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID_KEY = "x-request-id"
+RETRY_AFTER_KEY = "retry-after"
 _INTERNAL_MESSAGE = "internal error; see the server log for the request id"
 
 Handler = Callable[..., Any]
@@ -127,9 +141,69 @@ def check_size(request: Any, limit: int) -> None:
     )
 
 
+def _nothing() -> None:
+    return None
+
+
+_ANONYMOUS = Identity("anonymous", DEFAULT_TENANT, frozenset(), "dev")
+
+
+class Guard:
+    """Who may call what on one listener, as which tenant, within which quotas.
+
+    Without an authenticator (``--insecure-dev``, loopback only) every caller
+    is tenant ``default`` with every scope. Quotas count public calls only:
+    internal ones are already counted where they entered.
+    """
+
+    def __init__(
+        self,
+        *,
+        surface: Surface,
+        authenticator: Authenticator | None,
+        quotas: TenantQuotas | None = None,
+        verified_peers: bool = False,
+    ) -> None:
+        self.surface = surface
+        self._authenticator = authenticator
+        self._quotas = quotas if quotas is not None and quotas.enabled else None
+        self._verified_peers = verified_peers
+
+    async def admit(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Callable[[], None]:
+        """Set the caller and tenant of this call; returns the quota release."""
+        metadata = dict(context.invocation_metadata() or ())
+        scope = required_scope(method)
+        if scope is None:
+            identity = _ANONYMOUS
+        elif self._authenticator is None:
+            identity = DEV_IDENTITY
+        else:
+            peers = _peer_names(context) if self._verified_peers else None
+            identity = await self._authenticator.identify(metadata, peers)
+            authorize(identity, method)
+        tenant = tenant_for(identity, metadata)
+        identity_var.set(identity)
+        tenant_var.set(tenant)
+        if self._quotas is None or scope is None or self.surface != "public":
+            return _nothing
+        return self._quotas.admit(tenant, method)
+
+
+def _peer_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
+    """Names of the client certificate the TLS handshake verified (mTLS)."""
+    auth = context.auth_context() or {}
+    names = list(auth.get("x509_common_name", ())) + list(
+        auth.get("x509_subject_alternative_name", ())
+    )
+    return [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in names]
+
+
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, *, max_message_bytes: int) -> None:
+    def __init__(self, *, max_message_bytes: int, guard: Guard | None = None) -> None:
         self._max_message_bytes = max_message_bytes
+        self._guard = guard or Guard(surface="public", authenticator=None)
 
     async def intercept_service(
         self,
@@ -171,7 +245,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     def _wrap_unary(self, method: str, inner: Handler, *, unary_request: bool) -> Handler:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             with self._scope(method, context) as outcome:
+                release = _nothing
                 try:
+                    release = await self._guard.admit(method, context)
                     if unary_request:
                         request = _checked(request, self._max_message_bytes)
                     else:
@@ -179,6 +255,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                     result = await inner(request, context)
                 except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
                     await self._abort(method, context, exc, outcome)
+                finally:
+                    release()
                 outcome[0] = _final_code(context)
                 return result
 
@@ -189,7 +267,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             request: Any, context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
             with self._scope(method, context) as outcome:
+                release = _nothing
                 try:
+                    release = await self._guard.admit(method, context)
                     if unary_request:
                         request = _checked(request, self._max_message_bytes)
                     else:
@@ -204,6 +284,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                             yield item
                 except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
                     await self._abort(method, context, exc, outcome)
+                finally:
+                    release()
                 outcome[0] = _final_code(context)
 
         return behavior
@@ -217,8 +299,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         remaining = context.time_remaining()
         tokens = (
             request_id_var.set(request_id),
-            # Until authentication exists every caller is the default tenant.
+            # Until the guard has identified the caller, no tenant but the default.
             tenant_var.set(DEFAULT_TENANT),
+            identity_var.set(None),
             deadline_var.set(None if remaining is None else time.monotonic() + remaining),
         )
         context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
@@ -238,7 +321,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             per_method.latency.observe(time.perf_counter() - started)
             request_id_var.reset(tokens[0])
             tenant_var.reset(tokens[1])
-            deadline_var.reset(tokens[2])
+            identity_var.reset(tokens[2])
+            deadline_var.reset(tokens[3])
 
     async def _abort(
         self,
@@ -251,6 +335,13 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             # The handler aborted with an explicit status; keep it.
             outcome[0] = _final_code(context)
             raise exc
+        if isinstance(exc, ResourceExhausted) and exc.retry_after is not None:
+            context.set_trailing_metadata(
+                (
+                    (REQUEST_ID_KEY, request_id_var.get() or ""),
+                    (RETRY_AFTER_KEY, f"{max(exc.retry_after, 0.001):.3f}"),
+                )
+            )
         if isinstance(exc, AttestError):
             code = status_code(exc)
             level = logging.WARNING if code == grpc.StatusCode.INTERNAL else logging.INFO

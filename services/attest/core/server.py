@@ -4,12 +4,23 @@ Start-up order: bind, start, report NOT_SERVING, warm every service up
 (retrying until its backends answer), then report SERVING. On SIGTERM or
 SIGINT: report NOT_SERVING, stop accepting calls, let in-flight calls finish
 within the grace period, then close the services.
+
+Exposure: a server with authentication configured (API keys, JWKS, service
+keys, or client certificates required) checks every call's credential. One
+without serves every caller as tenant ``default`` and so refuses to bind
+anything but a loopback address (the ``--insecure-dev`` laptop path). A
+server hosting public services (answer, ingest) and internal ones (lexical,
+semantic, rerank, generate, knowledge) together, with authentication, serves
+them on two listeners: the public one at ``host:port``, the internal one at
+``internal_host:internal_port`` for service identities only; an internal
+method asked of the public listener is UNIMPLEMENTED there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import signal
 from collections.abc import AsyncIterator, Sequence
@@ -19,9 +30,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from attest.core.interceptors import ServerInterceptor
+from attest.core.auth import Authenticator, Surface, surface_of
+from attest.core.channels import use_identity
+from attest.core.interceptors import Guard, ServerInterceptor
 from attest.core.metrics import serve_metrics
-from attest.core.settings import ServerSettings
+from attest.core.quota import TenantQuotas
+from attest.core.settings import ServerSettings, ServerTLSSettings
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +59,88 @@ class Servicer(Protocol):
         """Release backends; called after the server stopped."""
 
 
-class Server:
-    """One aio gRPC server hosting one or more servicers."""
+class StartupRefused(RuntimeError):
+    """The settings would expose the server; the message says what to change."""
 
-    def __init__(self, servicers: Sequence[Servicer], settings: ServerSettings) -> None:
-        self._servicers = list(servicers)
-        self._settings = settings
+
+def is_loopback(host: str) -> bool:
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def authenticated(settings: ServerSettings) -> bool:
+    return settings.auth.enabled or settings.tls.require_client_cert
+
+
+def check_exposure(settings: ServerSettings) -> None:
+    """Refuse settings that would let anyone who reaches the port in."""
+    address = f"{settings.host}:{settings.port}"
+    if settings.insecure_dev:
+        if authenticated(settings):
+            raise StartupRefused(
+                "--insecure-dev turns authentication off, but authentication is configured "
+                "(auth.* or tls.require_client_cert); drop one of them"
+            )
+        if not is_loopback(settings.host):
+            raise StartupRefused(
+                f"refusing to serve {address} with --insecure-dev: without authentication "
+                "only a loopback address (127.0.0.1, ::1, localhost) may be bound"
+            )
+        return
+    if not authenticated(settings) and not is_loopback(settings.host):
+        raise StartupRefused(
+            f"refusing to serve {address} without authentication: anyone who reaches it could "
+            "read and delete every tenant's documents. Configure server.auth.keys_file, "
+            "server.auth.jwks_file or server.auth.jwks_url (for example "
+            "ATTEST_ANSWER_SERVER__AUTH__KEYS_FILE=/etc/attest/keys/keys.yaml), or "
+            "tls.require_client_cert for an internal service; or bind a loopback address "
+            "with --insecure-dev for development"
+        )
+
+
+def server_credentials(tls: ServerTLSSettings) -> grpc.ServerCredentials:
+    """TLS credentials from the mounted PEM files; client certificates required for mTLS."""
+    assert tls.cert_file is not None
+    assert tls.key_file is not None
+    return grpc.ssl_server_credentials(
+        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
+        root_certificates=(
+            tls.client_ca_file.read_bytes() if tls.client_ca_file is not None else None
+        ),
+        require_client_auth=tls.require_client_cert,
+    )
+
+
+class _Listener:
+    """One grpc.aio server: a surface, its servicers, where it binds."""
+
+    def __init__(
+        self,
+        surface: Surface,
+        servicers: Sequence[Servicer],
+        settings: ServerSettings,
+        host: str,
+        port: int,
+        *,
+        tls: bool,
+        guard: Guard,
+        health_servicer: health.aio.HealthServicer,
+    ) -> None:
+        self.surface = surface
+        self.host = host
+        self.requested_port = port
+        self.tls = tls
+        self.port = 0
         transport_limit = settings.max_message_bytes * 2
-        self._server = grpc.aio.server(
-            interceptors=[ServerInterceptor(max_message_bytes=settings.max_message_bytes)],
+        self.server = grpc.aio.server(
+            interceptors=[
+                ServerInterceptor(max_message_bytes=settings.max_message_bytes, guard=guard)
+            ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
             options=[
                 ("grpc.max_receive_message_length", transport_limit),
@@ -64,18 +151,121 @@ class Server:
                 ("grpc.keepalive_permit_without_calls", 1),
             ],
         )
-        self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        for servicer in self._servicers:
-            servicer.register(self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self.server)
+        for servicer in servicers:
+            servicer.register(self.server)
         if settings.reflection:
-            names = [s.service_name for s in self._servicers]
+            names = [s.service_name for s in servicers]
             names += [health.SERVICE_NAME, reflection.SERVICE_NAME]
-            reflection.enable_server_reflection(names, self._server)
+            reflection.enable_server_reflection(names, self.server)
+
+    def bind(self, settings: ServerSettings) -> int:
+        address = f"{self.host}:{self.requested_port}"
+        if self.tls:
+            self.port = self.server.add_secure_port(address, server_credentials(settings.tls))
+        else:
+            self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"could not bind {address}")
+        return self.port
+
+
+class Server:
+    """One or two aio gRPC servers (public and internal) hosting the servicers."""
+
+    def __init__(self, servicers: Sequence[Servicer], settings: ServerSettings) -> None:
+        check_exposure(settings)
+        if settings.identity.configured:
+            use_identity(settings.identity)
+        self._servicers = list(servicers)
+        self._settings = settings
+        self.health = health.aio.HealthServicer()
+        self._listeners = self._plan()
         self.port = 0
+        self.internal_port: int | None = None
         self._ready = asyncio.Event()
         self._stopping = asyncio.Event()
         self._warm_up_task: asyncio.Task[None] | None = None
+
+    def _plan(self) -> list[_Listener]:
+        settings = self._settings
+        tls = settings.tls.enabled
+        quotas = TenantQuotas(settings.quota)
+        if not authenticated(settings):
+            # Development on loopback: one listener, every caller trusted.
+            if not settings.insecure_dev:
+                log.info(
+                    "no authentication configured: serving %s as tenant `default` with every "
+                    "scope (loopback only)",
+                    settings.host,
+                )
+            guard = Guard(surface="public", authenticator=None, quotas=quotas)
+            return [
+                _Listener(
+                    "public",
+                    self._servicers,
+                    settings,
+                    settings.host,
+                    settings.port,
+                    tls=tls,
+                    guard=guard,
+                    health_servicer=self.health,
+                )
+            ]
+        authenticator = Authenticator(settings.auth)
+        try:
+            authenticator.check()
+        except ValueError as exc:
+            raise StartupRefused(str(exc)) from exc
+        if not tls and not is_loopback(settings.host):
+            log.warning(
+                "serving %s without TLS: credentials cross the network in clear text unless "
+                "something in front terminates TLS",
+                settings.host,
+            )
+        by_surface: dict[Surface, list[Servicer]] = {"public": [], "internal": []}
+        for servicer in self._servicers:
+            by_surface[surface_of(servicer.service_name)].append(servicer)
+        listeners: list[_Listener] = []
+        for surface, hosted in by_surface.items():
+            if not hosted:
+                continue
+            split = bool(by_surface["public"]) and surface == "internal"
+            host = settings.internal_host if split else settings.host
+            port = settings.internal_port if split else settings.port
+            guard = Guard(
+                surface=surface,
+                authenticator=authenticator,
+                quotas=quotas,
+                verified_peers=settings.tls.require_client_cert,
+            )
+            listeners.append(
+                _Listener(
+                    surface,
+                    hosted,
+                    settings,
+                    host,
+                    port,
+                    # The internal listener of `serve all` stays on loopback in plain text.
+                    tls=tls and not (split and is_loopback(host)),
+                    guard=guard,
+                    health_servicer=self.health,
+                )
+            )
+        if not listeners:
+            listeners.append(
+                _Listener(
+                    "public",
+                    [],
+                    settings,
+                    settings.host,
+                    settings.port,
+                    tls=tls,
+                    guard=Guard(surface="public", authenticator=authenticator, quotas=quotas),
+                    health_servicer=self.health,
+                )
+            )
+        return listeners
 
     @property
     def ready(self) -> asyncio.Event:
@@ -88,16 +278,29 @@ class Server:
             await self.health.set(servicer.service_name, status)
 
     async def start(self) -> int:
-        """Bind and start serving; warm-up continues in the background."""
-        address = f"{self._settings.host}:{self._settings.port}"
-        self.port = self._server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"could not bind {address}")
+        """Bind and start serving; warm-up continues in the background.
+
+        Returns the port of the first listener (the public one when there
+        are two); ``internal_port`` is the other one's.
+        """
+        for n, listener in enumerate(self._listeners):
+            port = listener.bind(self._settings)
+            if n == 0:
+                self.port = port
+            else:
+                self.internal_port = port
         await self._set_all(NOT_SERVING)
-        await self._server.start()
+        for listener in self._listeners:
+            await listener.server.start()
+            log.info(
+                "listening on %s:%d (%s%s)",
+                listener.host,
+                listener.port,
+                listener.surface,
+                ", TLS" if listener.tls else "",
+            )
         if self._settings.metrics_port is not None:
             serve_metrics(self._settings.metrics_port)
-        log.info("listening on %s:%d", self._settings.host, self.port)
         self._warm_up_task = asyncio.create_task(self._warm_up())
         return self.port
 
@@ -132,7 +335,7 @@ class Server:
         await self.health.enter_graceful_shutdown()
         grace = self._settings.grace_seconds if grace is None else grace
         log.info("shutting down; in-flight calls have %.1fs", grace)
-        await self._server.stop(grace)
+        await asyncio.gather(*(listener.server.stop(grace) for listener in self._listeners))
         if self._warm_up_task is not None:
             await self._warm_up_task
         for servicer in self._servicers:
@@ -142,7 +345,7 @@ class Server:
                 log.exception("closing %s failed", servicer.service_name)
 
     async def wait(self) -> None:
-        await self._server.wait_for_termination()
+        await asyncio.gather(*(lis.server.wait_for_termination() for lis in self._listeners))
 
     async def run_until_signal(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down gracefully."""

@@ -9,9 +9,10 @@ reads the environment at import time.
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -19,6 +20,138 @@ MiB = 1024 * 1024
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClientTLSSettings(StrictModel):
+    enabled: bool = Field(
+        default=False, description="TLS with the system's CAs (implied by ca_file or cert_file)."
+    )
+    ca_file: Path | None = Field(default=None, description="CA bundle for server certificates.")
+    cert_file: Path | None = Field(default=None, description="Client certificate (mTLS).")
+    key_file: Path | None = Field(default=None, description="Client private key (mTLS).")
+    server_name: str | None = Field(
+        default=None, description="Name to verify instead of the target's host."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("tls.cert_file and tls.key_file go together")
+        return self
+
+    @property
+    def secure(self) -> bool:
+        return self.enabled or self.ca_file is not None or self.cert_file is not None
+
+
+class ClientIdentity(StrictModel):
+    """How a process presents itself to the services it calls: TLS (the servers' CA,
+    a client certificate for mTLS) and a token (API key or JWT) sent as
+    ``authorization: Bearer``."""
+
+    tls: ClientTLSSettings = ClientTLSSettings()
+    token: SecretStr | None = Field(default=None, description="API key or JWT.")
+    token_file: Path | None = Field(
+        default=None, description="File holding the token; re-read when it changes."
+    )
+
+    @property
+    def configured(self) -> bool:
+        return self.tls.secure or self.token is not None or self.token_file is not None
+
+
+class ServerTLSSettings(StrictModel):
+    """TLS of a listener, from mounted PEM files; mTLS with a client CA."""
+
+    cert_file: Path | None = Field(default=None, description="PEM certificate chain.")
+    key_file: Path | None = Field(default=None, description="PEM private key.")
+    client_ca_file: Path | None = Field(
+        default=None, description="CA bundle that client certificates must chain to (mTLS)."
+    )
+    require_client_cert: bool = Field(
+        default=False,
+        description="Refuse connections without a client certificate signed by client_ca_file. "
+        "On an internal listener a verified client certificate is a service identity.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("tls.cert_file and tls.key_file go together")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise ValueError("tls.client_ca_file needs tls.cert_file and tls.key_file")
+        if self.require_client_cert and self.client_ca_file is None:
+            raise ValueError("tls.require_client_cert needs tls.client_ca_file")
+        return self
+
+
+class AuthSettings(StrictModel):
+    """Who may call: API keys from a mounted file and/or JWTs checked against a JWKS."""
+
+    keys_file: Path | None = Field(
+        default=None,
+        description="YAML or JSON list of keys, each stored as its SHA-256 with a tenant and "
+        "scopes; re-read when the file changes (rotation without a restart).",
+    )
+    jwks_file: Path | None = Field(default=None, description="JWKS of the token issuer.")
+    jwks_url: str | None = Field(default=None, description="JWKS URL of the token issuer.")
+    issuer: str | None = Field(default=None, description="Required `iss` of every JWT.")
+    audience: str | None = Field(default=None, description="Required `aud` of every JWT.")
+    leeway_seconds: float = Field(
+        default=30.0, ge=0, le=600, description="Clock skew allowed on exp, nbf and iat."
+    )
+    algorithms: tuple[str, ...] = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
+    tenant_claim: str = "tenant"
+    scope_claim: str = Field(
+        default="scope", description="Space-separated string or list of scopes."
+    )
+    reload_check_seconds: float = Field(
+        default=1.0, ge=0, description="How often the keys and JWKS files are checked for changes."
+    )
+    jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    service_key_sha256: tuple[str, ...] = Field(
+        default=(),
+        description="SHA-256 of keys that identify Attest services (scope `internal`); "
+        "`serve all` adds one for its own in-process calls.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return (
+            self.keys_file is not None
+            or self.jwks_file is not None
+            or self.jwks_url is not None
+            or bool(self.service_key_sha256)
+        )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.jwks_file is not None and self.jwks_url is not None:
+            raise ValueError("auth.jwks_file and auth.jwks_url are alternatives")
+        if (self.jwks_file is not None or self.jwks_url is not None) and (
+            not self.issuer or not self.audience
+        ):
+            raise ValueError("JWT verification needs auth.issuer and auth.audience")
+        if any(a.lower() == "none" or a.startswith("HS") for a in self.algorithms):
+            # A JWKS holds public keys: symmetric or unsigned tokens never verify against it.
+            raise ValueError("auth.algorithms takes asymmetric algorithms only")
+        return self
+
+
+class QuotaSettings(StrictModel):
+    """Per-tenant limits on the public listener; None turns a limit off."""
+
+    requests_per_second: float | None = Field(default=None, gt=0)
+    burst: int | None = Field(
+        default=None, ge=1, description="Requests a tenant may send at once (default: 1 s worth)."
+    )
+    max_in_flight_answers: int | None = Field(
+        default=None, ge=1, description="Ask and AskStream calls a tenant may have running."
+    )
 
 
 class ServerSettings(StrictModel):
@@ -39,6 +172,25 @@ class ServerSettings(StrictModel):
         default=None, ge=0, le=65535, description="Prometheus /metrics port; None disables it."
     )
     warm_up_retry_seconds: float = Field(default=2.0, gt=0)
+    insecure_dev: bool = Field(
+        default=False,
+        description="Serve without authentication (every caller is tenant `default` with every "
+        "scope); loopback addresses only.",
+    )
+    tls: ServerTLSSettings = ServerTLSSettings()
+    auth: AuthSettings = AuthSettings()
+    quota: QuotaSettings = QuotaSettings()
+    internal_host: str = Field(
+        default="127.0.0.1",
+        description="Where a server hosting public and internal services at once (`serve all` "
+        "with authentication) serves the internal ones.",
+    )
+    internal_port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port.")
+    identity: ClientIdentity = Field(
+        default=ClientIdentity(),
+        description="How this service presents itself to the services it calls (a service "
+        "key, a client certificate); the default of every channel the process opens.",
+    )
 
 
 class LoggingSettings(StrictModel):
@@ -56,6 +208,27 @@ class ClientSettings(StrictModel):
     keepalive_timeout_seconds: float = Field(default=10.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=5)
     max_message_bytes: int = Field(default=64 * MiB, ge=1024)
+    identity: ClientIdentity = Field(
+        default=ClientIdentity(),
+        description="TLS and token of these calls; when unset, the process's own "
+        "(the server's identity, else ATTEST_CLIENT_*).",
+    )
+
+
+class ClientSecurity(BaseSettings):
+    """``ClientIdentity`` from ATTEST_CLIENT_* variables: command-line clients and
+    any process whose settings name no identity."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ATTEST_CLIENT_", extra="forbid", env_nested_delimiter="__", frozen=True
+    )
+
+    tls: ClientTLSSettings = ClientTLSSettings()
+    token: SecretStr | None = None
+    token_file: Path | None = None
+
+    def identity(self) -> ClientIdentity:
+        return ClientIdentity(tls=self.tls, token=self.token, token_file=self.token_file)
 
 
 class RequestLimits(StrictModel):

@@ -1,0 +1,92 @@
+"""Per-tenant quotas on a real server: requests/s and answers in flight."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from attest.answer.v1 import answer_pb2, answer_pb2_grpc
+from attest.core.auth import new_api_key
+from attest.core.server import running
+from attest.core.settings import AuthSettings, QuotaSettings, ServerSettings
+from tests.integration.perimeter import TenantAnswer, write_keys
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"acme": new_api_key(), "globex": new_api_key()}
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[str, TenantAnswer]]:
+    keys = tmp_path / "keys.json"
+    write_keys(
+        keys,
+        [{"id": t, "key": k, "tenant": t, "scopes": ["ask"]} for t, k in KEYS.items()],
+    )
+    settings = ServerSettings(
+        host="127.0.0.1",
+        port=0,
+        auth=AuthSettings(keys_file=keys),
+        quota=QuotaSettings(requests_per_second=5, burst=3, max_in_flight_answers=1),
+    )
+    answer = TenantAnswer()
+    async with running([answer], settings) as server:
+        yield f"127.0.0.1:{server.port}", answer
+
+
+def _md(tenant: str) -> tuple[tuple[str, str]]:
+    return (("authorization", f"Bearer {KEYS[tenant]}"),)
+
+
+async def test_requests_per_second_per_tenant(served: tuple[str, TenantAnswer]) -> None:
+    address, _ = served
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = answer_pb2_grpc.AnswerServiceStub(channel)
+        codes = []
+        retry_after: list[float] = []
+        for _ in range(6):
+            call = stub.Get(answer_pb2.GetRequest(job_id="j"), metadata=_md("acme"), timeout=5)
+            try:
+                await call
+                codes.append("OK")
+            except grpc.aio.AioRpcError as err:
+                codes.append(err.code().name)
+                trailers = dict(err.trailing_metadata() or ())
+                retry_after.append(float(trailers["retry-after"]))
+                assert "x-request-id" in trailers
+        # A burst of 3, then refusals (the bucket refills 5/s, far slower than this loop).
+        assert codes[:3] == ["OK", "OK", "OK"]
+        assert codes.count("RESOURCE_EXHAUSTED") >= 2, codes
+        assert all(0 < r <= 0.2 for r in retry_after), retry_after
+        # Another tenant has its own bucket.
+        reply = await stub.Get(answer_pb2.GetRequest(job_id="j"), metadata=_md("globex"))
+        assert reply.job.job_id == "globex|"
+        # Waiting as told lets the next call in.
+        await asyncio.sleep(max(retry_after) + 0.05)
+        reply = await stub.Get(answer_pb2.GetRequest(job_id="j"), metadata=_md("acme"))
+        assert reply.job.job_id == "acme|"
+
+
+async def test_answers_in_flight_per_tenant(served: tuple[str, TenantAnswer]) -> None:
+    address, answer = served
+    answer.hold = 1.0
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = answer_pb2_grpc.AnswerServiceStub(channel)
+        first = asyncio.ensure_future(
+            stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("acme"), timeout=10)
+        )
+        await asyncio.sleep(0.3)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("acme"), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "answers in flight" in (caught.value.details() or "")
+        assert float(dict(caught.value.trailing_metadata() or ())["retry-after"]) > 0
+        # The other tenant is not held up by acme's answer.
+        await stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("globex"), timeout=10)
+        await first
+        # Once the first answer ended, acme may ask again.
+        await stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("acme"), timeout=10)
