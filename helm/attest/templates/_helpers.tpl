@@ -171,6 +171,11 @@ embedded backends. Input: dict
 {{- $full := include "attest.componentName" $ctx -}}
 {{- $prefix := printf "ATTEST_%s_" (upper $name) -}}
 {{- $dataVolume := or $cfg.persistence.enabled $cfg.persistence.existingClaim -}}
+{{- $public := has $name (list "answer" "ingest") -}}
+{{- if and $cfg.externalService.enabled (not $public) -}}
+{{- fail (printf "services.%s.externalService: %s is internal (service identities only); only answer and ingest are served outside the release" $name $name) -}}
+{{- end -}}
+{{- $security := dict "root" $root "prefix" $prefix "server" true "public" $public "caller" (gt (len $cfg.peers) 0) "identity" "SERVER__IDENTITY__" -}}
 {{- range $cfg.peers }}
 {{- $peer := index $root.Values.services . | default dict }}
 {{- if not $peer.enabled }}
@@ -267,22 +272,21 @@ spec:
             {{- with .redisPrefix }}
             {{- include "attest.redisEnv" (dict "root" $root "prefix" .) | nindent 12 }}
             {{- end }}
+            {{- with (include "attest.securityEnv" $security | trim) }}{{ . | nindent 12 }}{{- end }}
             {{- include "attest.settingsEnv" (dict "prefix" $prefix "settings" $cfg.settings) | indent 12 }}
           # Native gRPC probes ask grpc.health.v1 for the server's overall
           # status, which turns SERVING only after every model and backend is warm.
+          {{- $probe := dict "root" $root "port" $cfg.port "name" $full }}
           startupProbe:
-            grpc:
-              port: {{ $cfg.port }}
+            {{- include "attest.healthProbe" $probe | trim | nindent 12 }}
             periodSeconds: {{ $cfg.probes.periodSeconds }}
             failureThreshold: {{ $cfg.probes.startupFailureThreshold }}
           readinessProbe:
-            grpc:
-              port: {{ $cfg.port }}
+            {{- include "attest.healthProbe" $probe | trim | nindent 12 }}
             periodSeconds: 5
             failureThreshold: 2
           livenessProbe:
-            grpc:
-              port: {{ $cfg.port }}
+            {{- include "attest.healthProbe" $probe | trim | nindent 12 }}
             periodSeconds: {{ $cfg.probes.periodSeconds }}
             timeoutSeconds: 5
             failureThreshold: 3
@@ -293,6 +297,7 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- with (include "attest.securityMounts" $security | trim) }}{{ . | nindent 12 }}{{- end }}
             {{- if $dataVolume }}
             - name: data
               mountPath: /var/lib/attest
@@ -307,6 +312,7 @@ spec:
       volumes:
         - name: tmp
           emptyDir: {}
+        {{- with (include "attest.securityVolumes" $security | trim) }}{{ . | nindent 8 }}{{- end }}
         {{- if $dataVolume }}
         - name: data
           persistentVolumeClaim:
@@ -512,4 +518,123 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
 {{- end -}}
+{{- end -}}
+
+{{/*
+Authentication, service identity and TLS of one process. Input: dict
+  "root"     the chart context
+  "prefix"   its settings prefix (ATTEST_ANSWER_, ATTEST_PIPELINE_)
+  "server"   true for a gRPC service (it checks callers)
+  "public"   true for answer and ingest (JWTs from end users)
+  "caller"   true when it calls other services (it presents the service key)
+  "identity" where the caller's identity lives: SERVER__IDENTITY__ or CLIENT__IDENTITY__
+Secrets are mounted as folders (never subPath) so updates reach the pods.
+*/}}
+{{- define "attest.securityEnv" -}}
+{{- $sec := .root.Values.security -}}
+{{- $p := .prefix -}}
+{{- if .server }}
+{{- if $sec.apiKeys.existingSecret }}
+- name: {{ $p }}SERVER__AUTH__KEYS_FILE
+  value: {{ printf "/etc/attest/keys/%s" $sec.apiKeys.key | quote }}
+{{- end }}
+{{- if and .public $sec.jwt.jwksUrl }}
+- name: {{ $p }}SERVER__AUTH__JWKS_URL
+  value: {{ $sec.jwt.jwksUrl | quote }}
+- name: {{ $p }}SERVER__AUTH__ISSUER
+  value: {{ required "security.jwt.issuer is required with security.jwt.jwksUrl" $sec.jwt.issuer | quote }}
+- name: {{ $p }}SERVER__AUTH__AUDIENCE
+  value: {{ required "security.jwt.audience is required with security.jwt.jwksUrl" $sec.jwt.audience | quote }}
+- name: {{ $p }}SERVER__AUTH__LEEWAY_SECONDS
+  value: {{ $sec.jwt.leewaySeconds | quote }}
+{{- end }}
+{{- if $sec.tls.existingSecret }}
+- name: {{ $p }}SERVER__TLS__CERT_FILE
+  value: /etc/attest/tls/tls.crt
+- name: {{ $p }}SERVER__TLS__KEY_FILE
+  value: /etc/attest/tls/tls.key
+{{- if and $sec.tls.mutual (not .public) }}
+- name: {{ $p }}SERVER__TLS__CLIENT_CA_FILE
+  value: /etc/attest/tls/ca.crt
+- name: {{ $p }}SERVER__TLS__REQUIRE_CLIENT_CERT
+  value: "true"
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if .caller }}
+{{- if $sec.serviceToken.existingSecret }}
+{{ include "attest.secretEnv" (dict "name" (printf "%s%sTOKEN" $p .identity) "secret" $sec.serviceToken.existingSecret "key" $sec.serviceToken.key) }}
+{{- end }}
+{{- if $sec.tls.existingSecret }}
+- name: {{ $p }}{{ .identity }}TLS__CA_FILE
+  value: /etc/attest/tls/ca.crt
+{{- if $sec.tls.mutual }}
+- name: {{ $p }}{{ .identity }}TLS__CERT_FILE
+  value: /etc/attest/tls/tls.crt
+- name: {{ $p }}{{ .identity }}TLS__KEY_FILE
+  value: /etc/attest/tls/tls.key
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Mounts of the secrets above: dict "root" "server" (bool). */}}
+{{- define "attest.securityMounts" -}}
+{{- $sec := .root.Values.security -}}
+{{- if and .server $sec.apiKeys.existingSecret }}
+- name: api-keys
+  mountPath: /etc/attest/keys
+  readOnly: true
+{{- end }}
+{{- if $sec.tls.existingSecret }}
+- name: tls
+  mountPath: /etc/attest/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "attest.securityVolumes" -}}
+{{- $sec := .root.Values.security -}}
+{{- if and .server $sec.apiKeys.existingSecret }}
+- name: api-keys
+  secret:
+    secretName: {{ $sec.apiKeys.existingSecret }}
+    items:
+      - key: {{ $sec.apiKeys.key }}
+        path: {{ $sec.apiKeys.key }}
+{{- end }}
+{{- if $sec.tls.existingSecret }}
+- name: tls
+  secret:
+    secretName: {{ $sec.tls.existingSecret }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A probe of the gRPC health service: the kubelet's native gRPC probe in plain
+text; with TLS (which the native probe cannot speak) the image's health check
+over TLS, as the service's own name. Input: dict "root" "port" "name" (DNS name).
+*/}}
+{{- define "attest.healthProbe" -}}
+{{- $sec := .root.Values.security -}}
+{{- if $sec.tls.existingSecret }}
+exec:
+  command:
+    - python
+    - /app/healthcheck.py
+    - {{ printf "127.0.0.1:%d" (int .port) | quote }}
+    - --ca
+    - /etc/attest/tls/ca.crt
+    - --server-name
+    - {{ .name | quote }}
+    {{- if $sec.tls.mutual }}
+    - --cert
+    - /etc/attest/tls/tls.crt
+    - --key
+    - /etc/attest/tls/tls.key
+    {{- end }}
+{{- else }}
+grpc:
+  port: {{ .port }}
+{{- end }}
 {{- end -}}
