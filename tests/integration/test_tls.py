@@ -5,6 +5,8 @@ Certificates come from a throwaway CA made for each test (``cryptography``).
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -130,3 +132,44 @@ async def test_mtls_client_certificate_is_a_service_identity(pki: Pki) -> None:
         finally:
             await one_way.close()
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_certificates_reload_without_restart(tmp_path: Path) -> None:
+    """Replaced certificate files serve new connections at once (cert-manager
+    renewals, a new CA); the server is never restarted."""
+    old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
+    live = tmp_path / "live"
+    live.mkdir()
+    cert, key = live / "tls.crt", live / "tls.key"
+    shutil.copyfile(old.server_cert, cert)
+    shutil.copyfile(old.server_key, key)
+    keys = tmp_path / "keys.json"
+    api_key = new_api_key()
+    write_keys(keys, [{"id": "a", "key": api_key, "tenant": "acme", "scopes": ["ask"]}])
+    settings = ServerSettings(
+        host="127.0.0.1",
+        port=0,
+        tls=ServerTLSSettings(cert_file=cert, key_file=key),
+        auth=AuthSettings(keys_file=keys),
+    )
+
+    async def call(ca: Path) -> grpc.StatusCode:
+        identity = ClientIdentity(tls=ClientTLSSettings(ca_file=ca), token=api_key)
+        channel = create_channel(address, identity=identity)
+        try:
+            code, _ = await _get(channel)
+        finally:
+            await channel.close()
+        return code
+
+    async with running([TenantAnswer()], settings) as server:
+        address = f"localhost:{server.port}"
+        assert await call(old.ca) == grpc.StatusCode.OK
+        assert await call(new.ca) == grpc.StatusCode.UNAVAILABLE
+        for source, target in ((new.server_key, key), (new.server_cert, cert)):
+            tmp = target.with_suffix(".tmp")
+            shutil.copyfile(source, tmp)
+            tmp.replace(target)
+        await asyncio.sleep(1.2)  # the files are looked at once a second at most
+        assert await call(new.ca) == grpc.StatusCode.OK
+        assert await call(old.ca) == grpc.StatusCode.UNAVAILABLE

@@ -23,8 +23,9 @@ import contextlib
 import ipaddress
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -103,16 +104,65 @@ def check_exposure(settings: ServerSettings) -> None:
         )
 
 
+class _CertificateFiles:
+    """The listener's PEM files, re-read when cert-manager (or anyone) replaces them.
+
+    gRPC asks ``fetch`` before each new TLS handshake; it answers None (keep
+    the current certificates) unless a file changed, at most once a second.
+    Connections already open keep the certificates they were made with.
+    """
+
+    def __init__(self, tls: ServerTLSSettings) -> None:
+        assert tls.cert_file is not None
+        assert tls.key_file is not None
+        self._paths = [tls.cert_file, tls.key_file]
+        if tls.client_ca_file is not None:
+            self._paths.append(tls.client_ca_file)
+        self._tls = tls
+        self._stamp = self._stat()
+        self._checked = time.monotonic()
+
+    def _stat(self) -> tuple[tuple[int, int], ...]:
+        return tuple((st.st_mtime_ns, st.st_size) for st in (p.stat() for p in self._paths))
+
+    def configuration(self) -> Any:
+        tls = self._tls
+        assert tls.cert_file is not None
+        assert tls.key_file is not None
+        return grpc.ssl_server_certificate_configuration(
+            [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
+            root_certificates=(
+                tls.client_ca_file.read_bytes() if tls.client_ca_file is not None else None
+            ),
+        )
+
+    def fetch(self) -> Any:
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return None
+        self._checked = now
+        try:
+            stamp = self._stat()
+            if stamp == self._stamp:
+                return None
+            configuration = self.configuration()
+        except OSError as exc:
+            # Mid-rotation (a file replaced before its partner): try again later.
+            log.warning("TLS files not readable, keeping the current ones: %s", exc)
+            return None
+        self._stamp = stamp
+        log.info("TLS certificates reloaded from %s", self._paths[0])
+        return configuration
+
+
 def server_credentials(tls: ServerTLSSettings) -> grpc.ServerCredentials:
-    """TLS credentials from the mounted PEM files; client certificates required for mTLS."""
-    assert tls.cert_file is not None
-    assert tls.key_file is not None
-    return grpc.ssl_server_credentials(
-        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
-        root_certificates=(
-            tls.client_ca_file.read_bytes() if tls.client_ca_file is not None else None
-        ),
-        require_client_auth=tls.require_client_cert,
+    """TLS credentials from the mounted PEM files, reloaded when they change;
+    client certificates required for mTLS."""
+    files = _CertificateFiles(tls)
+    return grpc.dynamic_ssl_server_credentials(
+        files.configuration(),
+        files.fetch,
+        require_client_authentication=tls.require_client_cert,
     )
 
 
