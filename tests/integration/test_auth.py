@@ -9,9 +9,11 @@ served, so the tests see where the tenant came from.
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -318,3 +320,53 @@ async def test_client_channels_send_the_token_on_every_kind_of_call(stack: Stack
                 assert reply.job.job_id == "acme|acme"
         finally:
             await channel.close()
+
+
+async def test_jwks_from_a_url(tmp_path: Path) -> None:
+    """The JWKS fetched over HTTP (off the event loop) and cached: tokens of the
+    issuer pass, a token of an unknown key does not."""
+    issuer = Issuer(tmp_path)
+    body = issuer.jwks.read_bytes()
+    fetched: list[str] = []
+
+    class Jwks(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            fetched.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        settings = ServerSettings(
+            host="127.0.0.1",
+            port=0,
+            auth=AuthSettings(
+                jwks_url=f"http://127.0.0.1:{httpd.server_address[1]}/jwks.json",
+                issuer=ISSUER,
+                audience=AUDIENCE,
+            ),
+        )
+        async with running([TenantAnswer()], settings) as server:
+            address = f"127.0.0.1:{server.port}"
+            for tenant in ("acme", "globex", "acme"):
+                token = issuer.token(tenant=tenant)
+                assert await get(address, bearer(token)) == (grpc.StatusCode.OK, f"{tenant}|")
+            (tmp_path / "other").mkdir()
+            stranger = Issuer(tmp_path / "other", kid="k9").token()
+            assert (await get(address, bearer(stranger)))[0] == grpc.StatusCode.UNAUTHENTICATED
+            # No keys file here: an API key is unknown.
+            assert (await get(address, bearer(new_api_key())))[0] == (
+                grpc.StatusCode.UNAUTHENTICATED
+            )
+        # One fetch served the three tokens; the unknown key id may add one more.
+        assert 1 <= len(fetched) <= 2, fetched
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
