@@ -169,15 +169,14 @@ def main() -> None:
 @click.option(
     "--embedded",
     is_flag=True,
-    help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion); "
-    "implies --insecure-dev unless authentication is configured.",
+    help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion).",
 )
 @click.option(
     "--insecure-dev",
     is_flag=True,
     help="No authentication (every caller is tenant `default` with every scope); binds "
     "127.0.0.1 unless --host names another loopback address. Without authentication any "
-    "other address is refused.",
+    "other address is refused. `all` implies it unless authentication is configured.",
 )
 @click.option(
     "--model",
@@ -220,9 +219,10 @@ def serve(
         if service == "all":
             from attest.answer.settings import AnswerSettings
 
-            # --embedded is the laptop path: without authentication, dev mode on loopback.
+            # One process is the laptop and test path: without authentication it is
+            # dev mode on loopback; a deployment runs each service on its own.
             secured = authenticated(AnswerSettings().server)
-            insecure_dev = insecure_dev or (embedded and not secured)
+            insecure_dev = insecure_dev or not secured
             port, overrides = _one_process(port, embedded, secured and not insecure_dev)
         names = list(SERVICES) if service == "all" else [service]
         built = [SERVICES[name]() for name in names]

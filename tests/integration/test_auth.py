@@ -297,6 +297,10 @@ def test_non_loopback_without_auth_refuses_to_start() -> None:
     )
     assert both.returncode != 0
     assert "only a loopback address" in both.stderr
+    # `serve all` without --embedded is development mode too without authentication.
+    plain_all = _serve("all", "--port", "0", "--host", "0.0.0.0")
+    assert plain_all.returncode != 0
+    assert "refusing to serve 0.0.0.0" in plain_all.stderr
     assert time.monotonic() - began < 120
 
 

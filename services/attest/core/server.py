@@ -89,8 +89,9 @@ def check_exposure(settings: ServerSettings) -> None:
             )
         if not is_loopback(settings.host):
             raise StartupRefused(
-                f"refusing to serve {address} with --insecure-dev: without authentication "
-                "only a loopback address (127.0.0.1, ::1, localhost) may be bound"
+                f"refusing to serve {address} in development mode (--insecure-dev, no "
+                "authentication): only a loopback address (127.0.0.1, ::1, localhost) may be "
+                "bound; configure server.auth (API keys or a JWKS) to serve another address"
             )
         return
     if not authenticated(settings) and not is_loopback(settings.host):
