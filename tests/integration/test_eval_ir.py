@@ -109,6 +109,8 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
     )
     assert out.exit_code == 0, out.output
     assert "toy_climate  tuned/" in out.output
+    tuned = json.loads((tmp_path / ".attest/eval/toy_climate-tuned-tantivy.json").read_text())
+    assert tuned["ndcg@10"] > 0.5  # the fitted fusion ranks the paraphrased documents
     bad = tmp_path / "bad.json"
     bad.write_text('{"method": "borda"}')
     out = runner.invoke(

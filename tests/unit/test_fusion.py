@@ -79,7 +79,7 @@ def test_settings_files_are_checked(tmp_path):
     from attest.answer.fusion import FusionSettingsError, load_fusion_settings
 
     shipped = load_fusion_settings()
-    assert shipped.method in ("rrf", "weighted", "dbsf")
+    assert shipped.method in ("rrf", "weighted", "dbsf", "linear")
     assert shipped.fitted_on
     bad = tmp_path / "f.json"
     for text, message in (

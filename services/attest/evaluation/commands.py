@@ -423,13 +423,21 @@ def tune_fusion_command(
             click.echo(
                 f"{name} half {half} ({f['queries']} queries, fitted on the other half): "
                 f"hybrid {f['hybrid']:.4f}  hybrid_kg {f['hybrid_kg']:.4f}  "
-                f"tuned {f['tuned']:.4f}  [{_short(f['fitted_on_other_half'])}]"
+                f"tuned {f['tuned']:.4f}  tuned without KG {f['tuned_without_kg']:.4f}  "
+                f"[{_short(f['fitted_on_other_half'])}]"
             )
     click.echo(f"fitted on all: {_short(settings.describe())}")
     click.echo(f"wrote {output}")
 
 
 def _short(settings: dict[str, Any]) -> str:
-    weights = ", ".join(f"{k}={v:g}" for k, v in settings["weights"].items() if v)
+    if settings["method"] == "linear":
+        features = settings.get("features", {})
+        weights = "; ".join(
+            f"{name} " + " ".join(f"{f}={w:+.2f}" for f, w in by.items())
+            for name, by in features.items()
+        )
+    else:
+        weights = ", ".join(f"{k}={v:g}" for k, v in settings["weights"].items() if v)
     rescore = f", re-scoring {'/'.join(settings['rescore'])}" if settings["rescore"] else ""
     return f"{settings['method']}: {weights}{rescore}"

@@ -74,7 +74,8 @@ def plain_fusions() -> dict[str, FusionSettings]:
 
 def signals_of(retriever: str, tuned: FusionSettings) -> tuple[str, ...]:
     if retriever == "tuned":
-        return tuple(s for s in SIGNAL_NAMES if s in tuned.weights)
+        used = tuple(s for s in SIGNAL_NAMES if tuned.weight(s) > 0)
+        return used or SIGNAL_NAMES
     if retriever == "all":
         return SIGNAL_NAMES
     return SIGNALS[retriever]
