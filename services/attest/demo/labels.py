@@ -16,6 +16,8 @@ article that states the answer".
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from attest.demo.run import read_jsonl
@@ -53,3 +55,25 @@ def demo_items() -> list[QAItem]:
             )
         )
     return items
+
+
+def write_beir(root: Path) -> tuple[int, int]:
+    """The sample and its labelled questions as a BEIR folder (for ``attest eval ir``):
+    every article a document, every question with a supporting article a query,
+    those articles its relevant documents. Returns (documents, queries)."""
+    corpus = read_jsonl("sample_corpus.jsonl")
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    with (root / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for doc in corpus:
+            row = {"_id": doc["id"], "title": doc["title"], "text": doc["body"]}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    judged = [row for row in labelled_questions() if row["supporting_doc_ids"]]
+    with (root / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for row in judged:
+            f.write(json.dumps({"_id": row["id"], "text": row["question"]}) + "\n")
+    with (root / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for row in judged:
+            for doc_id in row["supporting_doc_ids"]:
+                f.write(f"{row['id']}\t{doc_id}\t1\n")
+    return len(corpus), len(judged)

@@ -1,4 +1,5 @@
-"""``attest eval qa``, ``demo``, ``convert-rgb``, ``fit-judge`` and ``tune-fusion``."""
+"""``attest eval qa``, ``demo``, ``convert-rgb``, ``convert-demo``, ``fit-judge`` and
+``tune-fusion``."""
 
 from __future__ import annotations
 
@@ -340,6 +341,21 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(report, indent=2))
     click.echo(f"wrote {output}")
+
+
+@click.command(name="convert-demo")
+@click.argument("target", type=click.Path(file_okay=False, path_type=Path))
+def convert_demo_command(target: Path) -> None:
+    """Write the demo sample and its labelled questions as a BEIR folder TARGET.
+
+    Each answerable question is a query and its supporting articles are its
+    relevant documents, so `attest eval ir --dataset TARGET` measures retrieval
+    on the demo's ESG news.
+    """
+    from attest.demo.labels import write_beir
+
+    docs, queries = write_beir(target)
+    click.echo(f"wrote {docs} documents and {queries} judged queries to {target}")
 
 
 @click.command(name="tune-fusion")
