@@ -32,6 +32,10 @@ QUERIES = [
     ("q2", "melting ice raises the oceans", {"d2": 1}),
     ("q3", "electricity from the sun", {"d4": 1}),
     ("q4", "bears hunting on ice", {"d3": 1}),
+    ("q5", "reservoirs running dry in a drought", {"d5": 1}),
+    ("q6", "the score of the football game", {"d6": 1}),
+    ("q7", "ocean heat bleaching reefs", {"d7": 1}),
+    ("q8", "turbines making power from wind at sea", {"d8": 1}),
 ]
 
 
@@ -62,7 +66,7 @@ def test_all_retrievers_from_one_index_then_from_the_cache(beir: Path, tmp_path:
     per = first["retrievers"]
     assert set(per) == {*SIGNAL_NAMES, *FUSION_NAMES}
     for name, m in per.items():
-        assert m["queries"] == 4, name
+        assert m["queries"] == 8, name
         assert 0.0 <= m["ndcg@10"] <= 1.0
     # The queries paraphrase their documents: dense and the fusions find them.
     assert per["dense"]["ndcg@10"] > 0.8
@@ -70,7 +74,7 @@ def test_all_retrievers_from_one_index_then_from_the_cache(beir: Path, tmp_path:
     assert first["index_seconds"] > 0
     assert first["links_per_second"] > 0
     assert (cache / "links.json.gz").is_file()
-    assert (cache / "lists-100.json.gz").is_file()
+    (lists,) = cache.glob("lists-100-*.json.gz")  # keyed by the queries too
 
     second = asyncio.run(
         run_ir_eval(data, retriever="all", data_dir=tmp_path / "d2", cache_dir=cache, batch_size=3)
@@ -79,6 +83,16 @@ def test_all_retrievers_from_one_index_then_from_the_cache(beir: Path, tmp_path:
     assert "link_seconds" not in second
     for name in per:
         assert second["retrievers"][name]["ndcg@10"] == pytest.approx(per[name]["ndcg@10"])
+
+    # A corrupt cache file is recomputed, not fatal.
+    lists.write_bytes(lists.read_bytes()[:40])
+    (cache / "state.json").write_text("[]")
+    third = asyncio.run(
+        run_ir_eval(data, retriever="all", data_dir=tmp_path / "d3", cache_dir=cache, batch_size=3)
+    )
+    assert third["index_seconds"] > 0  # the unreadable state means index again
+    for name in per:
+        assert third["retrievers"][name]["ndcg@10"] == pytest.approx(per[name]["ndcg@10"])
 
 
 def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) -> None:
@@ -93,7 +107,7 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
         main, ["eval", "tune-fusion", "--dataset", str(beir), "--output", str(settings)]
     )
     assert out.exit_code == 0, out.output
-    assert "toy_climate half A (2 queries" in out.output
+    assert "toy_climate half A (4 queries" in out.output
     written = json.loads(settings.read_text())
     assert written["method"] in ("rrf", "weighted", "dbsf")
     assert "toy_climate" in written["fitted_on"]
@@ -111,6 +125,15 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
     assert "toy_climate  tuned/" in out.output
     tuned = json.loads((tmp_path / ".attest/eval/toy_climate-tuned-tantivy.json").read_text())
     assert tuned["ndcg@10"] > 0.5  # the fitted fusion ranks the paraphrased documents
+    few = tmp_path / "few"
+    few.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (few / name).write_text((beir / name).read_text())
+    (few / "qrels").mkdir()
+    (few / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    out = runner.invoke(main, ["eval", "tune-fusion", "--dataset", str(few)])
+    assert out.exit_code != 0
+    assert "needs at least 8" in out.output
     bad = tmp_path / "bad.json"
     bad.write_text('{"method": "borda"}')
     out = runner.invoke(

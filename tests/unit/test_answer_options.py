@@ -121,5 +121,11 @@ def test_fusion_methods_map_to_settings() -> None:
     ):
         got = fusion(method)
         assert got.method == name
-        assert dict(got.weights) == dict(configured.weights)
+        if configured.method == "linear":
+            # equal weights over the retrievers the model uses
+            used = {r for r in ("bm25", "dense", "kg", "kg_enhanced") if configured.weight(r)}
+            assert dict(got.weights) == dict.fromkeys(used, 1.0)
+            assert got.weight("kg") == (1.0 if "kg" in used else 0.0)
+        else:
+            assert dict(got.weights) == dict(configured.weights)
     assert fusion(common_pb2.FUSION_METHOD_UNSPECIFIED) == configured

@@ -84,11 +84,46 @@ def test_settings_files_are_checked(tmp_path):
     bad = tmp_path / "f.json"
     for text, message in (
         ('{"method": "borda"}', "unknown fusion method"),
-        ('{"weights": {"bm25": -1}}', "finite number"),
+        ('{"weights": {"bm25": -1}}', "must be a number in"),
         ('{"weights": {"bm25": 1}, "colour": 1}', "unknown fusion settings keys"),
         ("[1]", "expected a JSON object"),
         ("{", "f.json"),
+        ('{"method": "linear", "features": null}', "features must be an object"),
+        ('{"method": "linear", "features": []}', "features must be an object"),
+        ('{"rescore": 5}', "rescore must be a list"),
+        ('{"rescore": "kg_enhanced"}', "rescore must be a list"),
+        ('{"weights": {"bm_25": 3}}', "unknown retrievers"),
+        ('{"method": "linear", "features": {"bm_25": {"rank": 1}}}', "unknown retrievers"),
+        ('{"weights": {"bm25": true}}', "must be a number"),
+        ('{"rrf_k": true}', "rrf_k must be an integer"),
+        ('{"weights": {"bm25": 1e308, "dense": 1e308}}', "must be a number in"),
+        ('{"method": "linear", "features": {"bm25": {"rank": 1e308}}}', "must be a number in"),
+        ('{"method": "weighted", "weights": {}, "default_weight": 0}', "every retriever weighs 0"),
+        ('{"method": "linear", "features": {"bm25": {}}}', "every retriever weighs 0"),
     ):
         bad.write_text(text)
         with pytest.raises(FusionSettingsError, match=message):
             load_fusion_settings(bad)
+
+
+def test_a_rescoring_list_is_used_alone_when_the_others_found_nothing():
+    from attest.answer.fusion import FusionSettings, fuse_with
+
+    kg = Ranked("kg_enhanced", [("x", 0.9), ("a", 0.5)])
+    boost = FusionSettings(method="rrf", rescore=("kg_enhanced",))
+    empty = [Ranked("bm25", []), Ranked("dense", [])]
+    assert [k for k, _ in fuse_with([*empty, kg], boost)] == ["x", "a"]
+
+
+def test_a_broken_settings_file_is_a_settings_error_at_start_up(tmp_path, monkeypatch):
+    from pydantic import ValidationError
+
+    from attest.answer.settings import AnswerSettings
+
+    for name, text in (("missing.json", None), ("bad.json", '{"rescore": null}')):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        monkeypatch.setenv("ATTEST_ANSWER_FUSION_SETTINGS", str(path))
+        with pytest.raises(ValidationError, match=name):
+            AnswerSettings()

@@ -48,7 +48,7 @@ def reference_score(scorer, encode, article, query, variant, top_n, corpus=None)
     """The method as written: every node on every path to the root, scored by its best
     attribute; with ``corpus``, each node's score weighted by its IDF among those articles."""
     graph = scorer.graph
-    nodes = sub_graph(graph, article)
+    nodes = list(sub_graph(graph, article))
     weight = dict.fromkeys(nodes, 1.0)
     if corpus is not None:
         reach = [sub_graph(graph, a) for a in corpus]
@@ -56,7 +56,9 @@ def reference_score(scorer, encode, article, query, variant, top_n, corpus=None)
         for node in nodes:
             df = sum(node in r for r in reach)
             weight[node] = float(np.log1p(n / (1 + df)) / np.log1p(n))
-    scores = [float(np.max(encode(graph.attributes(n)) @ query)) * weight[n] for n in nodes]
+    scores = [float(np.max(encode(graph.attributes(n)) @ query)) for n in nodes]
+    if corpus is not None:
+        scores = [max(0.0, sc) * weight[n] for sc, n in zip(scores, nodes, strict=True)]
     attrs = [article.headline]
     if variant == "kg_enhanced":
         if article.summary is not None:
@@ -223,3 +225,20 @@ def test_a_node_most_articles_reach_weighs_less(graph):
     top = scorer.score("default", query, top_k=1)[0]
     assert top.doc_id == "own"
     assert top.best_score == pytest.approx(1.0, abs=2e-3)
+
+
+def test_ties_are_ordered_by_document_id_whatever_the_load_order(graph):
+    encode = ToyEncoder()
+    rng = np.random.default_rng(9)
+    query = unit(rng)
+    shared = unit(rng)
+    articles = [
+        Article(doc_id=f"t{i:02d}", entity_ids=("water-stress",), headline=shared)
+        for i in range(12)
+    ]
+    orders = []
+    for arrangement in (articles, articles[::-1]):
+        scorer = KgScorer(graph, encode, top_n=3)
+        scorer.upsert("default", arrangement)
+        orders.append([s.doc_id for s in scorer.score("default", query, top_k=5)])
+    assert orders[0] == orders[1] == [f"t{i:02d}" for i in range(5)]

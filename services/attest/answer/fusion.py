@@ -47,6 +47,10 @@ METHODS: tuple[Method, ...] = ("rrf", "weighted", "dbsf", "linear")
 FEATURES = ("rank", "score", "found")
 RRF_K = 60
 DEFAULT_SETTINGS_PATH = Path(__file__).with_name("fusion.json")
+# The retrievers a settings file may name.
+RETRIEVER_NAMES = ("bm25", "dense", "kg", "kg_enhanced")
+# Larger weights only overflow: scores are sums of weight x score in [0, 1].
+MAX_WEIGHT = 1e6
 
 
 @dataclass(frozen=True)
@@ -82,20 +86,32 @@ class FusionSettings:
         if self.method not in METHODS:
             raise FusionSettingsError(f"unknown fusion method {self.method!r}; one of {METHODS}")
         for name, w in {**self.weights, "default_weight": self.default_weight}.items():
-            if not (isinstance(w, int | float) and math.isfinite(w) and w >= 0):
-                raise FusionSettingsError(f"weight of {name!r} must be a finite number >= 0")
+            if not (_number(w) and 0 <= w <= MAX_WEIGHT):
+                raise FusionSettingsError(
+                    f"weight of {name!r} must be a number in [0, {MAX_WEIGHT:g}]"
+                )
+        if not (isinstance(self.rrf_k, int) and not isinstance(self.rrf_k, bool)):
+            raise FusionSettingsError("rrf_k must be an integer")
+        if not 0 <= self.rrf_k <= 1_000_000:
+            raise FusionSettingsError("rrf_k must be between 0 and 1000000")
+        if not isinstance(self.rescore, tuple) or not all(isinstance(r, str) for r in self.rescore):
+            raise FusionSettingsError("rescore must be a list of retriever names")
+        if not isinstance(self.features, Mapping):
+            raise FusionSettingsError(
+                "features must be an object of retriever -> feature -> weight"
+            )
         for name, by_feature in self.features.items():
             if not isinstance(by_feature, Mapping) or set(by_feature) - set(FEATURES):
                 raise FusionSettingsError(
                     f"features of {name!r} must map some of {FEATURES} to weights"
                 )
             for feature, w in by_feature.items():
-                if not (isinstance(w, int | float) and math.isfinite(w)):
-                    raise FusionSettingsError(f"{name}.{feature} must be a finite number")
+                if not (_number(w) and abs(w) <= MAX_WEIGHT):
+                    raise FusionSettingsError(
+                        f"{name}.{feature} must be a number in [-{MAX_WEIGHT:g}, {MAX_WEIGHT:g}]"
+                    )
         if self.method == "linear" and not self.features:
             raise FusionSettingsError("the linear method needs fitted features")
-        if not (isinstance(self.rrf_k, int) and self.rrf_k >= 0):
-            raise FusionSettingsError("rrf_k must be an integer >= 0")
 
     def weight(self, name: str) -> float:
         """How much a retriever counts; a linear model counts those it has features for."""
@@ -135,15 +151,38 @@ class FusionSettings:
         weights = raw.get("weights", {})
         if not isinstance(weights, Mapping):
             raise FusionSettingsError("weights must be an object of retriever name -> weight")
-        return cls(
+        rescore = raw.get("rescore", [])
+        if not isinstance(rescore, list):
+            raise FusionSettingsError("rescore must be a list of retriever names")
+        features = raw.get("features", {})
+        if not isinstance(features, Mapping):
+            raise FusionSettingsError(
+                "features must be an object of retriever -> feature -> weight"
+            )
+        settings = cls(
             method=cast(Method, raw.get("method", "rrf")),
             weights={str(k): v for k, v in weights.items()},
             default_weight=raw.get("default_weight", 1.0),
             rrf_k=raw.get("rrf_k", RRF_K),
-            rescore=tuple(str(x) for x in raw.get("rescore", ())),
-            features=raw.get("features", {}),
+            rescore=tuple(rescore),
+            features=features,
             fitted_on=str(raw.get("fitted_on", "")),
         )
+        # A file configures the services' retrievers: only their names, and
+        # at least one of them must count.
+        named = {*settings.weights, *settings.features, *settings.rescore}
+        if named - set(RETRIEVER_NAMES):
+            raise FusionSettingsError(
+                f"unknown retrievers {sorted(named - set(RETRIEVER_NAMES))}; "
+                f"one of {RETRIEVER_NAMES}"
+            )
+        if not any(settings.weight(name) > 0 for name in RETRIEVER_NAMES):
+            raise FusionSettingsError("every retriever weighs 0: nothing would be ranked")
+        return settings
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_fusion_settings(path: Path | None = None) -> FusionSettings:
@@ -277,6 +316,9 @@ def fuse_with(
     A list from a re-scoring retriever alone (nothing else answered) is used
     as it is, so losing BM25 and dense never empties an answer.
     """
+    # An empty list (a retriever that found nothing) takes no part, so a
+    # re-scoring list whose partners found nothing is used on its own.
+    lists = [r for r in lists if r.items]
     if any(settings.weight(r.name) > 0 for r in lists):
         # A retriever weighted 0 takes no part (its keys are not candidates).
         lists = [r for r in lists if settings.weight(r.name) > 0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from attest.answer.fusion import FusionSettings
+from attest.answer.fusion import RETRIEVER_NAMES, FusionSettings, Method
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
@@ -66,13 +66,20 @@ def fusion_of(
     method: common_pb2.FusionMethod.ValueType, configured: FusionSettings
 ) -> FusionSettings:
     """UNSPECIFIED: the configured fusion; RRF: plain, equal weights; WEIGHTED and
-    DBSF: that method with the configured weights."""
+    DBSF: that method with the configured weights (for a configured linear model,
+    equal weights over the retrievers it uses)."""
     if method == common_pb2.FUSION_METHOD_RRF:
         return FusionSettings(method="rrf", rrf_k=configured.rrf_k, fitted_on="plain RRF")
-    if method == common_pb2.FUSION_METHOD_WEIGHTED:
-        return dataclasses.replace(configured, method="weighted")
-    if method == common_pb2.FUSION_METHOD_DBSF:
-        return dataclasses.replace(configured, method="dbsf")
+    if method in (common_pb2.FUSION_METHOD_WEIGHTED, common_pb2.FUSION_METHOD_DBSF):
+        name: Method = "weighted" if method == common_pb2.FUSION_METHOD_WEIGHTED else "dbsf"
+        if configured.method == "linear":
+            # A linear model has no per-retriever weight: the retrievers it
+            # uses count equally.
+            used = {r: 1.0 for r in RETRIEVER_NAMES if configured.weight(r) > 0}
+            return dataclasses.replace(
+                configured, method=name, weights=used, default_weight=0.0, features={}
+            )
+        return dataclasses.replace(configured, method=name)
     return configured
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 
-from attest.answer.fusion import FusionSettings, load_fusion_settings
+from attest.answer.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
 from attest.core.settings import (
     ClientSettings,
     ServerSettings,
@@ -108,6 +108,15 @@ class AnswerSettings(ServiceSettings):
         "tune-fusion`); None uses the settings shipped with Attest. Used when a request leaves "
         "options.retrieval.fusion unset; WEIGHTED and DBSF take its weights, RRF is plain.",
     )
+
+    @field_validator("fusion_settings")
+    @classmethod
+    def _fusion_file_is_usable(cls, value: Path | None) -> Path | None:
+        try:
+            _fusion_file(value)
+        except FusionSettingsError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
 
     def fusion(self) -> FusionSettings:
         """The configured fusion, read once per file."""

@@ -430,7 +430,10 @@ def tune_fusion_command(
             inputs.append((data.name, lists, data.qrels))
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
-    settings, report = tune(inputs)
+    try:
+        settings, report = tune(inputs)
+    except (ValueError, DatasetError) as exc:
+        raise click.ClickException(str(exc)) from exc
     output = _output(output, "fusion")
     record = {**settings.describe(), "cross_validated": report["cross_validated"]}
     _write(output, record)

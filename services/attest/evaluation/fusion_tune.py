@@ -51,6 +51,9 @@ from attest.evaluation.runner import SignalLists
 DENSE_WEIGHTS = (0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0)
 KG_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)
 KG_SIGNALS = ("kg", "kg_enhanced")
+# Each half is halved again to choose a family, and each quarter needs a
+# relevant and a non-relevant candidate.
+MIN_QUERIES = 8
 # Inverse L2 strength of the linear method's logistic regression.
 LINEAR_C = 1.0
 Qrels = Mapping[str, Mapping[str, int]]
@@ -128,6 +131,8 @@ def ndcg10(prepared: Prepared, settings: FusionSettings, qids: Iterable[str]) ->
         # Mirrors ``fuse_with``: the fusing lists' keys are the candidates, and
         # the re-scoring lists add to those only.
         candidate = q.found[:, fusing].any(axis=1)
+        if not candidate.any():
+            candidate = q.found[:, active].any(axis=1)  # re-scoring lists alone
         if settings.method == "linear":
             fused = _linear(q, settings, prepared.signals, active)
         else:
@@ -288,6 +293,12 @@ def tune(
     from attest.evaluation.runner import plain_fusions, run_of
 
     prepared = [prepare(lists, qrels) for _, lists, qrels in datasets]
+    for (name, _, _), p in zip(datasets, prepared, strict=True):
+        if len(p.queries) < MIN_QUERIES:
+            raise ValueError(
+                f"{name}: {len(p.queries)} judged queries with results; fitting by halves "
+                f"and choosing a family by halves of those needs at least {MIN_QUERIES}"
+            )
     signals = sorted({s for p in prepared for s in p.signals})
     grid = candidates(signals)
     split = [halves(p.queries) for p in prepared]

@@ -21,6 +21,7 @@ import contextlib
 import gzip
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from attest.core.settings import ServerSettings
 from attest.evaluation.ir import CorpusDoc, Dataset, Run, evaluate
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 LEXICAL = "attest.lexical.v1.LexicalService"
 SEMANTIC = "attest.semantic.v1.SemanticService"
@@ -154,6 +157,14 @@ def corpus_key(data: Dataset) -> str:
     return h.hexdigest()[:16]
 
 
+def queries_key(data: Dataset) -> str:
+    """A short hash of the judged queries' texts."""
+    h = hashlib.sha256()
+    for qid, text in sorted(data.judged_queries().items()):
+        h.update(f"{qid}\t{text}\n".encode())
+    return h.hexdigest()[:12]
+
+
 def default_cache_dir(data: Dataset, root: Path = Path(".attest") / "eval" / "cache") -> Path:
     return root / f"{data.name}-{corpus_key(data)}"
 
@@ -173,8 +184,9 @@ class _Cache:
             root.mkdir(parents=True, exist_ok=True)
             path = root / "state.json"
             if path.is_file():
-                with contextlib.suppress(ValueError):
-                    self._state = json.loads(path.read_text(encoding="utf-8"))
+                with contextlib.suppress(OSError, ValueError):
+                    state = json.loads(path.read_text(encoding="utf-8"))
+                    self._state = state if isinstance(state, dict) else {}
 
     def has(self, key: str) -> bool:
         return bool(self._state.get(key))
@@ -188,10 +200,15 @@ class _Cache:
         tmp.replace(self.root / "state.json")
 
     def load_json(self, name: str) -> Any:
+        """A cached value, or None when absent or unreadable (it is then recomputed)."""
         if self.root is None or not (self.root / name).is_file():
             return None
-        with gzip.open(self.root / name, "rt", encoding="utf-8") as f:
-            return json.load(f)
+        try:
+            with gzip.open(self.root / name, "rt", encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, EOFError, ValueError) as exc:
+            log.warning("ignoring the unreadable cache file %s: %s", self.root / name, exc)
+            return None
 
     def save_json(self, name: str, value: Any) -> None:
         if self.root is None:
@@ -226,10 +243,15 @@ async def signal_lists(
     """
     cache = _Cache(cache_dir)
     timings: dict[str, float] = {}
-    lists_key = f"lists-{top_k}.json.gz"
+    # Lists belong to the queries asked as well as to the corpus.
+    lists_key = f"lists-{top_k}-{queries_key(data)}.json.gz"
     local = address is None and semantic_address is None
     cached = cache.load_json(lists_key) if reuse_lists and local else None
-    if cached is not None and all(s in by for by in cached.values() for s in signals):
+    if (
+        cached is not None
+        and set(data.judged_queries()) <= set(cached)
+        and all(s in by for by in cached.values() for s in signals)
+    ):
         return {
             q: {s: [(d, float(v)) for d, v in by[s]] for s in signals} for q, by in cached.items()
         }, timings

@@ -8,7 +8,8 @@ every node on every path from its linked entities up to the root; its score is
 the best node score on that sub-graph plus the mean of the next ``top_n``.
 
 Node specificity (``node_weighting="idf"``, the default): a graph node's
-score is multiplied by how specific it is among the tenant's articles,
+score (a negative cosine counted as 0) is multiplied by how specific it is
+among the tenant's articles,
 ``log(1 + N / (1 + df)) / log(1 + N)`` for N articles of which df have the
 node in their sub-graph, as IDF weighs a term. A topic that a third of the
 corpus links to ("climate change", and the root every path reaches) says
@@ -399,7 +400,8 @@ class KgScorer:
     def _weighted(self, node_scores: Floats, arrays: _Arrays) -> Floats:
         if self.node_weighting == "none":
             return node_scores
-        weighted: Floats = (node_scores * arrays.specificity[:-1]).astype(np.float32)
+        # A dissimilar node (negative cosine) scores 0, so weighting never lifts it.
+        weighted: Floats = (np.maximum(node_scores, 0) * arrays.specificity[:-1]).astype(np.float32)
         return weighted
 
     @staticmethod
@@ -491,8 +493,13 @@ class KgScorer:
                 total = np.concatenate([total, t2])
                 best_p = np.concatenate([best_p, b2])
                 next_p = np.concatenate([next_p, n2])
-            top = np.argpartition(-total, take - 1)[:take]
-            top = top[np.argsort(-total[top], kind="stable")]
+            # Ties are broken by document id, so the order does not depend on the
+            # order rows were loaded in (a fresh index and a reloaded one agree).
+            kth = np.partition(total, len(total) - take)[len(total) - take]
+            tied = np.flatnonzero(total >= kth)
+            names = [table.doc_ids[int(rows[picked[i]])] for i in tied]
+            keep = sorted(range(len(tied)), key=lambda i: (-float(total[tied[i]]), names[i]))
+            top = tied[keep[:take]]
             out = []
             for pos in top.tolist():
                 r = int(rows[picked[pos]])
