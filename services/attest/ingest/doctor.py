@@ -34,7 +34,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from attest.ingest.jobs import StageRunner
+from attest.ingest.jobs import StageRunner, registry_entries
 from attest.ingest.sinks import LocalSinks
 from attest.ingest.stages import Sinks
 from attest.ingest.state import JobStore, RegistryEntry
@@ -283,16 +283,7 @@ async def repair(
         unrepairable += sorted(set(chunk) - {r["article"]["id"] for r in records})
         if records:
             await sinks.index(tenant, records)
-            entries = {
-                r["article"]["id"]: RegistryEntry(
-                    content_hash=r["hash"],
-                    passages=len(r["passages"]),
-                    organizations=tuple(r["organizations"]),
-                    entity_ids=tuple(r["entity_ids"]),
-                    published_at=r["article"].get("published_at"),
-                )
-                for r in records
-            }
+            entries = registry_entries(records)
             await asyncio.to_thread(store.registry_put, tenant, entries)
             reindexed += len(records)
     if reindexed:

@@ -367,16 +367,7 @@ class StageRunner:
         ids = [r["article"]["id"] for r in records]
         await asyncio.to_thread(self.store.registry_begin, job_id, tenant, ids)
         await self.sinks.index(tenant, records)
-        entries = {
-            r["article"]["id"]: RegistryEntry(
-                content_hash=r["hash"],
-                passages=len(r["passages"]),
-                organizations=tuple(r["organizations"]),
-                entity_ids=tuple(r["entity_ids"]),
-                published_at=r["article"].get("published_at"),
-            )
-            for r in records
-        }
+        entries = registry_entries(records)
         sources = {
             r["article"]["id"]: json.dumps(
                 {"article": r["article"], "hash": r["hash"]}, ensure_ascii=False
@@ -682,3 +673,17 @@ class IngestCore:
         await self.sinks.delete(tenant, targets)
         deleted = await asyncio.to_thread(self.store.registry_delete, tenant, matched)
         return DeleteResult(len(matched), deleted, tuple(matched[:1000]))
+
+
+def registry_entries(records: Sequence[Record]) -> dict[str, RegistryEntry]:
+    """What the registry keeps of each indexed record, by document id."""
+    return {
+        r["article"]["id"]: RegistryEntry(
+            content_hash=r["hash"],
+            passages=len(r["passages"]),
+            organizations=tuple(r["organizations"]),
+            entity_ids=tuple(r["entity_ids"]),
+            published_at=r["article"].get("published_at"),
+        )
+        for r in records
+    }
