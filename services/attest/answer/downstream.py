@@ -14,7 +14,9 @@ from typing import TypeVar
 import grpc
 
 from attest.answer.settings import AnswerSettings
+from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
+from attest.core.context import tenant_var
 from attest.core.errors import AttestError, DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
@@ -46,11 +48,20 @@ async def _call(service: str, call: Awaitable[T]) -> T:
 
 
 class GrpcBackends:
-    """Stubs of the four services the answer pipeline calls; channels open on first use."""
+    """Stubs of the four services the answer pipeline calls; channels open on first use.
 
-    def __init__(self, settings: AnswerSettings) -> None:
+    Every call names the tenant it acts for: ``tenant`` (a queued job's), else
+    the tenant of the request being served, so that lexical and semantic search,
+    Explain and generate's re-search read that tenant's records only.
+    """
+
+    def __init__(self, settings: AnswerSettings, tenant: str | None = None) -> None:
         self._settings = settings
+        self._tenant = tenant
         self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _metadata(self) -> tuple[tuple[str, str]]:
+        return tenant_metadata(self._tenant if self._tenant is not None else tenant_var.get())
 
     def _channel(self, address: str, idempotent: list[tuple[str, str]]) -> grpc.aio.Channel:
         if address not in self._channels:
@@ -74,7 +85,9 @@ class GrpcBackends:
         stub = lexical_pb2_grpc.LexicalServiceStub(
             self._channel(self._settings.lexical_address, self._read_only())
         )
-        return await _call("lexical", stub.Search(request, timeout=seconds))
+        return await _call(
+            "lexical", stub.Search(request, timeout=seconds, metadata=self._metadata())
+        )
 
     async def semantic_search(
         self, request: semantic_pb2.SearchRequest, seconds: float
@@ -82,7 +95,9 @@ class GrpcBackends:
         stub = semantic_pb2_grpc.SemanticServiceStub(
             self._channel(self._settings.semantic_address, self._read_only())
         )
-        return await _call("semantic", stub.Search(request, timeout=seconds))
+        return await _call(
+            "semantic", stub.Search(request, timeout=seconds, metadata=self._metadata())
+        )
 
     async def explain(
         self, request: semantic_pb2.ExplainRequest, seconds: float
@@ -90,7 +105,9 @@ class GrpcBackends:
         stub = semantic_pb2_grpc.SemanticServiceStub(
             self._channel(self._settings.semantic_address, self._read_only())
         )
-        return await _call("semantic", stub.Explain(request, timeout=seconds))
+        return await _call(
+            "semantic", stub.Explain(request, timeout=seconds, metadata=self._metadata())
+        )
 
     async def rerank(
         self, request: rerank_pb2.RerankRequest, seconds: float
@@ -98,7 +115,9 @@ class GrpcBackends:
         stub = rerank_pb2_grpc.RerankServiceStub(
             self._channel(self._settings.rerank_address, self._read_only())
         )
-        return await _call("rerank", stub.Rerank(request, timeout=seconds))
+        return await _call(
+            "rerank", stub.Rerank(request, timeout=seconds, metadata=self._metadata())
+        )
 
     async def generate(
         self, request: generate_pb2.AnswerRequest, seconds: float
@@ -106,7 +125,7 @@ class GrpcBackends:
         stub = generate_pb2_grpc.GenerateServiceStub(
             self._channel(self._settings.generate_address, self._read_only())
         )
-        call = stub.Answer(request, timeout=seconds)
+        call = stub.Answer(request, timeout=seconds, metadata=self._metadata())
         try:
             async for event in call:
                 yield event

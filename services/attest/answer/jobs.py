@@ -93,10 +93,13 @@ class JobStore:
         self._r.close()
 
 
-async def answer_job(settings: AnswerSettings, job: answer_pb2.Job) -> answer_pb2.Answer:
-    """Run the pipeline for a job exactly as Ask would, within its own budget."""
+async def answer_job(
+    settings: AnswerSettings, tenant: str, job: answer_pb2.Job
+) -> answer_pb2.Answer:
+    """Run the pipeline for a job exactly as Ask would, within its own budget, reading
+    the stores of the tenant that submitted it."""
     plan = validate(job.question, job.options, settings, deadline_seconds=None)
-    backends = GrpcBackends(settings)
+    backends = GrpcBackends(settings, tenant=tenant)
     try:
         return await collect(AnswerPipeline(backends, settings).run(plan))
     finally:
@@ -119,7 +122,7 @@ def run_job(settings: AnswerSettings, tenant: str, job_id: str, *, last_attempt:
             job.started_at.CopyFrom(_now())
         store.put(tenant, job)
         try:
-            answer = asyncio.run(answer_job(settings, job))
+            answer = asyncio.run(answer_job(settings, tenant, job))
         except Unavailable as exc:
             if not last_attempt:
                 job.state = answer_pb2.JOB_STATE_QUEUED

@@ -4,7 +4,10 @@ Channels get keepalive, message limits, round-robin balancing over every
 address a name resolves to (headless Kubernetes services), and a retry policy
 for the methods the caller declares idempotent, through gRPC's service config.
 Interceptors propagate the request id and the token on every call, and cap
-every unary call's timeout by the deadline of the request being served.
+every unary call's timeout by the deadline of the request being served. A
+call made while serving a request names that request's tenant unless the
+caller named one, so a service's own calls downstream (generate's re-search)
+read the asking tenant's stores.
 
 Security is a ``ClientIdentity``: TLS (the servers' CA, a client certificate
 for mTLS) and the token presented, an API key or a JWT sent as
@@ -27,8 +30,8 @@ from typing import Any
 
 import grpc
 
-from attest.core.auth import AUTHORIZATION_KEY
-from attest.core.context import budget, request_id_var
+from attest.core.auth import AUTHORIZATION_KEY, TENANT_KEY
+from attest.core.context import budget, identity_var, request_id_var, tenant_var
 from attest.core.interceptors import REQUEST_ID_KEY
 from attest.core.settings import ClientIdentity, ClientSecurity, ClientSettings
 
@@ -108,6 +111,10 @@ def _merge_metadata(metadata: Any, token: str | None) -> grpc.aio.Metadata:
         merged.add(REQUEST_ID_KEY, request_id)
     if token is not None and not merged.get_all(AUTHORIZATION_KEY):
         merged.add(AUTHORIZATION_KEY, f"Bearer {token}")
+    # Only while serving a request (the interceptor set its caller): a command-line
+    # client has no tenant to name, and a callee honours the name from a service only.
+    if identity_var.get() is not None and not merged.get_all(TENANT_KEY):
+        merged.add(TENANT_KEY, tenant_var.get())
     return merged
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from attest.common.v1 import common_pb2
+from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
 from attest.core.common import to_timestamp
 from attest.core.errors import Internal, InvalidArgument, ResourceExhausted, Unavailable
@@ -76,7 +77,12 @@ async def _call(service: str, call: Callable[[], Awaitable[T]]) -> T:
 
 
 class GrpcSinks:
-    """The lexical and semantic services over gRPC (Index and Delete are idempotent)."""
+    """The lexical and semantic services over gRPC (Index and Delete are idempotent).
+
+    Every call names the job's tenant (this process calls under its service
+    identity, the only one whose tenant the stores honour), so the same document
+    id of two tenants is two records in every store.
+    """
 
     def __init__(self, lexical_address: str, semantic_address: str, client: ClientSettings) -> None:
         self._lexical_channel = create_channel(
@@ -92,8 +98,9 @@ class GrpcSinks:
         if not records:
             return
         docs = [_document_proto(r) for r in records]
+        metadata = tenant_metadata(tenant)
         lexical_request = lexical_pb2.IndexRequest(documents=docs)
-        await _call("lexical", lambda: self.lexical.Index(lexical_request))
+        await _call("lexical", lambda: self.lexical.Index(lexical_request, metadata=metadata))
         semantic_request = semantic_pb2.IndexRequest(
             documents=[
                 semantic_pb2.IndexDocument(
@@ -111,21 +118,22 @@ class GrpcSinks:
             ],
             embedding_model=records[0]["embedding_model"],
         )
-        await _call("semantic", lambda: self.semantic.Index(semantic_request))
+        await _call("semantic", lambda: self.semantic.Index(semantic_request, metadata=metadata))
 
     async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        metadata = tenant_metadata(tenant)
         for start in range(0, len(doc_ids), 1000):
             ids = list(doc_ids[start : start + 1000])
             await _call(
                 "lexical",
                 lambda ids=ids: self.lexical.Delete(  # type: ignore[misc]
-                    lexical_pb2.DeleteRequest(doc_ids=ids)
+                    lexical_pb2.DeleteRequest(doc_ids=ids), metadata=metadata
                 ),
             )
             await _call(
                 "semantic",
                 lambda ids=ids: self.semantic.Delete(  # type: ignore[misc]
-                    semantic_pb2.DeleteRequest(doc_ids=ids)
+                    semantic_pb2.DeleteRequest(doc_ids=ids), metadata=metadata
                 ),
             )
 

@@ -9,7 +9,9 @@ from celery import Celery, Task
 from google.protobuf import json_format
 
 from attest.common.v1 import common_pb2
+from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
+from attest.core.context import DEFAULT_TENANT
 from attest.core.errors import InvalidArgument, ResourceExhausted, Unavailable
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.pipeline.settings import PipelineSettings
@@ -31,7 +33,7 @@ def documents_from_json(items: list[dict[str, Any]]) -> list[common_pb2.Document
 
 
 async def index_documents_async(
-    settings: PipelineSettings, documents: list[common_pb2.Document]
+    settings: PipelineSettings, documents: list[common_pb2.Document], tenant: str = DEFAULT_TENANT
 ) -> dict[str, int]:
     import grpc
 
@@ -40,7 +42,9 @@ async def index_documents_async(
     )
     try:
         stub = lexical_pb2_grpc.LexicalServiceStub(channel)
-        response = await stub.Index(lexical_pb2.IndexRequest(documents=documents))
+        response = await stub.Index(
+            lexical_pb2.IndexRequest(documents=documents), metadata=tenant_metadata(tenant)
+        )
     except grpc.aio.AioRpcError as err:
         if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             raise Unavailable(f"lexical service: {err.details()}") from err
@@ -66,9 +70,11 @@ def register(app: Celery) -> None:
         retry_jitter=True,
         max_retries=settings.max_retries,
     )
-    def index_documents(self: Task, items: list[dict[str, Any]]) -> dict[str, int]:
-        """Upsert documents (and their passages) into the lexical index.
+    def index_documents(
+        self: Task, items: list[dict[str, Any]], tenant: str = DEFAULT_TENANT
+    ) -> dict[str, int]:
+        """Upsert documents (and their passages) into ``tenant``'s lexical index.
 
         Idempotent because the index upserts by (tenant, document id).
         """
-        return asyncio.run(index_documents_async(settings, documents_from_json(items)))
+        return asyncio.run(index_documents_async(settings, documents_from_json(items), tenant))
