@@ -400,7 +400,9 @@ async def test_a_deadline_too_short_is_deadline_exceeded(stack: Stack) -> None:
 
 
 async def test_past_its_slots_and_queue_the_service_sheds_load(stack: Stack) -> None:
-    stub = await stack.answer(limits=AnswerLimits(max_in_flight=1, max_waiting=1))
+    # A queue wait as long as the first answer takes, however slow the machine.
+    limits = AnswerLimits(max_in_flight=1, max_waiting=1, max_queue_seconds=120)
+    stub = await stack.answer(limits=limits)
     request = answer_pb2.AskRequest(question=CHILD_LABOUR)
     first = asyncio.ensure_future(stub.Ask(request, timeout=120))
     await asyncio.sleep(0.2)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -13,18 +11,14 @@ import grpc
 
 from attest.answer.downstream import GrpcBackends
 from attest.answer.jobs import FINAL, QUEUE, TASK, JobStore
+from attest.answer.limits import LimitedBackends
 from attest.answer.options import validate
 from attest.answer.pipeline import AnswerPipeline, Backends, collect
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
+from attest.core.admission import Limiter
 from attest.core.context import remaining_seconds, tenant_var
-from attest.core.errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-)
+from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -34,49 +28,6 @@ _NO_JOBS = (
     "queued jobs are not enabled on this server: set ATTEST_ANSWER_JOBS__STATE_URL and "
     "ATTEST_PIPELINE_BROKER_URL, and run `attest worker --queues answer`"
 )
-
-
-class Admission:
-    """At most ``limit`` pipelines at once; up to ``waiting`` more queue for a slot."""
-
-    def __init__(self, limit: int, waiting: int) -> None:
-        self.limit = limit
-        self.max_waiting = waiting
-        self.waiting = 0
-        self.running = 0
-        self._free = asyncio.Condition()
-
-    @contextlib.asynccontextmanager
-    async def slot(self, budget_seconds: float) -> AsyncIterator[float]:
-        """Hold a slot; yields the seconds spent waiting for it."""
-        started = time.monotonic()
-        async with self._free:
-            # First come, first served: nobody overtakes a request that waits.
-            if self.running >= self.limit or self.waiting:
-                if self.waiting >= self.max_waiting:
-                    raise ResourceExhausted(
-                        f"the answer service is at capacity ({self.running} answers running, "
-                        f"{self.waiting} waiting); retry later"
-                    )
-                self.waiting += 1
-                try:
-                    await asyncio.wait_for(
-                        self._free.wait_for(lambda: self.running < self.limit), budget_seconds
-                    )
-                except TimeoutError:
-                    raise DeadlineExceeded(
-                        f"the time budget ({budget_seconds:.1f} s) was spent waiting for one "
-                        f"of the {self.limit} answer slots"
-                    ) from None
-                finally:
-                    self.waiting -= 1
-            self.running += 1
-        try:
-            yield time.monotonic() - started
-        finally:
-            async with self._free:
-                self.running -= 1
-                self._free.notify()
 
 
 class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
@@ -92,8 +43,21 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
         self._celery = celery
         self._jobs: JobStore | None = None
         self._grpc = GrpcBackends(settings) if backends is None else None
-        self.pipeline = AnswerPipeline(backends or self._grpc or GrpcBackends(settings), settings)
-        self.admission = Admission(settings.limits.max_in_flight, settings.limits.max_waiting)
+        # Admission covers the pipeline and each of its downstream calls: at most
+        # max_in_flight answers, a short queue, and a limit per downstream service.
+        limits = settings.limits
+        self.backends = LimitedBackends(backends or self._grpc or GrpcBackends(settings), limits)
+        self.pipeline = AnswerPipeline(self.backends, settings)
+        self.admission = Limiter(
+            "answer",
+            limits.max_in_flight,
+            limits.max_waiting,
+            limits.max_queue_seconds,
+            noun="answers",
+            # Never more than half the budget in the queue: what is left must
+            # still be enough to answer, and a refusal leaves time to retry.
+            budget_share=0.5,
+        )
 
     def register(self, server: grpc.aio.Server) -> None:
         answer_pb2_grpc.add_AnswerServiceServicer_to_server(self, server)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from attest.answer.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
 from attest.core.settings import (
@@ -44,6 +44,39 @@ class AnswerDefaults(StrictModel):
     job_budget_seconds: float = Field(default=60.0, gt=0)
 
 
+class DownstreamLimit(StrictModel):
+    """Calls of the answer pipelines to one downstream service that run at once."""
+
+    max_in_flight: int = Field(default=8, ge=1, le=4096)
+    max_waiting: int = Field(
+        default=32,
+        ge=0,
+        le=4096,
+        description="Calls queued for a slot, each waiting no longer than its stage's timeout; "
+        "one more fails the stage at once (the answer names it in its degradations).",
+    )
+
+
+class DownstreamLimits(StrictModel):
+    """Per-downstream concurrency of this process's answer pipelines, each with its own queue.
+
+    One busy stage (the reranker, generation) never holds up another's calls:
+    BM25 searches wait only behind BM25 searches.
+    """
+
+    lexical: DownstreamLimit = DownstreamLimit(max_in_flight=16, max_waiting=64)
+    semantic: DownstreamLimit = Field(
+        default=DownstreamLimit(max_in_flight=16, max_waiting=64),
+        description="Dense and KG searches.",
+    )
+    explain: DownstreamLimit = Field(
+        default=DownstreamLimit(max_in_flight=8, max_waiting=64),
+        description="KG paths of the sources (best effort; kept apart from searches).",
+    )
+    rerank: DownstreamLimit = DownstreamLimit(max_in_flight=4, max_waiting=16)
+    generate: DownstreamLimit = DownstreamLimit(max_in_flight=4, max_waiting=16)
+
+
 class AnswerLimits(StrictModel):
     max_question_chars: int = Field(default=4096, ge=1)
     max_sources: int = Field(default=100, ge=1, description="Sources given to the generator.")
@@ -59,16 +92,30 @@ class AnswerLimits(StrictModel):
     max_in_flight: int = Field(
         default=4,
         ge=1,
+        le=1024,
         description="Ask / AskStream pipelines this process runs at once; more wait for a slot, "
         "the wait counting against their budget. Past saturation, more at once only makes "
         "every stage slower until per-stage timeouts fire. The default suits a CPU reranker; "
         "raise it with a GPU reranker and an LLM server.",
     )
     max_waiting: int = Field(
-        default=256,
+        default=2,
         ge=0,
-        description="Requests waiting for a slot; one more is RESOURCE_EXHAUSTED at once.",
+        le=4096,
+        description="Requests queued for a slot; one more is RESOURCE_EXHAUSTED at once, with "
+        "a retry-after hint. A short queue keeps the slots busy between answers; a long one "
+        "only adds its wait to every answer.",
     )
+    max_queue_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=600,
+        description="Longest wait for a slot, and never more than half the request's budget. "
+        "A request whose estimated wait (from recent answers' times) is longer is "
+        "RESOURCE_EXHAUSTED at once; one still waiting when it runs out is RESOURCE_EXHAUSTED "
+        "then. Either way the caller has time left to retry.",
+    )
+    downstream: DownstreamLimits = DownstreamLimits()
 
 
 class JobSettings(StrictModel):
@@ -117,6 +164,20 @@ class AnswerSettings(ServiceSettings):
         except FusionSettingsError as exc:
             raise ValueError(str(exc)) from exc
         return value
+
+    @model_validator(mode="after")
+    def _admission_fits_the_server(self) -> AnswerSettings:
+        # Waiting requests hold RPC slots of the server too; past its limit the
+        # server itself refuses calls, the pipelines' own downstream calls
+        # included when the services share it (serve all).
+        admitted = self.limits.max_in_flight + self.limits.max_waiting
+        if 2 * admitted > self.server.max_concurrent_rpcs:
+            raise ValueError(
+                f"limits.max_in_flight + limits.max_waiting ({admitted}) must be at most half "
+                f"of server.max_concurrent_rpcs ({self.server.max_concurrent_rpcs}), leaving "
+                "room for the calls the admitted answers make"
+            )
+        return self
 
     def fusion(self) -> FusionSettings:
         """The configured fusion, read once per file."""

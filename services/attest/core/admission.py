@@ -1,0 +1,214 @@
+"""Admission control: a concurrency limit with a short, bounded, first-come-first-served queue.
+
+A ``Limiter`` lets ``limit`` holders run at once. A caller finding every slot
+taken waits in a queue of at most ``max_waiting``, first come first served,
+for at most ``max_wait_seconds`` (and never longer than its own budget). Load
+past that is shed early instead of being left to time out inside:
+
+* the queue is full: RESOURCE_EXHAUSTED at once;
+* the wait the caller would face, estimated from how long slots have been
+  held lately, is longer than it may wait: RESOURCE_EXHAUSTED at once;
+* the wait ran out anyway: RESOURCE_EXHAUSTED when the cap was the limiter's
+  own (or a share of the caller's budget), DEADLINE_EXCEEDED when it was the
+  caller's whole budget.
+
+Every RESOURCE_EXHAUSTED carries ``retry_after``, the estimated seconds until
+a slot frees (the interceptor sends it as the ``retry-after`` trailer, as
+per-tenant quotas do). A released slot goes straight to the oldest waiter,
+so nobody overtakes a request that waits; a cancelled waiter leaves the
+queue, and a cancelled holder gives its slot back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable
+
+from prometheus_client import Counter, Gauge
+
+from attest.core.errors import DeadlineExceeded, ResourceExhausted
+
+RUNNING = Gauge("attest_admission_running", "Slots held, by limiter.", ["limiter"])
+WAITING = Gauge("attest_admission_waiting", "Callers queued for a slot, by limiter.", ["limiter"])
+SHED = Counter(
+    "attest_admission_shed_total",
+    "Callers refused by a limiter, by reason (full, estimate, queue_timeout, budget).",
+    ["limiter", "reason"],
+)
+
+#: Weight of the newest hold time in the moving average.
+_ALPHA = 0.3
+#: Retry hint when nothing has been measured yet, in seconds.
+_DEFAULT_RETRY_AFTER = 1.0
+_MIN_RETRY_AFTER = 0.05
+
+
+class Limiter:
+    """At most ``limit`` holders at once; up to ``max_waiting`` more queue for a slot.
+
+    ``name`` labels metrics and messages (``the NAME service is at capacity``),
+    ``noun`` names what holds a slot (``4 answers running``). A caller waits at
+    most ``max_wait_seconds`` and at most ``budget_share`` of its budget.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        max_waiting: int,
+        max_wait_seconds: float,
+        *,
+        noun: str = "calls",
+        budget_share: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if limit < 1 or max_waiting < 0 or max_wait_seconds <= 0 or not 0 < budget_share <= 1:
+            raise ValueError(
+                "a limiter needs limit >= 1, max_waiting >= 0, max_wait_seconds > 0 "
+                "and 0 < budget_share <= 1"
+            )
+        self.name = name
+        self.noun = noun
+        self.limit = limit
+        self.max_waiting = max_waiting
+        self.max_wait_seconds = max_wait_seconds
+        self.budget_share = budget_share
+        self._clock = clock
+        self._queue: collections.deque[asyncio.Future[int]] = collections.deque()
+        # slot id -> when its holder got it
+        self._held: dict[int, float] = {}
+        self._ids = itertools.count()
+        self._hold: float | None = None  # moving average of hold times
+        self._running_gauge = RUNNING.labels(name)
+        self._waiting_gauge = WAITING.labels(name)
+
+    @property
+    def running(self) -> int:
+        return len(self._held)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    @property
+    def typical_hold_seconds(self) -> float | None:
+        """Moving average of how long a slot is held; None until one was released."""
+        return self._hold
+
+    def estimated_wait(self, position: int) -> float | None:
+        """Seconds until the waiter at ``position`` (0: the next) gets a slot, if known.
+
+        Each running holder is expected to keep its slot for the typical hold
+        time; the waiter gets the ``position + 1``-th slot to free up, later
+        rounds taking one typical hold time each.
+        """
+        if self._hold is None:
+            return None
+        now = self._clock()
+        left = sorted(max(0.0, self._hold - (now - since)) for since in self._held.values())
+        left += [0.0] * (self.limit - len(left))
+        rounds, index = divmod(position, self.limit)
+        return left[index] + rounds * self._hold
+
+    def retry_after(self) -> float:
+        """When a refused caller may find room: the first slot expected to free up."""
+        estimate = self.estimated_wait(0)
+        if estimate is None:
+            return _DEFAULT_RETRY_AFTER
+        return max(estimate, _MIN_RETRY_AFTER)
+
+    def _refuse(self, reason: str, message: str) -> ResourceExhausted:
+        SHED.labels(self.name, reason).inc()
+        return ResourceExhausted(message, retry_after=self.retry_after())
+
+    def _take(self) -> int:
+        slot = next(self._ids)
+        self._held[slot] = self._clock()
+        self._running_gauge.set(len(self._held))
+        return slot
+
+    def _release(self, slot: int, *, measure: bool = True) -> None:
+        since = self._held.pop(slot)
+        if measure:
+            held = self._clock() - since
+            self._hold = held if self._hold is None else (1 - _ALPHA) * self._hold + _ALPHA * held
+        # The slot goes straight to the oldest waiter still waiting: a newcomer
+        # never finds it free in between.
+        while self._queue:
+            waiter = self._queue.popleft()
+            if not waiter.done():
+                waiter.set_result(self._take())
+                break
+        self._waiting_gauge.set(len(self._queue))
+        self._running_gauge.set(len(self._held))
+
+    async def _wait(self, budget_seconds: float) -> int:
+        """Queue for a slot; returns the slot handed over."""
+        position = len(self._queue)
+        if position >= self.max_waiting:
+            raise self._refuse(
+                "full",
+                f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
+                f"{position} waiting); retry later",
+            )
+        cap = min(self.max_wait_seconds, budget_seconds * self.budget_share)
+        estimate = self.estimated_wait(position)
+        if estimate is not None and estimate > cap:
+            raise self._refuse(
+                "estimate",
+                f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
+                f"{position} waiting): a slot would take about {estimate:.1f} s, longer than "
+                f"the {cap:.1f} s a request may wait; retry later",
+            )
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append(waiter)
+        self._waiting_gauge.set(len(self._queue))
+        try:
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
+            # arrives with the slot, and a cancelled call would run on.
+            async with asyncio.timeout(cap):
+                return await waiter
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            handed = waiter.done() and not waiter.cancelled()
+            if handed and isinstance(exc, TimeoutError):
+                return waiter.result()  # the slot arrived as the wait ran out: use it
+            with contextlib.suppress(ValueError):
+                self._queue.remove(waiter)
+            self._waiting_gauge.set(len(self._queue))
+            if handed:
+                # Handed over as the waiter was cancelled: pass it on unused.
+                self._release(waiter.result(), measure=False)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if cap >= budget_seconds:
+                SHED.labels(self.name, "budget").inc()
+                raise DeadlineExceeded(
+                    f"the time budget ({budget_seconds:.1f} s) was spent waiting for one of "
+                    f"the {self.limit} {self.name} slots"
+                ) from None
+            raise self._refuse(
+                "queue_timeout",
+                f"the {self.name} service is at capacity: no slot freed up within "
+                f"{cap:.1f} s; retry later",
+            ) from None
+
+    @contextlib.asynccontextmanager
+    async def slot(self, budget_seconds: float) -> AsyncIterator[float]:
+        """Hold a slot for the block; yields the seconds spent waiting for it.
+
+        Raises ResourceExhausted (with ``retry_after``) when the load is shed,
+        DeadlineExceeded when ``budget_seconds`` ran out in the queue.
+        """
+        started = self._clock()
+        if self.running < self.limit and not self._queue:
+            slot = self._take()
+        else:
+            slot = await self._wait(budget_seconds)
+        try:
+            yield self._clock() - started
+        finally:
+            self._release(slot)
