@@ -34,6 +34,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from attest.core.context import DEFAULT_TENANT
 from attest.ingest.jobs import StageRunner, registry_entries
 from attest.ingest.sinks import LocalSinks
 from attest.ingest.stages import Sinks
@@ -189,11 +190,22 @@ def _running_jobs(store: JobStore) -> list[str]:
 async def check(
     store: JobStore, sinks: Sinks, tenants: Iterable[str] | None = None
 ) -> list[TenantFindings]:
-    """Findings per tenant (every tenant that ever ran a job when ``tenants`` is None)."""
+    """Findings per tenant (every tenant that ever ran a job when ``tenants`` is None,
+    and tenant ``default`` while its stores hold anything)."""
     if not isinstance(sinks, LocalSinks):
         return []
     out: list[TenantFindings] = []
-    wanted = list(tenants) if tenants is not None else await asyncio.to_thread(store.tenants)
+    if tenants is not None:
+        wanted = list(tenants)
+    else:
+        wanted = await asyncio.to_thread(store.tenants)
+        # Writers named no tenant before tenants reached the stores, so an older
+        # authenticated `serve all --embedded` left every tenant's documents under
+        # `default`: orphans there, missing from their own tenant, until repaired.
+        if DEFAULT_TENANT not in wanted and any(
+            (await _store_shapes(sinks, DEFAULT_TENANT)).values()
+        ):
+            wanted.append(DEFAULT_TENANT)
     open_jobs = set(await asyncio.to_thread(_running_jobs, store))
     for tenant in wanted:
         registry = await asyncio.to_thread(store.registry_all, tenant)
