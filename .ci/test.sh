@@ -27,6 +27,13 @@ bash .ci/llm-env.sh >"$llm_env_log" 2>&1 &
 llm_env_pid=$!
 uv sync --frozen --quiet
 export PATH="$root/.venv/bin:$PATH"
+# Bytecode is cached under the run's work folder. Where PYTHONDONTWRITEBYTECODE
+# is set (as on the 2-core development machine) nothing cached it, and every
+# Python process the tests start (servers, Celery workers, CLI runs: dozens)
+# compiled torch, transformers and the rest from source again, about 12 s of
+# CPU each.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=$work/pycache
 if ! wait "$llm_env_pid"; then
   tail -n 40 "$llm_env_log" >&2
   echo "the LLM server's environment could not be built" >&2
