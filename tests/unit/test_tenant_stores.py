@@ -3,8 +3,8 @@
 BM25 on tantivy and on the engine code OpenSearch and Elasticsearch share
 (here over an in-memory engine that evaluates the tenant filter the way the
 real ones do; tests/integration/test_tenant_stores.py runs the same scenario
-on a real OpenSearch node), ingest's job records, and `attest doctor`
-moving the documents an older release wrote under tenant ``default`` back
+on a real OpenSearch node), the KG article table, ingest's job records and
+deletes, and `attest doctor` moving the documents an older release wrote under tenant ``default`` back
 to their own tenant. No sockets.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from attest.core.common import Filters
@@ -262,3 +263,30 @@ async def test_doctor_moves_documents_an_older_release_left_under_default(tmp_pa
         assert (await sinks.semantic.stats("default")).documents == 0
     finally:
         await assembly.close()
+
+
+def test_the_kg_article_table_is_per_tenant():
+    from attest.knowledge.graph import load_graph
+    from attest.semantic.kg_scoring import Article, KgScorer
+    from tests.unit.test_kg_scoring import ToyEncoder, unit
+
+    graph = load_graph()
+    scorer = KgScorer(graph, ToyEncoder(), top_n=3)
+    rng = np.random.default_rng(16)
+    entities = [e for e in graph.entities if graph.entity(e).level.name == "LOWER"][:2]
+    headline = unit(rng)
+    # The same id in both tenants, linked to different entities.
+    scorer.upsert("acme", [Article("d1", (entities[0],), headline)])
+    scorer.upsert("globex", [Article("d1", (entities[1],), headline), Article("d2", (), unit(rng))])
+    assert (scorer.count("acme"), scorer.count("globex")) == ((1, 1), (2, 1))
+    for tenant, (mine, theirs) in (("acme", entities), ("globex", entities[::-1])):
+        explained = scorer.explain(tenant, "d1", headline)
+        assert explained is not None
+        nodes = {n.node_id for path in explained[2] for n in path}
+        assert (mine in nodes, theirs in nodes) == (True, False), tenant
+    assert scorer.explain("acme", "d2", headline) is None
+    assert [s.doc_id for s in scorer.score("acme", headline, top_k=5)] == ["d1"]
+    scorer.delete("acme", ["d1"])
+    assert scorer.score("acme", headline) == []
+    assert scorer.explain("globex", "d1", headline) is not None
+    assert scorer.count("globex") == (2, 1)
