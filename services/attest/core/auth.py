@@ -19,11 +19,14 @@ The tenant and the scopes of a call come from its credential only. Scopes:
 ``ask`` (AnswerService), ``ingest`` (IngestService), ``admin`` (everything,
 reflection included) and ``internal``, the scope of a service identity: the
 lexical, semantic, rerank, generate and knowledge services accept only
-callers holding it. A service identity may name the tenant it acts for in
-``x-attest-tenant`` (``tenant_metadata``); from anyone else that header is
-ignored, and without it a service call acts for tenant ``default``. On an internal
-listener that requires client certificates, a verified certificate is a
-service identity too (mTLS).
+callers holding it. A service identity (or an admin) may name the tenant it
+acts for in ``x-attest-tenant`` (``tenant_metadata``); from anyone else that
+header is ignored, and without it a service call acts for tenant ``default``.
+Services name it on every call to a store: the answer pipeline the request's
+or the queued job's tenant, ingest's writers the job's, and any other call
+made while serving a request carries that request's (``attest.core.channels``).
+On an internal listener that requires client certificates, a verified
+certificate is a service identity too (mTLS).
 
 Nothing here touches grpc: the interceptor hands in the call's metadata and
 the peer's verified certificate names.
@@ -352,9 +355,11 @@ def authorize(identity: Identity, method: str) -> None:
 def tenant_metadata(tenant: str) -> tuple[tuple[str, str]]:
     """Call metadata by which a service names the tenant it acts for downstream.
 
-    Sent explicitly by the caller, with the tenant it was handed (from the
-    request's identity, a job record, a Celery message), never implied: a
-    store written for one tenant must be read for the same one.
+    Sent by the caller with the tenant it was handed (from the request's
+    identity, a job record, a Celery message): a store written for one tenant
+    must be read for the same one. A call made while serving a request that
+    names none carries the request's tenant (``attest.core.channels``); outside
+    a request nothing is implied, and the callee acts for ``default``.
     """
     return ((TENANT_KEY, tenant),)
 
