@@ -25,7 +25,9 @@ from tests.integration.ingest_stack import (
 
 pytestmark = pytest.mark.integration
 
-DOCS = 300
+# Three pipeline batches of 64: the kills land with a batch in hand and another
+# still queued, and every batch embeds for longer than the visibility timeout.
+DOCS = 192
 
 
 def _progress(stack: Stack, job_id: str) -> ingest_pb2.Job:
@@ -38,7 +40,7 @@ def _assert_complete(stack: Stack, job_id: str, docs: int = DOCS) -> None:
         lambda: (j := _progress(stack, job_id)).state == ingest_pb2.JOB_STATE_DONE and j,
         600,
         "the job did not finish",
-        step=2,
+        step=0.5,
     )
     p = job.progress
     assert (p.received, p.indexed, p.created, p.failed) == (docs, docs, docs, 0), job
@@ -179,15 +181,18 @@ def test_redis_restart_mid_job(tmp_path: Path, stack: Stack):
         stack.redis_base = f"redis://127.0.0.1:{port}"
         stack.configure(visibility_timeout=15)
         stack.start()
-        job_id = _start_job(stack)
+        # Three batches (64, 64, 2): Redis goes away once the first is indexed,
+        # with the second in hand and the third queued.
+        docs = 130
+        job_id = _start_job(stack, docs)
         wait_until(lambda: _progress(stack, job_id).progress.indexed > 0, 300, "no progress", 0.2)
-        assert _progress(stack, job_id).progress.indexed < DOCS
+        assert _progress(stack, job_id).progress.indexed < docs
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
         time.sleep(3)
         server = subprocess.Popen(command, stdout=log, stderr=log)
         wait_until(lambda: _ping(port), 30, "redis did not restart", 0.1)
-        _assert_complete(stack, job_id)
+        _assert_complete(stack, job_id, docs)
     finally:
         stack.stop()
         server.terminate()
