@@ -130,15 +130,17 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_worker(self, name: str, queues: str) -> subprocess.Popen[bytes]:
-        return self.spawn(name, "worker", "--queues", queues, "--concurrency", "1")
+    def start_worker(self, name: str, queues: str, processes: int = 1) -> subprocess.Popen[bytes]:
+        return self.spawn(name, "worker", "--queues", queues, "--concurrency", str(processes))
 
-    def start(self) -> None:
+    def start(self, *, embed_processes: int = 1) -> None:
+        """``embed_processes``: pool processes of the embed worker, each embedding
+        a batch on its own (one thread each)."""
         self.spawn("lexical", "serve", "lexical")
         self.spawn("semantic", "serve", "semantic")
         self.spawn("ingest", "serve", "ingest")
         self.start_worker("worker-text", "enrich,index")
-        self.start_worker("worker-embed", "embed")
+        self.start_worker("worker-embed", "embed", embed_processes)
         for name in ("lexical", "semantic", "ingest"):
             self.wait_serving(name, 240)
 

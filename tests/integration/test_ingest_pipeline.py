@@ -31,7 +31,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     s = Stack(tmp_path_factory.mktemp("ingest"), redis_url, opensearch)
     s.configure()
     try:
-        s.start()
+        # Embedding is nearly all of this module's time, and one process embeds
+        # on one core: two embed the batches of a job side by side.
+        s.start(embed_processes=2)
         yield s
     finally:
         s.stop()
