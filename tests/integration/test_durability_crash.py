@@ -23,7 +23,7 @@ last ingest of each chain reports every registered document unchanged.
 
 ``ATTEST_TEST_CRASH_ITERATIONS`` sets the number of iterations (20 by
 default); ``ATTEST_TEST_CRASH_REPORT`` names a JSON file that receives the
-figures of every iteration, with the seconds of each phase.
+figures of every iteration, with the wall and CPU seconds of each phase.
 """
 
 from __future__ import annotations
@@ -306,7 +306,7 @@ def _run_chain(
     span: float,
     lock: threading.Lock,
     results: list[dict[str, Any]],
-) -> dict[str, int]:
+) -> dict[str, Any]:
     for n in iterations:
         rng = random.Random(f"{seed}:{n}")
         r = _iteration(chain, n, corpus[n * NEW_DOCS : (n + 1) * NEW_DOCS], rng, span)
