@@ -18,6 +18,8 @@ from attest.generate.judge import (
     JudgeModels,
     SupportJudge,
     combine,
+    sentence_features,
+    support_features,
 )
 from attest.generate.models import FinalEvent, RevisionEvent, Source
 from attest.generate.pipeline import Generator
@@ -86,6 +88,44 @@ def test_a_quoted_sentence_answering_another_question_is_not_confident() -> None
     # Unrelated sources support nothing.
     assert conf[0, 4] < 3
     assert conf[1, 4] < 3
+
+
+def test_sources_that_state_no_answer_rate_nothing_and_the_answer_abstains() -> None:
+    # About the prize, but none says who won it in 2019: the best sentence's
+    # answer probability is below the floor, so no source is a citation.
+    about = [
+        "The 2019 Aldermoor Prize ceremony was delayed by a week.",
+        "The Aldermoor Prize is awarded every year for a book of poems.",
+        "Tickets for the Aldermoor Prize ceremony sold out within a day.",
+    ]
+    sentences = about[:2]
+    answer = JUDGE.models.answer.score(
+        sentence_features(
+            JUDGE.features(QUESTION, sentences, about),
+            JUDGE.models.support.score(
+                support_features(JUDGE.features(QUESTION, sentences, about))
+            ),
+        )
+    )
+    assert answer.max() < JUDGE.answer_floor
+    assert not JUDGE.judge(QUESTION, sentences, about).any()
+    # With the floor off, the same pairs are rated by support × answer.
+    unfloored = SupportJudge(EMBEDDER, JUDGE.models, answer_floor=0.0)
+    assert unfloored.judge(QUESTION, sentences, about).max() > 0
+    # Sources that state the answer clear the floor.
+    assert JUDGE.judge(QUESTION, [SOURCES[0]], SOURCES).max() >= 0.5
+
+
+async def test_an_answer_whose_sources_state_no_answer_abstains() -> None:
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source("a", "The 2019 Aldermoor Prize ceremony was delayed by a week.", 0),
+        Source("b", "The Aldermoor Prize is awarded every year for a book of poems.", 0),
+    ]
+    final = [e async for e in generator.answer(QUESTION, sources)][-1]
+    assert isinstance(final, FinalEvent)
+    assert final.insufficient_information
+    assert all(not s.citations for s in final.sentences)
 
 
 def test_without_a_question_the_rating_is_support_alone() -> None:

@@ -51,11 +51,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
 from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
-from attest.generate.judge import SupportJudge, to_confidence
+from attest.generate.judge import ANSWER_FLOOR, SupportJudge, to_confidence
 from attest.generate.models import Proposal, Source
 from attest.generate.text import (
     answer_type,
@@ -83,6 +84,9 @@ class ExtractiveSettings(StrictModel):
     min_relevance: float = 0.15
     min_confidence: int = 5
     cosine_floor: float = 0.2
+    # An answer whose best sentence answers the question with a lower
+    # probability abstains (``judge.ANSWER_FLOOR``); 0 turns that off.
+    answer_floor: float = Field(default=ANSWER_FLOOR, ge=0.0, le=1.0)
     min_fragment_words: int = 5
     untyped_penalty: float = 0.5
 
@@ -139,7 +143,11 @@ class ExtractiveEngine:
     ) -> None:
         self.embedder = embedder
         self.settings = settings or ExtractiveSettings()
-        self.judge = judge or SupportJudge(embedder, cosine_floor=self.settings.cosine_floor)
+        self.judge = judge or SupportJudge(
+            embedder,
+            cosine_floor=self.settings.cosine_floor,
+            answer_floor=self.settings.answer_floor,
+        )
 
     def warm_up(self) -> None:
         # One encode as well: the first one pays torch's lazy set-up (seconds).

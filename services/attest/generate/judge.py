@@ -32,7 +32,12 @@ source, so ``s`` alone cannot flag a sentence that answers the wrong
 question; ``a`` can. The 0-10 confidence of a citation is
 ``round(10 × s × a)``: both must hold, so a citation at 5 or more needs a
 sentence that more likely than not answers the question, stated by a
-source that more likely than not states it. The rubric this follows: 10,
+source that more likely than not states it. The answer as a whole is
+rated by ``A``, the best ``a`` of its sentences: how surely the sources
+answer the question at all. When ``A`` is below ``answer_floor`` no source
+is rated above 0 and the answer abstains: the sources are about the
+question's subject but state no answer to it (another year's winner, the
+nominees but not the winner). The rubric this follows: 10,
 the source states every claim and the sentence answers the question;
 about 5, related but a claim missing or only implied; 0, unrelated or
 contradicting. The weights ship in ``judge_weights.json`` and are refitted
@@ -74,6 +79,12 @@ from attest.semantic.embedding import Embedder
 Matrix = npt.NDArray[np.float64]
 
 WEIGHTS_FILE = Path(__file__).with_name("judge_weights.json")
+
+# The least answer probability of an answer's best sentence for the answer
+# to stand (``SupportJudge.judge``). Chosen on RGB's answerable questions and
+# its negatives-only variant as the highest value that costs at most 0.02
+# answer recall over all of RGB (``attest eval qa``; README, "Negative rejection").
+ANSWER_FLOOR = 0.57
 
 FEATURES: tuple[str, ...] = (
     "semantic",  # best cosine between the sentence and a sentence of the source
@@ -242,11 +253,16 @@ class SupportJudge:
     """Judges (sentence, source) pairs for one question."""
 
     def __init__(
-        self, embedder: Embedder, models: JudgeModels | None = None, cosine_floor: float = 0.2
+        self,
+        embedder: Embedder,
+        models: JudgeModels | None = None,
+        cosine_floor: float = 0.2,
+        answer_floor: float = ANSWER_FLOOR,
     ) -> None:
         self.embedder = embedder
         self.models = models or JudgeModels.load()
         self.cosine_floor = cosine_floor
+        self.answer_floor = answer_floor
 
     def features(
         self, question: str, sentences: Sequence[str], sources: Sequence[str]
@@ -382,7 +398,8 @@ class SupportJudge:
         self, question: str, sentences: Sequence[str], sources: Sequence[str]
     ) -> npt.NDArray[np.float64]:
         """Confidence in [0, 1] of each source (columns) for each sentence (rows):
-        support × answer, see the module docstring; the support alone when
+        support × answer, 0 throughout when no sentence reaches
+        ``answer_floor`` (see the module docstring); the support alone when
         there is no question."""
         x = self.features(question, sentences, sources)
         if not x.size:
@@ -399,6 +416,9 @@ class SupportJudge:
             # part of the answer, and its rating is how well it is supported.
             about = [any(mentions(n, s) >= 0.5 for n in named) for s in sentences]
             answer = np.where(about, 1.0, answer)
+        if float(answer.max()) < self.answer_floor:
+            # No sentence answers the question: nothing here is a citation for it.
+            return np.zeros_like(support)
         return np.asarray(support * answer[:, None], dtype=np.float64)
 
 
