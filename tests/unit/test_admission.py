@@ -118,7 +118,7 @@ async def test_a_wait_past_the_queue_limit_is_resource_exhausted_not_a_timeout()
 
 async def test_a_wait_estimated_past_the_cap_is_refused_at_once() -> None:
     clock = Clock()
-    limiter = Limiter("answer", 1, 4, 5.0, clock=clock)
+    limiter = Limiter("answer", 2, 4, 6.0, clock=clock)
     release = asyncio.Event()
     # One answer held for 10 s teaches the limiter the typical hold time.
     first = await started(limiter, release)
@@ -128,27 +128,30 @@ async def test_a_wait_estimated_past_the_cap_is_refused_at_once() -> None:
     assert limiter.typical_hold_seconds == 10.0
 
     release = asyncio.Event()
-    second = await started(limiter, release)
-    clock.now += 2.0  # about 8 s left of the running answer: over the 5 s cap
-    with pytest.raises(ResourceExhausted, match=r"about 8\.0 s, longer than the 5\.0 s") as err:
+    running = [await started(limiter, release, name) for name in "ab"]
+    clock.now += 2.0  # about 8 s left of either answer: over the 6 s cap
+    with pytest.raises(ResourceExhausted, match=r"about 8\.0 s, longer than the 6\.0 s") as err:
         async with limiter.slot(60.0):
             pass
     assert err.value.retry_after == pytest.approx(8.0)
     assert limiter.waiting == 0
 
-    clock.now += 4.0  # about 4 s left: worth the wait
+    clock.now += 5.0  # about 3 s left, but one slot frees per 5 s on average
+    assert limiter.estimated_wait(0) == pytest.approx(5.0)
     gate = asyncio.Event()
-    third = asyncio.create_task(hold(limiter, gate, [], "c"))
+    queued = asyncio.create_task(hold(limiter, gate, [], "c"))
     await asyncio.sleep(0)
     assert limiter.waiting == 1
-    # Behind it, a second waiter needs another whole hold time: refused.
-    assert limiter.estimated_wait(1) == pytest.approx(14.0)
-    with pytest.raises(ResourceExhausted, match=r"about 14\.0 s"):
+    # Behind it, a second waiter needs the second slot to free up: 10 s at that pace.
+    with pytest.raises(ResourceExhausted, match=r"about 10\.0 s"):
         async with limiter.slot(60.0):
             pass
+
+    clock.now += 13.0  # both answers overdue: still not "any moment now"
+    assert limiter.retry_after() == pytest.approx(5.0)
     release.set()
     gate.set()
-    await asyncio.gather(second, third)
+    await asyncio.gather(*running, queued)
 
 
 async def test_a_cancelled_waiter_leaves_the_queue() -> None:

@@ -104,7 +104,10 @@ class Limiter:
 
         Each running holder is expected to keep its slot for the typical hold
         time; the waiter gets the ``position + 1``-th slot to free up, later
-        rounds taking one typical hold time each.
+        rounds taking one typical hold time each. Holders already past the
+        typical time are not about to finish for that: on average one slot
+        frees up per typical hold time over ``limit``, and the estimate is
+        never below that pace.
         """
         if self._hold is None:
             return None
@@ -112,7 +115,7 @@ class Limiter:
         left = sorted(max(0.0, self._hold - (now - since)) for since in self._held.values())
         left += [0.0] * (self.limit - len(left))
         rounds, index = divmod(position, self.limit)
-        return left[index] + rounds * self._hold
+        return max(left[index] + rounds * self._hold, (position + 1) * self._hold / self.limit)
 
     def retry_after(self) -> float:
         """When a refused caller may find room: the first slot expected to free up."""
