@@ -303,10 +303,17 @@ def test_the_same_ids_hold_each_tenants_own_text(tenants: Tenants) -> None:
         mine = tenants.bodies(tenant, "water withdrawal emissions child workers data breach fine")
         assert set(mine) == {*TOPICS, ONLY[tenant]}
         assert all(SECRET[tenant] in text for text in mine.values()), mine
-        stats = tenants.lexical.Stats(
-            lexical_pb2.StatsRequest(), metadata=tenants.as_service(tenant), timeout=30
-        )
-        assert (stats.documents, stats.passages) == (5, 5)
+
+        # OpenSearch refreshes each index on its own (about a second): the
+        # passages index may lag the documents index that ``bodies`` saw.
+        def lexical_counts(tenant: str = tenant) -> tuple[int, int]:
+            stats = tenants.lexical.Stats(
+                lexical_pb2.StatsRequest(), metadata=tenants.as_service(tenant), timeout=30
+            )
+            return stats.documents, stats.passages
+
+        wait_until(lambda: lexical_counts() == (5, 5), 30, f"{tenant}: lexical counts", 0.2)
+        assert lexical_counts() == (5, 5)
         vectors = tenants.semantic.Stats(
             semantic_pb2.StatsRequest(), metadata=tenants.as_service(tenant), timeout=30
         )
