@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from attest.generate.extractive import ExtractiveEngine
+from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
 from attest.generate.judge import (
     FEATURES,
+    RGB_ANSWER_FLOOR,
     SENTENCE_FEATURES,
     SUPPORT_FEATURES,
     WEIGHTS_FILE,
@@ -107,17 +108,19 @@ def test_sources_that_state_no_answer_rate_nothing_and_the_answer_abstains() -> 
             ),
         )
     )
-    assert answer.max() < JUDGE.answer_floor
-    assert not JUDGE.judge(QUESTION, sentences, about).any()
-    # With the floor off, the same pairs are rated by support × answer.
-    unfloored = SupportJudge(EMBEDDER, JUDGE.models, answer_floor=0.0)
-    assert unfloored.judge(QUESTION, sentences, about).max() > 0
+    floored = SupportJudge(EMBEDDER, JUDGE.models, answer_floor=RGB_ANSWER_FLOOR)
+    assert answer.max() < floored.answer_floor
+    assert not floored.judge(QUESTION, sentences, about).any()
+    # With the floor off (the default), the same pairs are rated by support × answer.
+    assert JUDGE.answer_floor == 0.0
+    assert JUDGE.judge(QUESTION, sentences, about).max() > 0
     # Sources that state the answer clear the floor.
-    assert JUDGE.judge(QUESTION, [SOURCES[0]], SOURCES).max() >= 0.5
+    assert floored.judge(QUESTION, [SOURCES[0]], SOURCES).max() >= 0.5
 
 
 async def test_an_answer_whose_sources_state_no_answer_abstains() -> None:
-    generator = Generator(ExtractiveEngine(EMBEDDER))
+    engine = ExtractiveEngine(EMBEDDER, ExtractiveSettings(answer_floor=RGB_ANSWER_FLOOR))
+    generator = Generator(engine)
     sources = [
         Source("a", "The 2019 Aldermoor Prize ceremony was delayed by a week.", 0),
         Source("b", "The Aldermoor Prize is awarded every year for a book of poems.", 0),

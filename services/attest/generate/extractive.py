@@ -56,7 +56,7 @@ from pydantic import Field
 from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
 from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
-from attest.generate.judge import ANSWER_FLOOR, SupportJudge, to_confidence
+from attest.generate.judge import SupportJudge, to_confidence
 from attest.generate.models import Proposal, Source
 from attest.generate.text import (
     answer_type,
@@ -85,8 +85,9 @@ class ExtractiveSettings(StrictModel):
     min_confidence: int = 5
     cosine_floor: float = 0.2
     # An answer whose best sentence answers the question with a lower
-    # probability abstains (``judge.ANSWER_FLOOR``); 0 turns that off.
-    answer_floor: float = Field(default=ANSWER_FLOOR, ge=0.0, le=1.0)
+    # probability abstains; 0, the default, turns that off
+    # (``judge.RGB_ANSWER_FLOOR`` is the value calibrated on RGB).
+    answer_floor: float = Field(default=0.0, ge=0.0, le=1.0)
     min_fragment_words: int = 5
     untyped_penalty: float = 0.5
 

@@ -34,10 +34,11 @@ question; ``a`` can. The 0-10 confidence of a citation is
 sentence that more likely than not answers the question, stated by a
 source that more likely than not states it. The answer as a whole is
 rated by ``A``, the best ``a`` of its sentences: how surely the sources
-answer the question at all. When ``A`` is below ``answer_floor`` no source
-is rated above 0 and the answer abstains: the sources are about the
-question's subject but state no answer to it (another year's winner, the
-nominees but not the winner). The rubric this follows: 10,
+answer the question at all. When ``A`` is below ``answer_floor`` (off by
+default; ``RGB_ANSWER_FLOOR`` is RGB's calibration) no source is rated
+above 0 and the answer abstains: the sources are about the question's
+subject but state no answer to it (another year's winner, the nominees but
+not the winner). The rubric this follows: 10,
 the source states every claim and the sentence answers the question;
 about 5, related but a claim missing or only implied; 0, unrelated or
 contradicting. The weights ship in ``judge_weights.json`` and are refitted
@@ -81,10 +82,12 @@ Matrix = npt.NDArray[np.float64]
 WEIGHTS_FILE = Path(__file__).with_name("judge_weights.json")
 
 # The least answer probability of an answer's best sentence for the answer
-# to stand (``SupportJudge.judge``). Chosen on RGB's answerable questions and
-# its negatives-only variant as the highest value that costs at most 0.02
-# answer recall over all of RGB (``attest eval qa``; README, "Negative rejection").
-ANSWER_FLOOR = 0.57
+# to stand (``SupportJudge.judge``), as calibrated on RGB: the highest value
+# that costs at most 0.02 answer recall there (``attest eval qa``; README,
+# "Negative rejection"). Not the default: the answer model leans on how many
+# sources agree, so a fact that one source of ten states can fall below it
+# (README, "The support judge"). 0 turns the floor off.
+RGB_ANSWER_FLOOR = 0.57
 
 FEATURES: tuple[str, ...] = (
     "semantic",  # best cosine between the sentence and a sentence of the source
@@ -257,7 +260,7 @@ class SupportJudge:
         embedder: Embedder,
         models: JudgeModels | None = None,
         cosine_floor: float = 0.2,
-        answer_floor: float = ANSWER_FLOOR,
+        answer_floor: float = 0.0,
     ) -> None:
         self.embedder = embedder
         self.models = models or JudgeModels.load()
