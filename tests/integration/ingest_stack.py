@@ -58,6 +58,19 @@ def reuters_lines(n: int) -> list[bytes]:
     return out
 
 
+def answer_serving(address: str) -> bool:
+    """True when the answer service at ``address`` reports SERVING."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service="attest.answer.v1.AnswerService"),
+                timeout=2,
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str, step: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None

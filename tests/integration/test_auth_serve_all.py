@@ -20,30 +20,17 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attest.core.auth import hash_key, new_api_key
 from attest.demo.run import sample_documents
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
-from tests.integration.ingest_stack import free_port, wait_until
+from tests.integration.ingest_stack import answer_serving, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
 CLI = [sys.executable, "-m", "attest.cli"]
 QUESTION = "How large a fine did Quaystone Telecom receive over its 2025 data breach?"
-
-
-def _serving(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="attest.answer.v1.AnswerService"),
-                timeout=2,
-            )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 def _code(call: Callable[[], object]) -> grpc.StatusCode:
@@ -115,7 +102,7 @@ def test_serve_all_with_keys(tmp_path: Path) -> None:
         stderr=log,
     )
     try:
-        wait_until(lambda: _serving(address) or server.poll() is not None, 600, "serve all")
+        wait_until(lambda: answer_serving(address) or server.poll() is not None, 600, "serve all")
         assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
 
         def md(name: str) -> tuple[tuple[str, str]]:

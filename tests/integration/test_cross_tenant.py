@@ -38,7 +38,6 @@ import grpc
 import pytest
 import redis
 from google.protobuf.message import Message
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.common.v1 import common_pb2
@@ -47,7 +46,7 @@ from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 from tests.conftest import require_server
-from tests.integration.ingest_stack import free_port, wait_until
+from tests.integration.ingest_stack import answer_serving, free_port, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -173,18 +172,6 @@ class Tenants:
         wait_until(lambda: check(self.bodies(tenant, query)), 30, f"{tenant}: {query}", 0.2)
 
 
-def _serving(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service="attest.answer.v1.AnswerService"),
-                timeout=2,
-            )
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
-
-
 @pytest.fixture(scope="module")
 def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
     tmp = tmp_path_factory.mktemp("tenants")
@@ -259,7 +246,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenants]:
         spawn("worker-ingest", ["worker", "--queues", "enrich,embed,index"], worker_env)
         spawn("worker-answer", ["worker", "--queues", "answer"], worker_env)
         serve = procs["serve"]
-        wait_until(lambda: _serving(public) or serve.poll() is not None, 300, "serve all")
+        wait_until(lambda: answer_serving(public) or serve.poll() is not None, 300, "serve all")
         assert serve.poll() is None, log_tail("serve")
         stack = Tenants(
             tmp=tmp,
