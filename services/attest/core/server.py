@@ -1,7 +1,8 @@
 """The aio gRPC server bootstrap shared by every service.
 
-Start-up order: bind, start, report NOT_SERVING, warm every service up
-(retrying until its backends answer), then report SERVING. On SIGTERM or
+Start-up order: bind, start, report NOT_SERVING, warm every service up, all
+at once (each retrying until its backends answer), then report SERVING once
+every one of them is warm. On SIGTERM or
 SIGINT: report NOT_SERVING, stop accepting calls, let in-flight calls finish
 within the grace period, then close the services.
 
@@ -356,27 +357,39 @@ class Server:
         return self.port
 
     async def _warm_up(self) -> None:
-        for servicer in self._servicers:
-            while not self._stopping.is_set():
-                try:
-                    await servicer.warm_up()
-                    break
-                except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
-                    log.warning(
-                        "%s not ready: %s; retrying in %.1fs",
-                        servicer.service_name,
-                        exc,
-                        self._settings.warm_up_retry_seconds,
-                    )
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(
-                            self._stopping.wait(), self._settings.warm_up_retry_seconds
-                        )
+        # Every servicer warms up at once: one waits on disk or a backend while
+        # another loads a model (models loaded in this process are shared, so
+        # the services of `serve all` load each model once, one after another).
+        started = time.monotonic()
+        await asyncio.gather(*(self._warm_up_one(servicer) for servicer in self._servicers))
         if self._stopping.is_set():
             return
         await self._set_all(SERVING)
         self._ready.set()
-        log.info("serving %s", ", ".join(s.service_name for s in self._servicers))
+        log.info(
+            "serving %s (warm-up %.1fs)",
+            ", ".join(s.service_name for s in self._servicers),
+            time.monotonic() - started,
+        )
+
+    async def _warm_up_one(self, servicer: Servicer) -> None:
+        started = time.monotonic()
+        while not self._stopping.is_set():
+            try:
+                await servicer.warm_up()
+                log.info("%s warm in %.1fs", servicer.service_name, time.monotonic() - started)
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure means "not ready yet"
+                log.warning(
+                    "%s not ready: %s; retrying in %.1fs",
+                    servicer.service_name,
+                    exc,
+                    self._settings.warm_up_retry_seconds,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._stopping.wait(), self._settings.warm_up_retry_seconds
+                    )
 
     async def stop(self, grace: float | None = None) -> None:
         """Report NOT_SERVING, drain in-flight calls for ``grace`` seconds, close."""

@@ -16,17 +16,22 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
+import numpy.typing as npt
 import yaml  # type: ignore[import-untyped]
 
 GRAPH_PACKAGE: Final = "attest.knowledge"
 GRAPH_RESOURCE: Final = "esg_graph.yaml"
 GRI_NONE: Final = "GRI_none"
+
+Vectors = npt.NDArray[np.float32]
+Encode = Callable[[Sequence[str]], Vectors]
 
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _GRI_NUMBER = re.compile(r"[1-9][0-9]{2}")
@@ -219,6 +224,30 @@ class KnowledgeGraph:
                 out.append(text)
         if with_definition:
             out.append(entity.definition)
+        return out
+
+    def attribute_texts(self) -> list[str]:
+        """Every entity's names and aliases, each distinct text once, sorted."""
+        return sorted({t for entity_id in self.entities for t in self.attributes(entity_id)})
+
+    def attribute_vectors(self, texts: Sequence[str], encode: Encode) -> Vectors:
+        """``encode(texts)`` for names and aliases of this graph.
+
+        With a model that has a fingerprint (see ``attest.core.cache``) the
+        vectors of every attribute of the graph are computed once per process
+        and kept on disk, whoever asks (the KG scorer, the entity linker), and
+        ``texts`` are rows of them; with any other ``encode`` it is called on
+        ``texts``.
+        """
+        from attest.core.cache import fingerprint_of, text_vectors
+
+        model = fingerprint_of(encode)
+        every = self.attribute_texts()
+        row = {text: i for i, text in enumerate(every)}
+        if model is None or any(t not in row for t in texts):
+            return text_vectors(texts, encode, None)
+        vectors = text_vectors(every, encode, model)
+        out: Vectors = vectors[[row[t] for t in texts]]
         return out
 
     def lookup(self, text: str) -> list[str]:

@@ -255,7 +255,8 @@ class EntityLinker:
                 texts.extend(attributes)
                 owner.extend([len(entity_ids)] * len(attributes))
                 entity_ids.append(entity.id)
-            vectors = self._encode_rows(texts)
+            # The same vectors as the KG scorer's, computed once (see the graph's method).
+            vectors = self.graph.attribute_vectors(texts, self._encode)
             self._attr_owner = np.asarray(owner, dtype=np.intp)
             self._entity_ids = entity_ids
             self._attr_vectors = vectors

@@ -11,12 +11,14 @@ import asyncio
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from attest.core.cache import fingerprint
 from attest.core.errors import FailedPrecondition
 
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
@@ -47,6 +49,36 @@ def resolve_model_path(model: str) -> Path:
 DEFAULT_BATCH_SIZE = 16
 
 
+@dataclass
+class _Loaded:
+    model: Any
+    # One encode at a time per model: torch already uses every core for one
+    # batch, and a fast tokenizer must not be driven from two threads at once.
+    encode_lock: threading.Lock = field(default_factory=threading.Lock)
+    fingerprint: str | None = None
+
+
+# Models loaded in this process, by (directory, device). `serve all` hosts four
+# services that embed with the same model; each has its own Embedder, and all of
+# them share one copy of the weights, loaded once.
+_LOADED: dict[tuple[str, str], _Loaded] = {}
+_LOADING = threading.Lock()
+
+
+def _load(path: Path, device: str) -> _Loaded:
+    key = (str(path.resolve()), device)
+    with _LOADING:
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            # Never reach for a hub, even if a config names a remote file.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            loaded = _Loaded(SentenceTransformer(str(path), device=device))
+            _LOADED[key] = loaded
+        return loaded
+
+
 class Embedder:
     """Batched, normalised sentence embeddings. Cheap to build; ``warm_up`` loads."""
 
@@ -60,39 +92,39 @@ class Embedder:
         self.model_name = model
         self._device = device
         self._batch_size = batch_size
-        self._model: Any = None
-        self._load_lock = threading.Lock()
-        # One encode at a time: torch already uses every core for one batch.
-        self._encode_lock = threading.Lock()
+        self._loaded: _Loaded | None = None
 
     @property
     def name(self) -> str:
         return "all-MiniLM-L6-v2" if self.model_name == PACKAGED_MINILM else self.model_name
 
     def warm_up(self) -> None:
-        with self._load_lock:
-            if self._model is not None:
-                return
-            path = resolve_model_path(self.model_name)
-            # Never reach for a hub, even if a config names a remote file.
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
+        self._model()
 
-            self._model = SentenceTransformer(str(path), device=self._device)
+    def _model(self) -> _Loaded:
+        if self._loaded is None:
+            self._loaded = _load(resolve_model_path(self.model_name), self._device)
+        return self._loaded
+
+    def vector_fingerprint(self) -> str:
+        """What identifies this model's vectors (``attest.core.cache.fingerprint``)."""
+        loaded = self._model()
+        if loaded.fingerprint is None:
+            loaded.fingerprint = fingerprint(self.encode)
+        return loaded.fingerprint
 
     @property
     def dimension(self) -> int:
-        self.warm_up()
-        dim = self._model.get_embedding_dimension()
+        dim = self._model().model.get_embedding_dimension()
         return int(dim)
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         """Unit-length float32 vectors, one row per text."""
-        self.warm_up()
+        loaded = self._model()
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        with self._encode_lock:
-            vectors = self._model.encode(
+        with loaded.encode_lock:
+            vectors = loaded.model.encode(
                 list(texts),
                 batch_size=self._batch_size,
                 convert_to_numpy=True,

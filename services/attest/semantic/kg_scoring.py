@@ -231,7 +231,8 @@ class KgScorer:
                 owners.append(i)
         self._attr_texts = attrs
         self._attr_owner = np.asarray(owners, dtype=np.int64)
-        self._attr_vectors = encode(attrs)
+        # Shared with the entity linker and kept on disk when the model can be told apart.
+        self._attr_vectors = graph.attribute_vectors(attrs, encode)
         self._attr_tensor = torch.from_numpy(
             np.ascontiguousarray(self._attr_vectors, dtype=np.float32)
         )
