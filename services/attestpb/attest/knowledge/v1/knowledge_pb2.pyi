@@ -90,8 +90,10 @@ class _PlannerEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Planner.Value
     PLANNER_LLM: _Planner.ValueType  # 2
     """The LLM, from the question alone."""
     PLANNER_RULES: _Planner.ValueType  # 3
-    """The fixed plan used without an LLM: link the entities of the question,
-    then get their information.
+    """The heuristic planner used without an LLM: spans of the question linked
+    to entities and the remaining words to relations, giving the attribute of
+    an entity, the relation between two entities, or the entities with a
+    relation to one (a chain of relations becomes one step per relation).
     """
 
 class Planner(_Planner, metaclass=_PlannerEnumTypeWrapper):
@@ -104,8 +106,10 @@ PLANNER_CALLER: Planner.ValueType  # 1
 PLANNER_LLM: Planner.ValueType  # 2
 """The LLM, from the question alone."""
 PLANNER_RULES: Planner.ValueType  # 3
-"""The fixed plan used without an LLM: link the entities of the question,
-then get their information.
+"""The heuristic planner used without an LLM: spans of the question linked
+to entities and the remaining words to relations, giving the attribute of
+an entity, the relation between two entities, or the entities with a
+relation to one (a chain of relations becomes one step per relation).
 """
 Global___Planner: _TypeAlias = Planner  # noqa: Y015
 
@@ -866,13 +870,18 @@ class SearchRequest(_message.Message):
     """The question, 1-4,096 characters."""
     program: _builtins.str
     """A program to run instead of planning one, 0-16,384 characters of JSON:
-    {"steps": [{"op": OPERATION, "args": {...}, "as": NAME}, ...]} with 1-16
+    {"steps": [{"op": OPERATION, "args": {...}, "as": NAME}, ...]} with 1-8
     steps; OPERATION is link_entities, get_entity_info, find_entity_or_value
     or find_relationship, with the arguments of the matching request in
     snake_case; an argument string "$NAME" stands for the entity ids produced
-    by the step named NAME (the chosen ids of link_entities, the entities of
-    the others). It is interpreted, never executed as code. Empty: the server
-    plans one from the query. An invalid program is INVALID_ARGUMENT naming the step.
+    by an earlier step named NAME (the chosen ids of link_entities, the
+    entities of the others). An entity argument may also be a list; a step
+    runs once per entity, at most 8 times. Strings are at most 256 characters
+    (a context 4,096). It is interpreted, never executed as code; steps that
+    would start after the program's time budget (5 s by default) are skipped.
+    Empty: the server plans one from the query. An invalid program (an unknown
+    operation, more steps, a reference to the step itself or a later one, a
+    larger fan-out, a longer argument) is INVALID_ARGUMENT naming the step.
     """
     top_k: _builtins.int
     """Maximum number of facts returned, 1-100; 0 means 10."""

@@ -110,6 +110,8 @@ class KnowledgeServiceServicer:
     def Store(self, request, context):
         """Stores knowledge extracted from one source document in the personal base,
         replacing whatever was stored from that document before. Idempotent.
+        Not implemented yet: the service serves the ESG graph only and answers
+        UNIMPLEMENTED until the personal base exists.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

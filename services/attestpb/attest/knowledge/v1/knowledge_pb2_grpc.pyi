@@ -58,6 +58,8 @@ class KnowledgeServiceStub:
     Store: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.StoreRequest, _knowledge_pb2.StoreResponse]
     """Stores knowledge extracted from one source document in the personal base,
     replacing whatever was stored from that document before. Idempotent.
+    Not implemented yet: the service serves the ESG graph only and answers
+    UNIMPLEMENTED until the personal base exists.
     """
     Search: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.SearchRequest, _knowledge_pb2.SearchResponse]
     """Answers a question from the knowledge bases by running a program of the
@@ -91,6 +93,8 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     Store: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.StoreRequest, _knowledge_pb2.StoreResponse]  # type: ignore[assignment]
     """Stores knowledge extracted from one source document in the personal base,
     replacing whatever was stored from that document before. Idempotent.
+    Not implemented yet: the service serves the ESG graph only and answers
+    UNIMPLEMENTED until the personal base exists.
     """
     Search: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.SearchRequest, _knowledge_pb2.SearchResponse]  # type: ignore[assignment]
     """Answers a question from the knowledge bases by running a program of the
@@ -151,6 +155,8 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_knowledge_pb2.StoreResponse, _abc.Awaitable[_knowledge_pb2.StoreResponse]]:
         """Stores knowledge extracted from one source document in the personal base,
         replacing whatever was stored from that document before. Idempotent.
+        Not implemented yet: the service serves the ESG graph only and answers
+        UNIMPLEMENTED until the personal base exists.
         """
 
     @_abc_1.abstractmethod
