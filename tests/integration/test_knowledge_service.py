@@ -8,6 +8,7 @@ and conversions are under test."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import zlib
 from collections.abc import Sequence
@@ -65,7 +66,7 @@ def trigrams(texts: Sequence[str]) -> np.ndarray:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def stub(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+async def served(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     graph = environment_slice(tmp_path_factory.mktemp("kg") / "graph.yaml")
     settings = KnowledgeSettings(
         graph_path=graph, server=ServerSettings(host="127.0.0.1", port=0, insecure_dev=True)
@@ -73,10 +74,21 @@ async def stub(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
     servicer = KnowledgeServicer(settings, EsgKnowledgeBase(load_graph(graph), trigrams))
     ctx = running([servicer], settings.server, ready_timeout=120)
     server = await ctx.__aenter__()
-    channel = create_channel(f"127.0.0.1:{server.port}")
-    yield knowledge_pb2_grpc.KnowledgeServiceStub(channel)
+    address = f"127.0.0.1:{server.port}"
+    channel = create_channel(address)
+    yield knowledge_pb2_grpc.KnowledgeServiceStub(channel), address
     await channel.close()
     await ctx.__aexit__(None, None, None)
+
+
+@pytest.fixture
+def stub(served):  # type: ignore[no-untyped-def]
+    return served[0]
+
+
+@pytest.fixture
+def server_address(served):  # type: ignore[no-untyped-def]
+    return served[1]
 
 
 async def test_link_entities(stub) -> None:  # type: ignore[no-untyped-def]
@@ -196,3 +208,18 @@ async def test_store_is_unimplemented(stub) -> None:  # type: ignore[no-untyped-
         await stub.Store(pb.StoreRequest(source_doc_id="d1"))
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert err.value.details() == STORE_UNIMPLEMENTED
+
+
+async def test_cli_against_the_server(stub, server_address) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from attest.knowledge.kb_commands import kb
+
+    args = ["find", "GHG emissions", "measures", "--address", server_address]
+    # The command runs its own event loop, so it runs in a thread.
+    result = await asyncio.to_thread(CliRunner().invoke, kb, args)
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "1.000 (Greenhouse gas emission, measured_as, Carbon dioxide equivalent)",
+        "1.000 (Greenhouse gas emission, measured_as, Emissions intensity)",
+    ]

@@ -1,0 +1,281 @@
+"""``attest kb``: the knowledge-base operations and knowledge search from the command line.
+
+Every command works on the ESG knowledge base in this process (the graph and
+the embedding model are loaded on each call, settings from
+ATTEST_KNOWLEDGE_*), or with ``--address`` against a running knowledge
+service. Both go through the same requests, so they print the same thing;
+``search`` in this process also prints what each step found.
+
+The main CLI registers the group with ``main.add_command(kb)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+
+from attest.knowledge.v1 import knowledge_pb2 as pb
+
+Response = TypeVar("Response")
+
+_LEVELS = {1: "article", 2: "lower", 3: "intermediate", 4: "basic", 5: "pillar", 6: "root"}
+
+
+class _Client:
+    """The knowledge RPCs, served in this process or by a server at an address."""
+
+    def __init__(self, address: str | None, timeout: float) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._servicer: Any = None
+        self._stub: Any = None
+        self._channel: Any = None
+
+    async def __aenter__(self) -> _Client:
+        if self.address is None:
+            from attest.knowledge.servicer import KnowledgeServicer
+            from attest.knowledge.settings import KnowledgeSettings
+
+            self._servicer = KnowledgeServicer(KnowledgeSettings())
+            await self._servicer.warm_up()
+        else:
+            from attest.core.channels import create_channel
+            from attest.knowledge.v1 import knowledge_pb2_grpc
+
+            self._channel = create_channel(self.address)
+            self._stub = knowledge_pb2_grpc.KnowledgeServiceStub(self._channel)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        if self._servicer is not None:
+            await self._servicer.close()
+
+    async def call(self, method: str, request: Any) -> Any:
+        import grpc
+
+        from attest.core.errors import AttestError
+
+        try:
+            if self._servicer is not None:
+                return await getattr(self._servicer, method)(request, None)
+            return await getattr(self._stub, method)(request, timeout=self.timeout)
+        except AttestError as err:
+            raise click.ClickException(f"{err.code}: {err.details}") from err
+        except grpc.aio.AioRpcError as err:
+            raise click.ClickException(f"{err.code().name}: {err.details()}") from err
+
+    async def entity_id(self, text: str) -> str:
+        """The id of the entity ``text`` names (an id, a name, an alias or a near phrase)."""
+        response = await self.call("LinkEntities", pb.LinkEntitiesRequest(mentions=[text]))
+        links = response.links[0]
+        if links.chosen_entity_id:
+            return str(links.chosen_entity_id)
+        near = ", ".join(f"{c.entity.name} ({c.score:.2f})" for c in links.candidates[:3])
+        raise click.ClickException(
+            f"no entity matches {text!r}" + (f"; nearest: {near}" if near else "")
+        )
+
+
+def _run(address: str | None, timeout: float, body: Callable[[_Client], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with _Client(address, timeout) as client:
+            await body(client)
+
+    asyncio.run(main())
+
+
+def _address_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--timeout", type=click.FloatRange(0.1, 600), default=30, show_default=True)(
+        fn
+    )
+    return click.option(
+        "--address",
+        default=None,
+        envvar="ATTEST_KNOWLEDGE_ADDRESS",
+        help="Knowledge service HOST:PORT; without it the ESG knowledge base is loaded here.",
+    )(fn)
+
+
+# ------------------------------------------------------------------ format
+
+
+def format_triple(triple: Any) -> str:
+    obj = triple.object_entity.name if triple.HasField("object_entity") else triple.object_value
+    return f"({triple.subject.name}, {triple.relation}, {obj})"
+
+
+def format_fact(fact: Any) -> str:
+    if fact.HasField("triple"):
+        return format_triple(fact.triple)
+    return f"{fact.description.entity.name}: {fact.description.text}"
+
+
+def format_entity(entity: Any) -> str:
+    gri = f", {entity.gri_id}" if entity.gri_id else ""
+    level = _LEVELS.get(entity.level, "")
+    return f"{entity.name} [{entity.id}] ({level}{gri})"
+
+
+def format_links(response: Any) -> list[str]:
+    lines: list[str] = []
+    for links in response.links:
+        chosen = links.chosen_entity_id or "(none chosen)"
+        lines.append(f"{links.mention!r} -> {chosen}")
+        for c in links.candidates:
+            kind = pb.MatchKind.Name(c.match).removeprefix("MATCH_KIND_").lower()
+            lines.append(
+                f"  {c.score:.3f} {kind:<9} {format_entity(c.entity)} via {c.matched_name!r}"
+            )
+    return lines
+
+
+def format_search(response: Any) -> list[str]:
+    planner = pb.Planner.Name(response.planner).removeprefix("PLANNER_").lower()
+    lines = [
+        f"planner: {planner}"
+        + (f" ({response.degraded_reason})" if response.degraded_reason else "")
+    ]
+    lines.append("program:")
+    lines.extend(
+        f"  {line}"
+        for line in json.dumps(json.loads(response.program or "{}"), indent=2).splitlines()
+    )
+    for step in response.steps:
+        took = step.duration.ToTimedelta().total_seconds() * 1000
+        status = f"error: {step.error}" if step.error else f"{step.results} result(s)"
+        lines.append(f"step {step.index} {step.op} {step.args_json} -> {status} ({took:.0f} ms)")
+    lines.append(f"facts ({len(response.facts)}):")
+    lines.extend(f"  {f.score:.3f} {format_fact(f)}" for f in response.facts)
+    return lines
+
+
+# ----------------------------------------------------------------- commands
+
+
+@click.group()
+def kb() -> None:
+    """Knowledge-base operations over the ESG graph: link, info, find, rel, search."""
+
+
+@kb.command()
+@click.argument("mentions", nargs=-1, required=True)
+@click.option("--context", default="", help="Text the mentions come from.")
+@click.option("--top-k", type=click.IntRange(1, 50), default=5, show_default=True)
+@_address_options
+def link(
+    mentions: tuple[str, ...], context: str, top_k: int, address: str | None, timeout: float
+) -> None:
+    """Link each MENTION to ESG entities: candidates with scores and the chosen one."""
+
+    async def body(client: _Client) -> None:
+        request = pb.LinkEntitiesRequest(mentions=list(mentions), context=context, top_k=top_k)
+        for line in format_links(await client.call("LinkEntities", request)):
+            click.echo(line)
+
+    _run(address, timeout, body)
+
+
+@kb.command()
+@click.argument("entity")
+@click.option("--max-facts", type=click.IntRange(1, 1000), default=100, show_default=True)
+@_address_options
+def info(entity: str, max_facts: int, address: str | None, timeout: float) -> None:
+    """Everything known about ENTITY (an id, name or alias): definition and triples."""
+
+    async def body(client: _Client) -> None:
+        entity_id = await client.entity_id(entity)
+        response = await client.call(
+            "GetEntityInfo", pb.GetEntityInfoRequest(entity_id=entity_id, max_facts=max_facts)
+        )
+        click.echo(format_entity(response.entity))
+        if response.entity.aliases:
+            click.echo(f"aliases: {', '.join(response.entity.aliases)}")
+        for d in response.descriptions:
+            click.echo(f"description: {d.text}")
+        for t in response.triples:
+            click.echo(f"  {format_triple(t)}")
+        if response.truncated:
+            click.echo("(more triples; raise --max-facts)")
+
+    _run(address, timeout, body)
+
+
+@kb.command()
+@click.argument("entity")
+@click.argument("relation")
+@click.option("--top-k", type=click.IntRange(1, 100), default=10, show_default=True)
+@_address_options
+def find(entity: str, relation: str, top_k: int, address: str | None, timeout: float) -> None:
+    """The entities or values related to ENTITY by RELATION (free text, e.g. "measures")."""
+
+    async def body(client: _Client) -> None:
+        entity_id = await client.entity_id(entity)
+        response = await client.call(
+            "FindEntityOrValue",
+            pb.FindEntityOrValueRequest(entity_id=entity_id, relation=relation, top_k=top_k),
+        )
+        if not response.facts:
+            click.echo(f"nothing matches {relation!r} for {entity_id}")
+        for fact in response.facts:
+            click.echo(f"{fact.score:.3f} {format_fact(fact)}")
+
+    _run(address, timeout, body)
+
+
+@kb.command()
+@click.argument("first")
+@click.argument("second")
+@click.option("--max-hops", type=click.IntRange(1, 3), default=3, show_default=True)
+@click.option("--max-paths", type=click.IntRange(1, 100), default=10, show_default=True)
+@_address_options
+def rel(
+    first: str, second: str, max_hops: int, max_paths: int, address: str | None, timeout: float
+) -> None:
+    """How FIRST and SECOND are related: the chains of graph edges between them."""
+
+    async def body(client: _Client) -> None:
+        a = await client.entity_id(first)
+        b = await client.entity_id(second)
+        response = await client.call(
+            "FindRelationship",
+            pb.FindRelationshipRequest(
+                first_entity_id=a, second_entity_id=b, max_hops=max_hops, max_paths=max_paths
+            ),
+        )
+        if not response.paths:
+            click.echo(f"{a} and {b} are not connected within {max_hops} hop(s)")
+        for i, path in enumerate(response.paths, 1):
+            click.echo(f"path {i}: " + " ; ".join(format_triple(t) for t in path.triples))
+
+    _run(address, timeout, body)
+
+
+@kb.command()
+@click.argument("question")
+@click.option(
+    "--program",
+    default="",
+    help='A program to run instead of planning one: JSON ({"steps": [...]}) or @FILE.',
+)
+@click.option("--top-k", type=click.IntRange(1, 100), default=10, show_default=True)
+@_address_options
+def search(question: str, program: str, top_k: int, address: str | None, timeout: float) -> None:
+    """Answer QUESTION from the knowledge base: print the program, each step and the facts."""
+    if program.startswith("@"):
+        with open(program[1:], encoding="utf-8") as fh:
+            program = fh.read()
+
+    async def body(client: _Client) -> None:
+        request = pb.SearchRequest(query=question, program=program, top_k=top_k)
+        response = await client.call("Search", request)
+        click.echo(f"Q: {question}")
+        for line in format_search(response):
+            click.echo(line)
+
+    _run(address, timeout, body)
