@@ -191,3 +191,45 @@ def test_fingerprint_is_found_through_wrappers() -> None:
     assert cache.fingerprint_of(Wrapper()) == model.vector_fingerprint()
     assert cache.fingerprint_of(Model(salt=2).encode) != model.vector_fingerprint()
     assert cache.fingerprint_of(lambda texts: model.encode(texts)) is None
+
+
+# ------------------------------------------------ the organization-name memo
+
+
+def test_memo_embeds_each_text_once_and_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "orgs.npz"
+    model = Model()
+    memo = cache.VectorMemo(path)
+    first = memo.vectors(["Acme", "Globex", "Acme"], model.encode)
+    np.testing.assert_allclose(first, model.encode(["Acme", "Globex", "Acme"]), atol=1e-7)
+    model.embedded.clear()
+    memo.vectors(["Globex", "Initech"], model.encode)
+    assert model.embedded == ["Initech"]  # only the new name, in one call
+    restarted = Model()
+    again = cache.VectorMemo(path).vectors(["Initech", "Acme"], restarted.encode)
+    assert restarted.embedded == list(cache.PROBES)  # the fingerprint only
+    np.testing.assert_allclose(again, restarted.encode(["Initech", "Acme"]), atol=1e-7)
+
+
+def test_memo_ignores_another_model_and_a_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "orgs.npz"
+    cache.VectorMemo(path).vectors(["Acme"], Model().encode)
+    other = Model(salt=3)
+    vectors = cache.VectorMemo(path).vectors(["Acme"], other.encode)
+    assert other.embedded[-1] == "Acme"  # embedded again by the other model
+    np.testing.assert_allclose(vectors, other.encode(["Acme"]), atol=1e-7)
+    path.write_bytes(b"PK\x03\x04 broken")
+    model = Model()
+    memo = cache.VectorMemo(path)
+    memo.vectors(["Acme", "Globex"], model.encode)
+    assert model.embedded[len(cache.PROBES) :] == ["Acme", "Globex"]
+    assert len(cache.VectorMemo(path).vectors(["Globex"], Model().encode)) == 1
+
+
+def test_memo_capacity_bounds_the_file(tmp_path: Path) -> None:
+    memo = cache.VectorMemo(tmp_path / "orgs.npz", capacity=2)
+    model = Model()
+    out = memo.vectors(["a", "b", "c"], model.encode)
+    assert out.shape == (3, DIM)
+    assert len(memo) == 2
+    np.testing.assert_allclose(out[2], model.encode(["c"])[0], atol=1e-7)

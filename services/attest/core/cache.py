@@ -30,6 +30,7 @@ import logging
 import os
 import tempfile
 import threading
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -195,3 +196,94 @@ def forget_shared() -> None:
     with _locks_lock:
         _shared.clear()
         _key_locks.clear()
+
+
+class VectorMemo:
+    """Vectors of many short texts (organization names), one file of them per model.
+
+    ``vectors(texts, encode)`` embeds only the texts the memo has not seen, in one
+    call, and rewrites the file (atomically) when it learnt any. The file holds
+    a model fingerprint; under another model it is ignored and replaced, and so
+    is a file that cannot be read. Vectors are keyed by the text alone, so they
+    never go stale whatever is indexed or deleted. At most ``capacity`` texts are
+    kept (texts past it are embedded every time). Keep the file with the data it
+    was made from (it holds their texts).
+    """
+
+    def __init__(self, path: Path, *, capacity: int = 200_000) -> None:
+        self.path = path
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._fingerprint: str | None = None
+        self._rows: dict[str, Vectors] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _load(self, model: str) -> None:
+        self._fingerprint = model
+        self._rows = {}
+        try:
+            with np.load(self.path, allow_pickle=False) as data:
+                if str(data["fingerprint"]) != model:
+                    return
+                texts, vectors = data["texts"], data["vectors"]
+                if (
+                    vectors.dtype != np.float32
+                    or vectors.ndim != 2
+                    or len(texts) != len(vectors)
+                    or not np.all(np.isfinite(vectors))
+                ):
+                    raise ValueError(f"bad arrays {texts.shape} {vectors.shape} {vectors.dtype}")
+                self._rows = {str(t): v for t, v in zip(texts, vectors, strict=True)}
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            log.warning("ignoring unreadable vector memo %s: %s", self.path, exc)
+
+    def _save(self) -> None:
+        texts = list(self._rows)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.stem}.")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    np.savez(
+                        f,
+                        fingerprint=np.array(self._fingerprint),
+                        texts=np.array(texts, dtype=str),
+                        vectors=np.vstack([self._rows[t] for t in texts]),
+                    )
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            log.warning("could not write vector memo %s: %s", self.path, exc)
+
+    def vectors(self, texts: Sequence[str], encode: Encode) -> Vectors:
+        """``encode(texts)``, embedding only the texts not seen before (one call)."""
+        model = fingerprint_of(encode)
+        if model is None:
+            return _checked(encode(list(texts)), len(texts))
+        with self._lock:
+            if self._fingerprint != model:
+                self._load(model)
+            missing = [t for t in dict.fromkeys(texts) if t not in self._rows]
+            if missing:
+                new = _checked(encode(missing), len(missing))
+                room = max(0, self.capacity - len(self._rows))
+                extra = dict(zip(missing, new, strict=True))
+                self._rows.update(dict(list(extra.items())[:room]))
+                if room:
+                    self._save()
+            else:
+                extra = {}
+            if not texts:
+                return np.zeros((0, 0), np.float32)
+            rows = [self._rows[t] if t in self._rows else extra[t] for t in texts]
+            out: Vectors = np.vstack(rows)
+            return out
