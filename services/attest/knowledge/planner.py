@@ -17,8 +17,8 @@ name, alias or id of the KB (longest first, without overlaps); when none is
 found, the question's RAKE keyphrases are linked by embedding. The words left
 over, without question words and articles, are the relation. A relation verb
 right before its entity makes the entity its object ("Which pillar contains
-Emissions?"), so the verb is put in the passive ("contained in") and the
-relation walked backwards.
+Emissions?"), so the verb is put the entity's way round ("contained in") and the
+relation walked the way the verb says.
 
 Only the question is read. The KB is asked which spans name entities
 (``exact`` and ``entity_linking``, on names and aliases); nothing it returns
@@ -133,20 +133,23 @@ _RELATEDNESS: Final = frozenset(
         "and",
     ]
 )
-# Active relation verbs and their passive, for a verb whose object is the entity.
-_PASSIVE: Final = {
+# A relation verb right before the entity, the question's subject its other side:
+# "Which pillar contains Emissions?" asks for Emissions' parents (contained in),
+# "Which indicators measure Energy?" and "What causes water pollution?" for its
+# children (the graph's edges run from a topic to its measures and sources).
+_VERB_BEFORE_ENTITY: Final = {
     "contain": "contained in",
     "contains": "contained in",
     "include": "part of",
     "includes": "part of",
     "cover": "part of",
     "covers": "part of",
-    "measure": "measure of",
-    "measures": "measure of",
-    "cause": "source of",
-    "causes": "source of",
     "have": "part of",
     "has": "part of",
+    "measure": "measured as",
+    "measures": "measured as",
+    "cause": "sources",
+    "causes": "sources",
 }
 # "measured as X", "a type of X" before the entity: the entity is the object, the
 # asked-for entities are its parents ("Which topic is measured as GHG emission?").
@@ -249,8 +252,8 @@ class HeuristicPlanner:
         # The entity as object: an active verb, or a marker like "measured as", before it.
         if len(before) >= 2 and tuple(before[-2:]) in _OBJECT_MARKERS:
             return [_OBJECT_MARKERS[(before[-2], before[-1])]]
-        if before and before[-1] in _PASSIVE and _content(before[:-1]):
-            return [_PASSIVE[before[-1]]]
+        if before and before[-1] in _VERB_BEFORE_ENTITY and _content(before[:-1]):
+            return [_VERB_BEFORE_ENTITY[before[-1]]]
         # "<relation> of <relation> of <entity>": prepositions right before the entity
         # join a relation to it, and "of" splits a chain of relations.
         while before and before[-1] in _PREPOSITIONS:
