@@ -206,11 +206,15 @@ class HeuristicPlanner:
                 if found:
                     spans.append(Span(start, end, text, found[0].id))
                     taken[start:end] = [True] * size
-        if not spans:
-            spans = self._embedding_spans(tokens)
+        if len(spans) < 2:
+            # The words no exact span took may still name an entity ("strikes",
+            # "data breaches"): their keyphrases are linked by embedding.
+            for span in self._embedding_spans(tokens, taken):
+                if all(span.entity_id != s.entity_id for s in spans):
+                    spans.append(span)
         return sorted(spans, key=lambda s: s.start)
 
-    def _embedding_spans(self, tokens: list[str]) -> list[Span]:
+    def _embedding_spans(self, tokens: list[str], taken: list[bool]) -> list[Span]:
         """Keyphrases of the question linked by embedding, placed back on the tokens.
 
         Every sub-phrase of a keyphrase is tried ("causes worker injuries" holds
@@ -218,10 +222,12 @@ class HeuristicPlanner:
         words around it stay free to name the relation.
         """
         lowered = [t.casefold() for t in tokens]
+        # Taken words break the text, so no keyphrase runs across an exact span.
+        free = " ".join("," if used else t for t, used in zip(tokens, taken, strict=True))
         spans: list[Span] = []
-        for phrase in self.extractor.extract(" ".join(tokens), max_phrases=5):
+        for phrase in self.extractor.extract(free, max_phrases=5):
             words = phrase.split()
-            start = _find(lowered, words)
+            start = _find(lowered, words, taken)
             if start is None:
                 continue
             best: tuple[float, int, int, str] | None = None
@@ -333,8 +339,9 @@ def _content(words: list[str]) -> bool:
     return any(w not in _QUESTION_WORDS for w in words)
 
 
-def _find(tokens: list[str], words: list[str]) -> int | None:
+def _find(tokens: list[str], words: list[str], taken: list[bool]) -> int | None:
     for start in range(len(tokens) - len(words) + 1):
-        if tokens[start : start + len(words)] == words:
+        end = start + len(words)
+        if tokens[start:end] == words and not any(taken[start:end]):
             return start
     return None
