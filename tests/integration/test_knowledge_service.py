@@ -27,7 +27,12 @@ from attest.core.server import running
 from attest.core.settings import ServerSettings
 from attest.knowledge.graph import load_graph
 from attest.knowledge.kb import EsgKnowledgeBase
-from attest.knowledge.servicer import NO_LLM_PLANNER, STORE_UNIMPLEMENTED, KnowledgeServicer
+from attest.knowledge.servicer import (
+    NO_LLM_PLANNER,
+    NO_PERSONAL_BASE,
+    STORE_UNIMPLEMENTED,
+    KnowledgeServicer,
+)
 from attest.knowledge.settings import KnowledgeSettings
 from attest.knowledge.v1 import knowledge_pb2 as pb
 from attest.knowledge.v1 import knowledge_pb2_grpc
@@ -186,6 +191,13 @@ async def test_search_plans_and_runs(stub) -> None:  # type: ignore[no-untyped-d
     assert caller.planner == pb.PLANNER_CALLER
     assert json.loads(caller.steps[1].args_json)["first_entity_id"] == ["scope-2-emissions"]
     assert caller.steps[1].results == 1
+    personal = await stub.Search(
+        pb.SearchRequest(query="What is Emissions?", knowledge_bases=[pb.KNOWLEDGE_BASE_PERSONAL])
+    )
+    assert personal.planner == pb.PLANNER_RULES
+    assert json.loads(personal.program)["steps"][0]["op"] == "get_entity_info"
+    assert (list(personal.steps), list(personal.facts)) == ([], [])
+    assert personal.degraded_reason == NO_PERSONAL_BASE
 
 
 @pytest.mark.parametrize(

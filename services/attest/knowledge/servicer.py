@@ -30,6 +30,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 NO_LLM_PLANNER: Final = (
     "no LLM planner is configured; the heuristic planner planned from the question"
 )
+NO_PERSONAL_BASE: Final = "the personal knowledge base is not implemented yet; nothing was run"
 STORE_UNIMPLEMENTED: Final = (
     "Store: the personal knowledge base is not implemented yet; only the ESG graph is served"
 )
@@ -185,11 +186,6 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
             # Checked before anything runs: an invalid program names its step.
             program = validate_program(request.program, plan_limits)
         kb = self.kb()
-        if not use_graph:
-            return knowledge_pb2.SearchResponse(
-                planner=knowledge_pb2.PLANNER_UNSPECIFIED,
-                degraded_reason="the personal knowledge base is not implemented yet",
-            )
 
         def search() -> knowledge_pb2.SearchResponse:
             if program is not None:
@@ -199,6 +195,13 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
                     query
                 )
                 planner, reason = knowledge_pb2.PLANNER_RULES, NO_LLM_PLANNER
+            if not use_graph:
+                # Only the personal base was asked for: the program is shown, nothing runs.
+                return knowledge_pb2.SearchResponse(
+                    program=planned.dumps(),
+                    planner=planner,
+                    degraded_reason=NO_PERSONAL_BASE,
+                )
             run = Interpreter(kb, plan_limits).run(planned)
             ranked = rank_facts(run.facts, query, kb.encode, top_k)
             return convert.run_to_proto(run, ranked, planner, reason)
