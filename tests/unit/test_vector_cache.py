@@ -233,3 +233,24 @@ def test_memo_capacity_bounds_the_file(tmp_path: Path) -> None:
     assert out.shape == (3, DIM)
     assert len(memo) == 2
     np.testing.assert_allclose(out[2], model.encode(["c"])[0], atol=1e-7)
+
+
+def test_memo_retain_forgets_names_of_deleted_articles(tmp_path: Path) -> None:
+    path = tmp_path / "orgs.npz"
+    memo = cache.VectorMemo(path)
+    model = Model()
+    memo.vectors(["Acme", "Globex", "Initech"], model.encode)
+    # A restart after "Globex"'s only article was deleted: the restore saw two names.
+    assert memo.retain(["Acme", "Initech"]) == 1
+    restarted = Model()
+    again = cache.VectorMemo(path)
+    again.vectors(["Acme", "Initech"], restarted.encode)
+    assert restarted.embedded == list(cache.PROBES)  # both still there
+    assert len(again) == 2  # and Globex gone from the file
+    again.vectors(["Globex"], restarted.encode)
+    assert restarted.embedded[-1] == "Globex"  # indexed again: embedded again
+    assert again.retain([]) == 3
+    assert not path.exists()
+    memo.vectors(["Acme"], model.encode)
+    assert cache.VectorMemo(path).retain([]) == 0  # every article with a name deleted
+    assert not path.exists()

@@ -31,7 +31,7 @@ import os
 import tempfile
 import threading
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -263,6 +263,27 @@ class VectorMemo:
                 raise
         except OSError as exc:
             log.warning("could not write vector memo %s: %s", self.path, exc)
+
+    def retain(self, texts: Iterable[str]) -> int:
+        """Forget every text but ``texts`` (the names of the articles still indexed, so
+        that a deleted article's names leave the disk too); returns how many went."""
+        keep = set(texts)
+        with self._lock:
+            if self._fingerprint is None and not keep:
+                # Never read (no names seen at all): nothing of the file is kept.
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                return 0
+            gone = [t for t in self._rows if t not in keep]
+            for text in gone:
+                del self._rows[text]
+            if gone and self._fingerprint is not None:
+                if self._rows:
+                    self._save()
+                else:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+            return len(gone)
 
     def vectors(self, texts: Sequence[str], encode: Encode) -> Vectors:
         """``encode(texts)``, embedding only the texts not seen before (one call)."""
