@@ -93,6 +93,18 @@ def _answer() -> tuple[Servicer, ServerSettings, LoggingSettings]:
 SERVICES["answer"] = _answer
 
 
+def _knowledge() -> tuple[Servicer, ServerSettings, LoggingSettings]:
+    from attest.knowledge.servicer import service
+
+    return service()
+
+
+SERVICES["knowledge"] = _knowledge
+# Served on their own, not by `serve all`: answers do not call the knowledge
+# service yet, and `all` should not pay for loading what nothing uses.
+STANDALONE = frozenset({"knowledge"})
+
+
 def _free_port() -> int:
     import socket
 
@@ -224,7 +236,9 @@ def serve(
             secured = authenticated(AnswerSettings().server)
             insecure_dev = insecure_dev or not secured
             port, overrides = _one_process(port, embedded, secured and not insecure_dev)
-        names = list(SERVICES) if service == "all" else [service]
+        names = (
+            [name for name in SERVICES if name not in STANDALONE] if service == "all" else [service]
+        )
         built = [SERVICES[name]() for name in names]
     except ValidationError as exc:
         raise click.ClickException(f"invalid settings: {exc}") from exc
@@ -274,8 +288,10 @@ def _serve_llm(host: str, port: int | None, model: str) -> None:
 
 def _register_groups() -> None:
     from attest.knowledge.commands import kg
+    from attest.knowledge.kb_commands import kb
 
     main.add_command(kg)
+    main.add_command(kb)
 
 
 _register_groups()
