@@ -8,8 +8,11 @@ import pytest
 
 from tests.deploy.chart import Rendered, RenderError, full, render
 
-SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate"]
+SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
+INTERNAL = ["lexical", "semantic", "rerank", "generate", "knowledge"]
 CALLERS = {"answer", "ingest", "generate"}  # services with peers
+# off by default (answers do not call it yet); enabled wherever every service is checked
+KNOWLEDGE = "services.knowledge.enabled=true"
 TLS = (
     "security.tls.existingSecret=attest-tls",
     "security.tls.mutual=true",
@@ -31,7 +34,7 @@ def _volumes(out: Rendered, deployment: str) -> dict[str, dict[str, object]]:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_every_service_checks_keys_from_a_mounted_secret(service: str) -> None:
-    out = rendered("default")
+    out = rendered("default", KNOWLEDGE)
     env = out.env(full(service))
     prefix = f"ATTEST_{service.upper()}_"
     assert env[f"{prefix}SERVER__AUTH__KEYS_FILE"]["value"] == "/etc/attest/keys/keys.yaml"
@@ -63,7 +66,7 @@ def test_workers_present_the_service_key() -> None:
 
 
 def test_tls_and_mtls_from_a_secret_with_tls_probes() -> None:
-    out = rendered("default", *TLS)
+    out = rendered("default", *TLS, KNOWLEDGE)
     for service in SERVICES:
         prefix = f"ATTEST_{service.upper()}_"
         env = out.env(full(service))
@@ -103,8 +106,14 @@ def test_only_answer_and_ingest_take_calls_from_outside_the_release() -> None:
         render("default", "networkPolicy.clientsFrom.lexical[0].namespaceSelector=null")
     with pytest.raises(RenderError, match="lexical is internal"):
         render("default", "services.lexical.externalService.enabled=true")
-    out = rendered("default")
-    for service in ("lexical", "semantic", "rerank", "generate"):
+    with pytest.raises(RenderError, match="knowledge is internal"):
+        render("default", KNOWLEDGE, "services.knowledge.externalService.enabled=true")
+    with pytest.raises(RenderError, match="invalid propertyName 'knowledge'"):
+        render(
+            "default", KNOWLEDGE, "networkPolicy.clientsFrom.knowledge[0].namespaceSelector=null"
+        )
+    out = rendered("default", KNOWLEDGE)
+    for service in INTERNAL:
         policy = out.get("NetworkPolicy", full(service))
         grpc_rules = [
             rule

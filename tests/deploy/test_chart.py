@@ -9,27 +9,33 @@ import pytest
 
 from tests.deploy.chart import RELEASE, Rendered, RenderError, full, render
 
-# the knowledge service is not implemented yet, so the chart leaves it off by default
-SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate"]
+SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
 PORTS = {
     "answer": 50051,
     "lexical": 50052,
     "semantic": 50053,
     "ingest": 50054,
+    "knowledge": 50055,
     "rerank": 50056,
     "generate": 50057,
 }
+# Off by default (answers do not call it yet); the per-service checks enable it.
+KNOWLEDGE = "services.knowledge.enabled=true"
 
 
 @cache
-def rendered(values: str) -> Rendered:
-    return render(values)
+def rendered(values: str, *sets: str) -> Rendered:
+    return render(values, *sets)
+
+
+def every_service(values: str) -> Rendered:
+    return rendered(values, KNOWLEDGE)
 
 
 @pytest.mark.parametrize("values", ["default", "gpu-production"])
 @pytest.mark.parametrize("service", SERVICES)
 def test_each_service_has_native_grpc_probes_on_its_port(values: str, service: str) -> None:
-    out = rendered(values)
+    out = every_service(values)
     container = out.container(full(service))
     port = PORTS[service]
     assert container["args"] == ["serve", service]
@@ -43,8 +49,8 @@ def test_each_service_has_native_grpc_probes_on_its_port(values: str, service: s
 
 
 @pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
-def test_knowledge_service_is_not_deployed(values: str) -> None:
-    # no `attest serve knowledge` exists yet: a Deployment of it would crash-loop
+def test_knowledge_service_is_off_by_default(values: str) -> None:
+    # answers do not call it yet: nothing of it is rendered, nobody is wired to it
     out = rendered(values)
     named = {d["metadata"]["name"] for d in out.docs}
     assert not {n for n in named if "knowledge" in n}
@@ -55,20 +61,56 @@ def test_knowledge_service_is_not_deployed(values: str) -> None:
         assert 50055 not in {port["port"] for rule in egress for port in rule["ports"]}, policy
 
 
-def test_enabling_the_unimplemented_knowledge_service_is_refused() -> None:
-    with pytest.raises(RenderError, match="not implemented yet"):
-        render("default", "services.knowledge.enabled=true")
+def test_enabled_knowledge_service_is_a_full_internal_service() -> None:
+    out = every_service("default")
+    name = full("knowledge")
+    assert {name} == out.names("Deployment") - rendered("default").names("Deployment")
+    assert "replicas" not in out.get("Deployment", name)["spec"]
+    hpa = out.get("HorizontalPodAutoscaler", name)
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 4)
+    assert out.get("PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
+    assert out.get("Service", name)["spec"]["clusterIP"] == "None"
+    assert f"{name}-public" not in out.names("Service")
+    container = out.container(name)
+    assert container["resources"] == {
+        "requests": {"cpu": "250m", "memory": "1Gi"},
+        "limits": {"memory": "2Gi"},
+    }
+    env = out.env(name)
+    # it calls no peer and no backend (the ESG graph and MiniLM are in the image)
+    assert not [n for n in env if n.endswith("_ADDRESS") or "IDENTITY" in n]
+    assert "ATTEST_KNOWLEDGE_EMBEDDING_DEVICE" not in env
+    policy = out.get("NetworkPolicy", name)["spec"]
+    assert [rule["ports"] for rule in policy["egress"]] == [
+        [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+    ]
+    # no service lists it in its peers yet, so only metrics scraping gets in
+    assert [rule["ports"] for rule in policy["ingress"]] == [
+        [{"port": "metrics", "protocol": "TCP"}]
+    ]
+    for other in out.names("NetworkPolicy") - {name}:
+        egress = out.get("NetworkPolicy", other)["spec"].get("egress", [])
+        assert 50055 not in {port["port"] for rule in egress for port in rule["ports"]}, other
+
+
+def test_knowledge_embeddings_on_a_gpu() -> None:
+    out = rendered("default", KNOWLEDGE, "services.knowledge.gpu.enabled=true")
+    name = full("knowledge")
+    assert out.env(name)["ATTEST_KNOWLEDGE_EMBEDDING_DEVICE"]["value"] == "cuda"
+    container = out.container(name)
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["image"] == "ghcr.io/attest-project/attest-gpu:0.1.0"
 
 
 def test_rerank_startup_probe_allows_the_longest_model_load() -> None:
-    out = rendered("gpu-production")
+    out = every_service("gpu-production")
     probes = {s: out.container(full(s))["startupProbe"]["failureThreshold"] for s in SERVICES}
     assert probes["rerank"] == max(probes.values())
 
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_services_are_headless_so_clients_balance_per_call(service: str) -> None:
-    svc = rendered("default").get("Service", full(service))
+    svc = every_service("default").get("Service", full(service))
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["ports"] == [
         {
@@ -121,7 +163,7 @@ def test_gpu_reranker_is_scheduled_on_a_gpu_with_shared_memory() -> None:
 
 @pytest.mark.parametrize("values", ["default", "gpu-production"])
 def test_only_the_reranker_and_tgi_ask_for_gpus(values: str) -> None:
-    out = rendered(values)
+    out = every_service(values)
     with_gpu = {
         d["metadata"]["name"]
         for d in out.docs
@@ -175,7 +217,7 @@ def test_secrets_come_only_from_existing_secrets() -> None:
 
 @pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
 def test_no_rendered_variable_carries_a_credential_in_clear(values: str) -> None:
-    out = rendered(values)
+    out = every_service(values)
     assert "Secret" not in out.kinds()
     for deployment in out.names("Deployment"):
         for name, var in out.env(deployment).items():
@@ -337,7 +379,7 @@ def test_tgi_needs_a_volume_with_weights() -> None:
 
 @pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
 def test_pods_run_as_non_root_with_a_read_only_root(values: str) -> None:
-    out = rendered(values)
+    out = every_service(values)
     for deployment in out.names("Deployment") - {full("tgi")}:
         pod = out.get("Deployment", deployment)["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsNonRoot"] is True

@@ -27,8 +27,10 @@ from attest.core.settings import ServiceSettings
 from tests.deploy.chart import ROOT, Rendered, full, render
 
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
-# knowledge is not here: it is not implemented yet and neither deployment runs it
-SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate"]
+SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
+# Off by default in both (answers do not call it yet): the chart is checked with
+# it enabled, the compose file runs it under this profile.
+OPTIONAL = {"knowledge": "knowledge"}
 PIPELINE = ("attest.pipeline.settings", "ATTEST_PIPELINE_")
 # process name in the chart and compose -> the settings it reads: (module, env prefix)
 PROCESSES: dict[str, list[tuple[str, str]]] = {
@@ -93,11 +95,16 @@ def accepted_names(model: type[BaseModel], prefix: str, top: bool = True) -> set
 
 @cache
 def _chart_defaults() -> Rendered:
-    return render("default", "endpoints.llm.url=http://tgi:80")
+    return render(
+        "default",
+        "endpoints.llm.url=http://tgi:80",
+        *[f"services.{service}.enabled=true" for service in OPTIONAL],
+    )
 
 
 def chart_env(process: str) -> dict[str, str]:
-    """ATTEST_* variables of one process in the chart's defaults (LLM configured)."""
+    """ATTEST_* variables of one process in the chart's defaults (LLM configured,
+    the optional services enabled)."""
     env = _chart_defaults().env(full(process))
     return {
         name: var.get("value", "<secret>")
@@ -128,6 +135,17 @@ def test_every_attest_process_deployed_is_checked() -> None:
     assert compose == set(PROCESSES)
     chart = _chart_defaults().names("Deployment") - {full("tgi")}
     assert chart == {full(process) for process in PROCESSES}
+
+
+def test_optional_services_are_off_by_default_in_both() -> None:
+    document = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    deployed = render("default").names("Deployment")
+    for service, profile in OPTIONAL.items():
+        assert document["services"][service]["profiles"] == [profile]
+        assert full(service) not in deployed
+    # and the others run without a profile
+    for name in set(PROCESSES) - set(OPTIONAL):
+        assert "profiles" not in document["services"][name], name
 
 
 @pytest.mark.parametrize("process", sorted(PROCESSES))
