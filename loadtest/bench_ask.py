@@ -24,6 +24,17 @@ same options.
 
     python loadtest/bench_ask.py --docs 5000 --redis-url redis://127.0.0.1:6379
 
+Side by side with another commit (``--baseline DIR``: a checkout with its own
+``.venv``, e.g. ``git worktree add /tmp/base HEAD~1 && (cd /tmp/base && uv
+sync)``): the corpus is ingested once, through this checkout's server, and
+its data directory copied for a second ``serve all --embedded`` started from
+DIR; each level then runs against both servers one after the other (the
+order alternating from level to level, so a machine that slows down or
+speeds up mid-run weighs on both), and the report adds the baseline's levels,
+the ratios and how many questions got the same answer text and citations
+from both. ``--data-dir DIR`` reuses a data directory ingested before (it is
+copied, never written) instead of ingesting.
+
 Writes a table to stdout, JSON to loadtest/reports/ask.json and a PNG next
 to it. Exits 1 when the inline path adds more than the target. A benchmark
 command, not a test.
@@ -36,6 +47,7 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -70,6 +82,8 @@ class Call:
     detail: str = ""
     degraded: tuple[str, ...] = ()
     reasons: tuple[str, ...] = ()
+    # (doc_id, passage_index) of each sentence's citations, best first.
+    cited: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     @property
     def stage_sum_s(self) -> float:
@@ -115,6 +129,9 @@ def from_answer(question: str, client_s: float, answer: Any) -> Call:
         reasons=tuple(
             f"{answer_pb2.Stage.Name(d.stage).removeprefix('STAGE_')}: {d.reason}"
             for d in answer.degradations
+        ),
+        cited=tuple(
+            tuple((c.doc_id, c.passage_index) for c in s.citations) for s in answer.sentences
         ),
     )
 
@@ -289,44 +306,104 @@ def ingest(address: str, lines: list[bytes]) -> dict[str, Any]:
     }
 
 
+def compare_levels(
+    this: Sequence[tuple[int, Sequence[Call]]], base: Sequence[tuple[int, Sequence[Call]]]
+) -> list[dict[str, Any]]:
+    """Per level: the same questions' answers from both commits, side by side."""
+    out = []
+    for (clients, calls), (_, base_calls) in zip(this, base, strict=True):
+        before = {c.question: c for c in base_calls if c.status == "OK"}
+        both = [(before[c.question], c) for c in calls if c.status == "OK" and c.question in before]
+        differ = [a.question for a, b in both if (a.text, a.cited) != (b.text, b.cited)]
+        out.append(
+            {
+                "clients": clients,
+                "both_ok": len(both),
+                "same_text": sum(a.text == b.text for a, b in both),
+                "same_text_and_citations": len(both) - len(differ),
+                "different": differ[:20],
+            }
+        )
+    return out
+
+
+def ratios(
+    levels: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    out = []
+    for this, before in zip(levels, base, strict=True):
+        row: dict[str, Any] = {"clients": this["clients"]}
+        if before["answers_per_s"] > 0:
+            row["answers_per_s"] = this["answers_per_s"] / before["answers_per_s"]
+        if "p50_ms" in this and "p50_ms" in before:
+            row["p50"] = this["p50_ms"] / before["p50_ms"]
+            row["p95"] = this["p95_ms"] / before["p95_ms"]
+        out.append(row)
+    return out
+
+
 def write_plot(report: dict[str, Any], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    levels = [lv for lv in report["levels"] if "p50_ms" in lv]
-    if not levels:
+    runs = [("", report["levels"])]
+    if "baseline" in report:
+        runs = [("after", report["levels"]), ("before", report["baseline"]["levels"])]
+    runs = [(label, [lv for lv in levels if "p50_ms" in lv]) for label, levels in runs]
+    if not runs[0][1]:
         return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    x = [lv["clients"] for lv in levels]
-    for key in ("p50_ms", "p95_ms", "p99_ms"):
-        left.plot(x, [lv[key] / 1000 for lv in levels], marker="o", label=key.split("_")[0])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    twin = left.twinx()
+    for (label, levels), style in zip(runs, ("-", ":"), strict=False):
+        x = [lv["clients"] for lv in levels]
+        for key, color in (("p50_ms", "C0"), ("p95_ms", "C1"), ("p99_ms", "C2")):
+            left.plot(
+                x,
+                [lv[key] / 1000 for lv in levels],
+                style,
+                color=color,
+                marker="o",
+                label=f"{key.split('_')[0]} {label}".strip(),
+            )
+        twin.plot(
+            x,
+            [lv["answers_per_s"] for lv in levels],
+            style,
+            color="k",
+            marker="s",
+            label=f"answers/s {label}".strip(),
+        )
+    x = [lv["clients"] for lv in runs[0][1]]
     left.set_xscale("log", base=2)
     left.set_xticks(x, [str(c) for c in x])
     left.set_xlabel("concurrent clients")
     left.set_ylabel("latency (s)")
-    twin = left.twinx()
-    twin.plot(x, [lv["answers_per_s"] for lv in levels], "k--", marker="s", label="answers/s")
     twin.set_ylabel("answers/s")
     twin.set_ylim(bottom=0)
-    left.legend(loc="upper left")
-    twin.legend(loc="lower right")
+    left.legend(loc="upper left", fontsize="small")
+    twin.legend(loc="lower right", fontsize="small")
     left.set_title("Ask: latency and throughput")
-    names = sorted({s for lv in levels for s in lv["stages_ms"]}, key=_stage_order)
-    segments = [("retrieval (longest retriever)", [lv["retrieval_ms"] / 1000 for lv in levels])]
+    names = sorted(
+        {s for _, levels in runs for lv in levels for s in lv["stages_ms"]}, key=_stage_order
+    )
+    names = [n for n in names if n not in RETRIEVAL]
+    bars = [(f"{lv['clients']} {label}".strip(), lv) for label, levels in runs for lv in levels]
+    bars.sort(key=lambda b: (b[1]["clients"], b[0]))
+    labels = [name for name, _ in bars]
+    segments = [("retrieval (longest retriever)", [lv["retrieval_ms"] / 1000 for _, lv in bars])]
     segments += [
-        (name.lower(), [lv["stages_ms"].get(name, 0.0) / 1000 for lv in levels])
-        for name in names
-        if name not in RETRIEVAL
+        (name.lower(), [lv["stages_ms"].get(name, 0.0) / 1000 for _, lv in bars]) for name in names
     ]
-    bottom = [0.0] * len(levels)
+    bottom = [0.0] * len(bars)
     for label, values in segments:
-        right.bar([str(c) for c in x], values, bottom=bottom, label=label)
+        right.bar(labels, values, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     right.set_xlabel("concurrent clients")
     right.set_ylabel("mean seconds per answer")
     right.set_title("Time per stage")
+    right.tick_params(axis="x", labelrotation=30)
     right.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -337,6 +414,66 @@ def _stage_order(name: str) -> int:
     from attest.answer.v1 import answer_pb2
 
     return int(answer_pb2.Stage.Value(f"STAGE_{name}"))
+
+
+def start_server(
+    python: str, cwd: Path, data_dir: Path, env: dict[str, str], log: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``attest serve all --embedded`` of the checkout at ``cwd`` on a free port."""
+    port = free_port()
+    cmd = [python, "-m", "attest.cli", "serve", "all", "--embedded"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    return proc, f"127.0.0.1:{port}"
+
+
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def counted(address: str, data_dir: Path) -> dict[str, Any]:
+    """What a reused data directory holds, as the semantic service counts it."""
+    import grpc
+
+    from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stats = semantic_pb2_grpc.SemanticServiceStub(channel).Stats(
+            semantic_pb2.StatsRequest(), timeout=60
+        )
+    return {
+        "reused_data_dir": str(data_dir),
+        "seconds": None,
+        "indexed": stats.documents,
+        "failed": 0,
+        "passages": stats.passages,
+    }
+
+
+def commit_of(root: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def main() -> int:
@@ -353,11 +490,28 @@ def main() -> int:
     parser.add_argument("--target", type=float, default=0.10)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--output", type=Path, default=REPORT)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of another commit with its own .venv, measured side by side",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="a data directory that already holds the --docs articles (copied, not ingested)",
+    )
     args = parser.parse_args()
-    # A stopped benchmark stops the server and the worker it started.
+    # A stopped benchmark stops the servers and the worker it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not args.redis_url:
         parser.error("--redis-url (or ATTEST_TEST_REDIS_URL) is needed for the queued path")
+    baseline_python = None
+    if args.baseline is not None:
+        baseline_python = args.baseline / ".venv" / "bin" / "python"
+        if not baseline_python.is_file():
+            parser.error(f"--baseline {args.baseline} has no .venv (run `uv sync` there)")
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        parser.error(f"--data-dir {args.data_dir} is not a directory")
     clients = args.clients or [1, 8, 32]
     lines = reuters_lines(args.docs)
     articles = load_articles(REUTERS, args.docs)
@@ -370,8 +524,6 @@ def main() -> int:
     for url in (broker, results, state):
         redis.Redis.from_url(url).flushdb()
 
-    port = free_port()
-    address = f"127.0.0.1:{port}"
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -379,51 +531,70 @@ def main() -> int:
         "ATTEST_PIPELINE_RESULT_BACKEND_URL": results,
         "ATTEST_ANSWER_JOBS__STATE_URL": state,
     }
-    worker_env = {
-        **env,
-        **{
-            f"ATTEST_ANSWER_{name}_ADDRESS": address
-            for name in ("LEXICAL", "SEMANTIC", "RERANK", "GENERATE")
-        },
-    }
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="attest-bench-ask-") as tmp:
         log = Path(tmp) / "server.log"
-        cmd = [sys.executable, "-m", "attest.cli", "serve", "all", "--embedded"]
-        cmd += ["--host", "127.0.0.1", "--port", str(port), "--data-dir", str(Path(tmp) / "data")]
-        server = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-        worker = None
+        base_log = Path(tmp) / "baseline-server.log"
+        data, base_data = Path(tmp) / "data", Path(tmp) / "baseline-data"
+        server = worker = baseline = None
+        baseline_address = None
         try:
+            if args.data_dir is not None:
+                shutil.copytree(args.data_dir, data)
+            server, address = start_server(sys.executable, ROOT, data, env, log)
             wait_serving(address, server, 900, log)
-            loaded = ingest(address, lines)
-            print(
-                f"ingested {loaded['indexed']} articles ({loaded['passages']} passages) "
-                f"in {loaded['seconds']:.0f} s",
-                file=sys.stderr,
-            )
+            if args.data_dir is None:
+                loaded = ingest(address, lines)
+                print(
+                    f"ingested {loaded['indexed']} articles ({loaded['passages']} passages) "
+                    f"in {loaded['seconds']:.0f} s",
+                    file=sys.stderr,
+                )
+            else:
+                loaded = counted(address, args.data_dir)
+            if args.baseline is not None and baseline_python is not None:
+                if args.data_dir is None:
+                    # The same corpus for both: this server's data directory,
+                    # copied while nothing has it open.
+                    stop(server)
+                    shutil.copytree(data, base_data)
+                    server, address = start_server(sys.executable, ROOT, data, env, log)
+                else:
+                    shutil.copytree(args.data_dir, base_data)
+                baseline, baseline_address = start_server(
+                    str(baseline_python), args.baseline, base_data, env, base_log
+                )
+                wait_serving(address, server, 900, log)
+                wait_serving(baseline_address, baseline, 900, base_log)
+            worker_env = {
+                **env,
+                **{
+                    f"ATTEST_ANSWER_{name}_ADDRESS": address
+                    for name in ("LEXICAL", "SEMANTIC", "RERANK", "GENERATE")
+                },
+            }
             worker = subprocess.Popen(
                 [sys.executable, "-m", "attest.cli", "worker", "--queues", "answer"],
                 env=worker_env,
                 stdout=(Path(tmp) / "worker.log").open("wb"),
                 stderr=subprocess.STDOUT,
             )
-            report = asyncio.run(measure(address, questions, clients, args))
+            report = asyncio.run(measure(address, questions, clients, args, baseline_address))
             report["ingest"] = loaded
         finally:
-            for proc in (worker, server):
-                if proc is not None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            for proc in (worker, baseline, server):
+                stop(proc)
     report |= {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "commit": commit_of(ROOT),
         "docs": len(lines),
         "cpus": os.cpu_count(),
         "generation": "extractive",
         "budget_s": BUDGET_S,
     }
+    if args.baseline is not None:
+        report["baseline"]["commit"] = commit_of(args.baseline)
+        report["baseline"]["checkout"] = str(args.baseline)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     plot = args.output.with_suffix(".png")
@@ -434,56 +605,116 @@ def main() -> int:
 
 
 async def measure(
-    address: str, questions: Sequence[str], clients: Sequence[int], args: argparse.Namespace
+    address: str,
+    questions: Sequence[str],
+    clients: Sequence[int],
+    args: argparse.Namespace,
+    baseline_address: str | None = None,
 ) -> dict[str, Any]:
     from attest.answer.v1 import answer_pb2_grpc
     from attest.core.channels import create_channel
 
     channel = create_channel(address)
+    base_channel = create_channel(baseline_address) if baseline_address else None
+    servers = [("this", answer_pb2_grpc.AnswerServiceStub(channel))]
+    if base_channel is not None:
+        servers.append(("baseline", answer_pb2_grpc.AnswerServiceStub(base_channel)))
     try:
-        stub = answer_pb2_grpc.AnswerServiceStub(channel)
-        for q in questions[:2]:  # untimed: the first calls load models
-            await ask(stub, q)
-        levels = []
-        single: list[Call] = []
-        for c in clients:
+        for _, stub in servers:
+            for q in questions[:2]:  # untimed: the first calls load models
+                await ask(stub, q)
+        levels: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in servers}
+        calls_of: dict[str, list[tuple[int, list[Call]]]] = {name: [] for name, _ in servers}
+        for i, c in enumerate(clients):
             n = max(args.requests, 2 * c)
-            calls, wall = await level(stub, questions[:n], c)
-            levels.append(summarize_level(c, calls, wall))
-            if c == 1:
-                single = calls
-            print(f"clients {c}: {levels[-1]['statuses']} in {wall:.0f} s", file=sys.stderr)
-        if not single:
-            single, _ = await level(stub, questions[: args.requests], 1)
-        queued = await paired(stub, questions[-args.paired :])
+            # Alternate who goes first, so drift in the machine's load weighs on both.
+            for name, stub in servers if i % 2 else servers[::-1]:
+                calls, wall = await level(stub, questions[:n], c)
+                levels[name].append(summarize_level(c, calls, wall))
+                calls_of[name].append((c, calls))
+                print(
+                    f"{name}: clients {c}: {levels[name][-1]['statuses']} in {wall:.0f} s",
+                    file=sys.stderr,
+                )
+        single = {
+            name: next((k for c, k in runs if c == 1), None) for name, runs in calls_of.items()
+        }
+        for name, stub in servers:
+            if single[name] is None:
+                single[name], _ = await level(stub, questions[: args.requests], 1)
+        queued = await paired(servers[0][1], questions[-args.paired :])
     finally:
         await channel.close()
-    return {"levels": levels, "inline_overhead": overhead(single), "celery_vs_inline": queued}
+        if base_channel is not None:
+            await base_channel.close()
+    this_single = single["this"]
+    assert this_single is not None
+    report: dict[str, Any] = {
+        "levels": levels["this"],
+        "inline_overhead": overhead(this_single),
+        "celery_vs_inline": queued,
+    }
+    if base_channel is not None:
+        base_single = single["baseline"]
+        assert base_single is not None
+        report["baseline"] = {
+            "levels": levels["baseline"],
+            "inline_overhead": overhead(base_single),
+        }
+        report["ratios"] = ratios(levels["this"], levels["baseline"])
+        report["same_answers"] = compare_levels(calls_of["this"], calls_of["baseline"])
+    return report
+
+
+def _level_line(lv: dict[str, Any]) -> str:
+    if "p50_ms" not in lv:
+        return f"{lv['clients']:>7} {'-':>10}  {lv['statuses']}"
+    return (
+        f"{lv['clients']:>7} {lv['answers_per_s']:>10.2f} {lv['p50_ms'] / 1000:>7.2f} "
+        f"{lv['p95_ms'] / 1000:>7.2f} {lv['p99_ms'] / 1000:>7.2f}  {lv['statuses']}"
+        + (f", degraded {lv['degraded_answers']}" if lv["degraded_answers"] else "")
+    )
 
 
 def print_report(report: dict[str, Any]) -> None:
     ingest = report["ingest"]
+    how = (
+        f"{ingest['seconds']:.0f} s"
+        if ingest.get("seconds") is not None
+        else f"reused {ingest.get('reused_data_dir')}"
+    )
     print(
         f"{report['docs']} Reuters articles ingested ({ingest['passages']} passages, "
-        f"{ingest['seconds']:.0f} s), {report['cpus']} CPUs, extractive generation"
+        f"{how}), {report['cpus']} CPUs, extractive generation, commit {report.get('commit')}"
     )
-    print(f"{'clients':>7} {'answers/s':>10} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7}  statuses")
-    for lv in report["levels"]:
-        if "p50_ms" not in lv:
-            print(f"{lv['clients']:>7} {'-':>10}  {lv['statuses']}")
-            continue
+    runs = [("", report)]
+    if "baseline" in report:
+        runs = [
+            (f"before ({report['baseline'].get('commit')})", report["baseline"]),
+            (f"after ({report.get('commit')})", report),
+        ]
+    for label, run in runs:
+        if label:
+            print(label)
+        print(f"{'clients':>7} {'answers/s':>10} {'p50 s':>7} {'p95 s':>7} {'p99 s':>7}  statuses")
+        for lv in run["levels"]:
+            print(_level_line(lv))
+            for error in lv["errors"][:3] + lv["degradation_reasons"][:3]:
+                print(f"{'':>9}{error}")
+        print("mean ms per stage (retrieval stages overlap):")
+        for lv in run["levels"]:
+            if "stages_ms" in lv:
+                stages = ", ".join(f"{k.lower()} {v:.0f}" for k, v in lv["stages_ms"].items())
+                print(f"  {lv['clients']:>3} clients: {stages}")
+    nan = float("nan")
+    for row, same in zip(report.get("ratios", []), report.get("same_answers", []), strict=True):
         print(
-            f"{lv['clients']:>7} {lv['answers_per_s']:>10.2f} {lv['p50_ms'] / 1000:>7.2f} "
-            f"{lv['p95_ms'] / 1000:>7.2f} {lv['p99_ms'] / 1000:>7.2f}  {lv['statuses']}"
-            + (f", degraded {lv['degraded_answers']}" if lv["degraded_answers"] else "")
+            f"after / before at {row['clients']} clients: answers/s "
+            f"{row.get('answers_per_s', nan):.2f}x, p50 {row.get('p50', nan):.2f}x, "
+            f"p95 {row.get('p95', nan):.2f}x; same answer text {same['same_text']}/"
+            f"{same['both_ok']}, same text and citations {same['same_text_and_citations']}/"
+            f"{same['both_ok']}"
         )
-        for error in lv["errors"][:3] + lv["degradation_reasons"][:3]:
-            print(f"{'':>9}{error}")
-    print("mean ms per stage (retrieval stages overlap):")
-    for lv in report["levels"]:
-        if "stages_ms" in lv:
-            stages = ", ".join(f"{k.lower()} {v:.0f}" for k, v in lv["stages_ms"].items())
-            print(f"  {lv['clients']:>3} clients: {stages}")
     o = report["inline_overhead"]
     print(
         f"inline path at 1 client over the sum of its stages: median "

@@ -76,6 +76,8 @@ class GrpcBackends:
             (LEXICAL, "Search"),
             (SEMANTIC, "Search"),
             (SEMANTIC, "Explain"),
+            (SEMANTIC, "Embed"),
+            (SEMANTIC, "GetVectors"),
             (RERANK, "Rerank"),
         ]
 
@@ -107,6 +109,26 @@ class GrpcBackends:
         )
         return await _call(
             "semantic", stub.Explain(request, timeout=seconds, metadata=self._metadata())
+        )
+
+    async def embed(
+        self, request: semantic_pb2.EmbedRequest, seconds: float
+    ) -> semantic_pb2.EmbedResponse:
+        stub = semantic_pb2_grpc.SemanticServiceStub(
+            self._channel(self._settings.semantic_address, self._read_only())
+        )
+        return await _call(
+            "semantic", stub.Embed(request, timeout=seconds, metadata=self._metadata())
+        )
+
+    async def get_vectors(
+        self, request: semantic_pb2.GetVectorsRequest, seconds: float
+    ) -> semantic_pb2.GetVectorsResponse:
+        stub = semantic_pb2_grpc.SemanticServiceStub(
+            self._channel(self._settings.semantic_address, self._read_only())
+        )
+        return await _call(
+            "semantic", stub.GetVectors(request, timeout=seconds, metadata=self._metadata())
         )
 
     async def rerank(

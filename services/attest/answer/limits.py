@@ -86,6 +86,18 @@ class LimitedBackends:
         async with _admitted(self.explain_limiter, seconds) as left:
             return await self.inner.explain(request, left)
 
+    async def embed(
+        self, request: semantic_pb2.EmbedRequest, seconds: float
+    ) -> semantic_pb2.EmbedResponse:
+        async with _admitted(self.semantic_limiter, seconds) as left:
+            return await self.inner.embed(request, left)
+
+    async def get_vectors(
+        self, request: semantic_pb2.GetVectorsRequest, seconds: float
+    ) -> semantic_pb2.GetVectorsResponse:
+        async with _admitted(self.semantic_limiter, seconds) as left:
+            return await self.inner.get_vectors(request, left)
+
     async def rerank(
         self, request: rerank_pb2.RerankRequest, seconds: float
     ) -> rerank_pb2.RerankResponse:

@@ -28,7 +28,7 @@ from attest.answer.options import Plan
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
-from attest.core.errors import DeadlineExceeded, Unavailable
+from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate.v1 import generate_pb2
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
@@ -71,6 +71,14 @@ class Backends(Protocol):
         self, request: semantic_pb2.ExplainRequest, seconds: float
     ) -> semantic_pb2.ExplainResponse: ...
 
+    async def embed(
+        self, request: semantic_pb2.EmbedRequest, seconds: float
+    ) -> semantic_pb2.EmbedResponse: ...
+
+    async def get_vectors(
+        self, request: semantic_pb2.GetVectorsRequest, seconds: float
+    ) -> semantic_pb2.GetVectorsResponse: ...
+
     async def rerank(
         self, request: rerank_pb2.RerankRequest, seconds: float
     ) -> rerank_pb2.RerankResponse: ...
@@ -108,6 +116,28 @@ class _Candidate:
             return [(i, text) for i, (text, _) in ranked[:RERANK_PASSAGES]]
         text = self.body or self.summary
         return [(-1, text)] if text.strip() else []
+
+    def stored_vector_index(self, passage_index: int) -> int | None:
+        """The stored semantic record whose vector embeds the same text as the
+        reranker would for this entry of ``passage_list``, or None.
+
+        A passage's record embeds "title, newline, passage", as the reranker's
+        fallback does. Without passages the entry is the article text: when
+        that is the summary the semantic service returned (no BM25 body), the
+        article record embeds "title, newline, summary", the same text again;
+        a BM25 body has no record of its own and is embedded by the reranker.
+        """
+        if passage_index >= 0:
+            return passage_index
+        return -1 if not self.body and self.summary else None
+
+
+@dataclass(frozen=True)
+class _QuestionVector:
+    """The question embedded once by the semantic service, for every call that scores it."""
+
+    vector: semantic_pb2.Vector
+    model: str
 
 
 class _Clock:
@@ -152,7 +182,7 @@ class AnswerPipeline:
         clock = _Clock(plan.budget_seconds)
         degradations: list[answer_pb2.Degradation] = []
 
-        candidates, lists = await self._retrieve(plan, clock, degradations)
+        candidates, lists, question = await self._retrieve(plan, clock, degradations)
         fuse_start = time.perf_counter()
         fused = fuse_with(lists, plan.fusion, top_k=plan.fused_top_k)
         clock.record(answer_pb2.STAGE_FUSE, time.perf_counter() - fuse_start)
@@ -161,9 +191,13 @@ class AnswerPipeline:
             cand.fused = score
         kept = [c for c in kept if c.passage_list()]
 
-        sources = await self._rerank(plan, clock, kept, degradations)
+        # Stored vectors are fetched only from a semantic service that just answered.
+        semantic_answered = any(r.name != RETRIEVER_NAMES[common_pb2.RETRIEVER_BM25] for r in lists)
+        sources = await self._rerank(
+            plan, clock, kept, degradations, question, stored_vectors=semantic_answered
+        )
         if plan.explain:
-            await self._explain(plan, clock, sources)
+            await self._explain(plan, clock, sources, question)
         yield answer_pb2.AskStreamResponse(
             retrieval=answer_pb2.RetrievalDone(
                 sources=sources, candidates=len(fused), degradations=degradations
@@ -190,11 +224,35 @@ class AnswerPipeline:
 
     # -- retrieval -------------------------------------------------------------------------
 
+    async def _embed_question(self, plan: Plan, clock: _Clock) -> _QuestionVector | None:
+        """The question's embedding from the semantic service, or None when it
+        cannot give one (each search then embeds the question itself)."""
+        try:
+            response = await self.backends.embed(
+                semantic_pb2.EmbedRequest(texts=[plan.question]),
+                clock.timeout(self.settings.timeouts.retrieve, "embedding the question"),
+            )
+        except (Unavailable, DeadlineExceeded, InvalidArgument) as exc:
+            log.warning("question not embedded once; each search embeds it: %s", exc.message)
+            return None
+        if len(response.vectors) != 1 or not response.vectors[0].values:
+            log.warning("the semantic service returned no embedding of the question")
+            return None
+        return _QuestionVector(response.vectors[0], response.embedding_model)
+
     async def _retrieve(
         self, plan: Plan, clock: _Clock, degradations: list[answer_pb2.Degradation]
-    ) -> tuple[dict[str, _Candidate], list[Ranked]]:
+    ) -> tuple[dict[str, _Candidate], list[Ranked], _QuestionVector | None]:
         candidates: dict[str, _Candidate] = {}
         timeout = self.settings.timeouts.retrieve
+        # Embedded once, before the searches that score it (BM25 does not wait);
+        # dense, KG, Explain and the reranker's fallback all reuse the vector.
+        embedding: asyncio.Task[_QuestionVector | None] | None = None
+        if plan.semantic_retrievers:
+            embedding = asyncio.ensure_future(self._embed_question(plan, clock))
+        # Embedding and searching share the vector retrievers' timeout, so a
+        # semantic service that hangs costs no more time than before.
+        vectors_until = time.monotonic() + timeout
 
         def candidate(doc_id: str) -> _Candidate:
             if doc_id not in candidates:
@@ -228,7 +286,13 @@ class AnswerPipeline:
             return Ranked("bm25", [(h.doc_id, h.score) for h in docs.hits])
 
         async def semantic(retriever: common_pb2.Retriever.ValueType) -> Ranked:
-            limit = clock.timeout(timeout, "vector retrieval")
+            # Shielded: several searches wait for the one embedding.
+            question = await asyncio.shield(embedding) if embedding is not None else None
+            vector = question.vector if question is not None else None
+            left = vectors_until - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded("the vector retrieval's time went to embedding the question")
+            limit = clock.timeout(min(timeout, left), "vector retrieval")
             if retriever == common_pb2.RETRIEVER_DENSE:
                 mode, variant = semantic_pb2.SEARCH_MODE_DENSE, semantic_pb2.KG_VARIANT_UNSPECIFIED
             else:
@@ -242,6 +306,7 @@ class AnswerPipeline:
                 self.backends.semantic_search(
                     semantic_pb2.SearchRequest(
                         query=plan.question,
+                        query_vector=vector,
                         top_k=plan.top_k_per_retriever,
                         filters=plan.filters,
                         level=semantic_pb2.SEARCH_LEVEL_DOCUMENT,
@@ -256,6 +321,7 @@ class AnswerPipeline:
                     self.backends.semantic_search(
                         semantic_pb2.SearchRequest(
                             query=plan.question,
+                            query_vector=vector,
                             top_k=plan.top_k_per_retriever,
                             filters=plan.filters,
                             level=semantic_pb2.SEARCH_LEVEL_PASSAGE,
@@ -292,6 +358,7 @@ class AnswerPipeline:
             else:
                 jobs.append((answer_pb2.STAGE_RETRIEVE_KG, "semantic", semantic(r)))
         results = await asyncio.gather(*(_timed(job) for _, _, job in jobs), return_exceptions=True)
+        question = await embedding if embedding is not None else None
         lists: list[Ranked] = []
         failures: list[str] = []
         for (stage, service, _), result in zip(jobs, results, strict=True):
@@ -311,7 +378,7 @@ class AnswerPipeline:
         # Passages can arrive before their document's candidate exists; drop
         # documents no ranking retriever returned.
         ranked_ids = {key for r in lists for key, _ in r.items}
-        return {k: v for k, v in candidates.items() if k in ranked_ids}, lists
+        return {k: v for k, v in candidates.items() if k in ranked_ids}, lists, question
 
     # -- rerank --------------------------------------------------------------------------
 
@@ -332,13 +399,54 @@ class AnswerPipeline:
                 setattr(out, f"{name}_score", value)
         return out
 
+    async def _stored_vectors(
+        self, kept: list[_Candidate], seconds: float
+    ) -> tuple[list[rerank_pb2.DocumentVectors], str]:
+        """Stored vectors of the passages the reranker gets, per document (an empty
+        vector where none is stored), and their model; ([], "") when none are known."""
+        slots: list[tuple[int, int]] = []  # (document, passage) of each record asked for
+        records: list[semantic_pb2.RecordRef] = []
+        for d, c in enumerate(kept):
+            for j, (index, _) in enumerate(c.passage_list()):
+                stored = c.stored_vector_index(index)
+                if stored is not None:
+                    slots.append((d, j))
+                    records.append(semantic_pb2.RecordRef(doc_id=c.doc_id, passage_index=stored))
+        if not records:
+            return [], ""
+        try:
+            response = await self.backends.get_vectors(
+                semantic_pb2.GetVectorsRequest(records=records), seconds
+            )
+        except (Unavailable, DeadlineExceeded, InvalidArgument) as exc:
+            log.warning("stored passage vectors not fetched; the reranker embeds: %s", exc.message)
+            return [], ""
+        if len(response.vectors) != len(records):
+            log.warning(
+                "the semantic service returned %d vectors for %d records",
+                len(response.vectors),
+                len(records),
+            )
+            return [], ""
+        empty = rerank_pb2.Vector()
+        per_doc = [[empty] * len(c.passage_list()) for c in kept]
+        for (d, j), vector in zip(slots, response.vectors, strict=True):
+            if vector.values:
+                per_doc[d][j] = rerank_pb2.Vector(values=vector.values)
+        return [rerank_pb2.DocumentVectors(passages=v) for v in per_doc], response.embedding_model
+
     async def _rerank(
         self,
         plan: Plan,
         clock: _Clock,
         kept: list[_Candidate],
         degradations: list[answer_pb2.Degradation],
+        question: _QuestionVector | None = None,
+        *,
+        stored_vectors: bool = False,
     ) -> list[answer_pb2.AnswerSource]:
+        """Reranked sources; the reranker gets the question's vector and, with
+        ``stored_vectors``, the semantic service's vectors of the passages."""
         per_doc = plan.passages_per_document
         if not kept:
             return []
@@ -356,15 +464,28 @@ class AnswerPipeline:
             ]
             start = time.perf_counter()
             try:
-                response = await self.backends.rerank(
-                    rerank_pb2.RerankRequest(
-                        query=plan.question,
-                        documents=documents,
-                        top_k=plan.rerank_top_k,
-                        passages_top_k=per_doc,
-                    ),
-                    clock.timeout(self.settings.timeouts.rerank, "reranking"),
+                # One timeout for the stage: fetching the vectors takes at most
+                # half of it (a lookup by id, normally milliseconds).
+                until = time.monotonic() + clock.timeout(self.settings.timeouts.rerank, "reranking")
+                vectors: list[rerank_pb2.DocumentVectors] = []
+                model = ""
+                if stored_vectors:
+                    # The embedding fallback scores these vectors instead of
+                    # embedding the passages again (PFiD ignores them).
+                    fetch = min(self.settings.timeouts.retrieve, (until - time.monotonic()) / 2)
+                    vectors, model = await self._stored_vectors(kept, fetch)
+                request = rerank_pb2.RerankRequest(
+                    query=plan.question,
+                    documents=documents,
+                    top_k=plan.rerank_top_k,
+                    passages_top_k=per_doc,
+                    document_vectors=vectors,
+                    embedding_model=model,
                 )
+                if question is not None and (not model or model == question.model):
+                    request.embedding_model = question.model
+                    request.query_vector.values.extend(question.vector.values)
+                response = await self.backends.rerank(request, until - time.monotonic())
             except (Unavailable, DeadlineExceeded) as exc:
                 reason = f"rerank service unavailable: {exc.message}; fused order used"
                 degradations.append(
@@ -391,7 +512,11 @@ class AnswerPipeline:
         ]
 
     async def _explain(
-        self, plan: Plan, clock: _Clock, sources: Sequence[answer_pb2.AnswerSource]
+        self,
+        plan: Plan,
+        clock: _Clock,
+        sources: Sequence[answer_pb2.AnswerSource],
+        question: _QuestionVector | None = None,
     ) -> None:
         """Attach the best KG path of each source with a KG score (best effort)."""
         variant = (
@@ -409,7 +534,10 @@ class AnswerPipeline:
                 *(
                     self.backends.explain(
                         semantic_pb2.ExplainRequest(
-                            query=plan.question, doc_id=d, kg_variant=variant
+                            query=plan.question,
+                            doc_id=d,
+                            kg_variant=variant,
+                            query_vector=question.vector if question is not None else None,
                         ),
                         timeout,
                     )

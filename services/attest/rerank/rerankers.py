@@ -13,14 +13,19 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from attest.rerank.batching import MicroBatcher
 from attest.rerank.scoring import DocInput, DocScores, PFiDScorer
 from attest.rerank.settings import RerankSettings
+from attest.semantic.models import passage_text
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["pfid", "embedding"]
+
+
+Vector = npt.NDArray[np.float32]
 
 
 class Reranker(Protocol):
@@ -30,7 +35,15 @@ class Reranker(Protocol):
 
     async def warm_up(self) -> None: ...
 
-    async def rerank(self, query: str, docs: Sequence[DocInput]) -> list[DocScores]: ...
+    def vector_space(self) -> tuple[str, int] | None:
+        """(model name, dimension) of the embeddings this reranker can score
+        instead of texts; None when it reads text only (PFiD)."""
+
+    async def rerank(
+        self, query: str, docs: Sequence[DocInput], query_vector: Vector | None = None
+    ) -> list[DocScores]:
+        """Scores of ``docs``; ``query_vector`` and ``DocInput.vectors`` are
+        embeddings of the query and passages in ``vector_space()``, or ignored."""
 
     async def close(self) -> None: ...
 
@@ -91,7 +104,12 @@ class PFiDReranker:
             },
         )
 
-    async def rerank(self, query: str, docs: Sequence[DocInput]) -> list[DocScores]:
+    def vector_space(self) -> tuple[str, int] | None:
+        return None
+
+    async def rerank(
+        self, query: str, docs: Sequence[DocInput], query_vector: Vector | None = None
+    ) -> list[DocScores]:
         assert self.batcher is not None, "warm_up first"
         return await self.batcher.submit([(query, d) for d in docs])
 
@@ -104,7 +122,11 @@ class PFiDReranker:
 class EmbeddingReranker:
     """CPU fallback: cosine similarity of sentence embeddings, (1 + cos) / 2.
 
-    A passage is embedded with its document's title in front; a document
+    A passage is embedded as its document's title, a newline and the passage
+    text (``passage_text``, the text the semantic index embeds), so a stored
+    passage vector given with the request is the vector this reranker would
+    compute: given vectors are scored as they are and only the passages
+    without one (and the query, without its vector) are embedded. A document
     scores as its best passage.
     """
 
@@ -117,21 +139,43 @@ class EmbeddingReranker:
         self.model_name = self.embedder.name
         self.device = "cpu"
         self._max_chars = settings.max_length * 8
+        self._dimension: int | None = None
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.embedder.warm_up)
+        self._dimension = self.embedder.dimension
 
-    async def rerank(self, query: str, docs: Sequence[DocInput]) -> list[DocScores]:
-        texts: list[str] = []
+    def vector_space(self) -> tuple[str, int] | None:
+        if self._dimension is None:
+            self._dimension = self.embedder.dimension
+        return self.model_name, self._dimension
+
+    async def rerank(
+        self, query: str, docs: Sequence[DocInput], query_vector: Vector | None = None
+    ) -> list[DocScores]:
         truncated: list[bool] = []
+        rows: list[Vector | None] = []
+        missing: list[int] = []  # rows to embed
+        texts: list[str] = []
         for d in docs:
-            for p in d.passages:
-                text = f"{d.title.strip()}. {p.strip()}" if d.title.strip() else p.strip()
+            title = d.title.strip()
+            for j, p in enumerate(d.passages):
+                text = passage_text(title, p.strip())
                 truncated.append(len(text) > self._max_chars)
-                texts.append(text[: self._max_chars])
-        vectors = await self.embedder.aencode([query, *texts])
-        sims = (1.0 + vectors[1:] @ vectors[0]) / 2.0
-        sims = np.clip(sims, 0.0, 1.0)
+                given = d.vectors[j] if d.vectors else None
+                if given is None:
+                    missing.append(len(rows))
+                    texts.append(text[: self._max_chars])
+                rows.append(given)
+        if query_vector is None or texts:
+            encoded = await self.embedder.aencode(
+                texts if query_vector is not None else [query, *texts]
+            )
+            if query_vector is None:
+                query_vector, encoded = encoded[0], encoded[1:]
+            for row, vec in zip(missing, encoded, strict=True):
+                rows[row] = vec
+        sims = _cosines(query_vector, rows)
         out: list[DocScores] = []
         offset = 0
         for d in docs:
@@ -143,6 +187,15 @@ class EmbeddingReranker:
 
     async def close(self) -> None:
         return None
+
+
+def _cosines(query: Vector, rows: Sequence[Vector | None]) -> npt.NDArray[np.float64]:
+    """(1 + cos) / 2 of each row with the query, in [0, 1]."""
+    matrix = np.vstack([r for r in rows if r is not None]).astype(np.float32, copy=False)
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    q = query / max(float(np.linalg.norm(query)), 1e-12)
+    sims = (1.0 + matrix @ q) / 2.0
+    return np.clip(sims.astype(np.float64), 0.0, 1.0)
 
 
 def create_reranker(settings: RerankSettings) -> Reranker:

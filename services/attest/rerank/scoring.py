@@ -7,9 +7,12 @@ can use it on a machine with nothing else installed.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -21,6 +24,9 @@ if TYPE_CHECKING:
 class DocInput:
     title: str
     passages: tuple[str, ...]
+    # Known embeddings of the passages for the embedding fallback: empty, or one
+    # per passage (None where unknown). PFiD reads text only.
+    vectors: tuple[npt.NDArray[np.float32] | None, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,22 +2,93 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import Any
 
 import grpc
+import numpy as np
 
 from attest.core.errors import InvalidArgument
-from attest.rerank.rerankers import Reranker, create_reranker
+from attest.rerank.rerankers import Reranker, Vector, create_reranker
 from attest.rerank.scoring import DocInput
 from attest.rerank.settings import RerankLimits, RerankSettings
 from attest.rerank.v1 import rerank_pb2, rerank_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
+log = logging.getLogger(__name__)
+
 KIND_TO_PROTO = {
     "pfid": rerank_pb2.RERANKER_PFID,
     "embedding": rerank_pb2.RERANKER_EMBEDDING_FALLBACK,
 }
+
+
+def _vector(message: rerank_pb2.Vector, dimension: int, field: str) -> Vector | None:
+    """A given embedding, or None for an empty one; wrong ones are INVALID_ARGUMENT."""
+    if not message.values:
+        return None
+    vector = np.asarray(message.values, dtype=np.float32)
+    if vector.shape != (dimension,):
+        raise InvalidArgument(
+            f"has {vector.shape[0]} dimensions; the reranker's model has {dimension}", field=field
+        )
+    if not np.all(np.isfinite(vector)) or not np.any(vector):
+        raise InvalidArgument("must be finite and non-zero", field=field)
+    return vector
+
+
+def read_vectors(
+    request: rerank_pb2.RerankRequest, space: tuple[str, int] | None
+) -> tuple[Vector | None, list[tuple[Vector | None, ...]]]:
+    """The request's query and passage vectors, when they are in the reranker's
+    vector space (same model); (None, []) otherwise."""
+    given = request.document_vectors
+    if given and len(given) != len(request.documents):
+        raise InvalidArgument(
+            f"has {len(given)} entries for {len(request.documents)} documents",
+            field="document_vectors",
+        )
+    for i, (doc, entry) in enumerate(zip(request.documents, given, strict=False)):
+        if entry.passages and len(entry.passages) != len(doc.passages):
+            raise InvalidArgument(
+                f"has {len(entry.passages)} vectors for {len(doc.passages)} passages",
+                field=f"document_vectors[{i}].passages",
+            )
+    if space is None or not (request.HasField("query_vector") or given):
+        return None, []
+    model, dimension = space
+    if request.embedding_model != model:
+        _warn_model_once(request.embedding_model, model)
+        return None, []
+    query = (
+        _vector(request.query_vector, dimension, "query_vector")
+        if request.HasField("query_vector")
+        else None
+    )
+    passages = [
+        tuple(
+            _vector(v, dimension, f"document_vectors[{i}].passages[{j}]")
+            for j, v in enumerate(entry.passages)
+        )
+        for i, entry in enumerate(given)
+    ]
+    return query, passages
+
+
+_warned_models: set[str] = set()
+
+
+def _warn_model_once(given: str, own: str) -> None:
+    if given not in _warned_models:
+        _warned_models.add(given)
+        log.warning(
+            "vectors from embedding model %r ignored: the reranker embeds with %r; "
+            "configure both services with the same model to skip embedding at query time",
+            given,
+            own,
+        )
 
 
 def validate(request: rerank_pb2.RerankRequest, limits: RerankLimits) -> list[DocInput]:
@@ -91,7 +162,18 @@ class RerankServicer(rerank_pb2_grpc.RerankServiceServicer):
         self, request: rerank_pb2.RerankRequest, context: Context
     ) -> rerank_pb2.RerankResponse:
         docs = validate(request, self._limits)
-        scores = await self.reranker.rerank(request.query, docs)
+        query_vector, passage_vectors = read_vectors(
+            request,
+            self.reranker.vector_space()
+            if request.HasField("query_vector") or request.document_vectors
+            else None,
+        )
+        if passage_vectors:
+            docs = [
+                dataclasses.replace(d, vectors=v) if v else d
+                for d, v in zip(docs, passage_vectors, strict=True)
+            ]
+        scores = await self.reranker.rerank(request.query, docs, query_vector)
         order = sorted(range(len(docs)), key=lambda i: (-scores[i].score, i))
         if request.top_k:
             order = order[: request.top_k]

@@ -34,6 +34,7 @@ from attest.semantic.models import (
     SemanticHit,
     SemanticQuery,
     Vector,
+    passage_text,
 )
 from attest.semantic.settings import SemanticSettings
 from attest.semantic.store import Point, ScoredPoint, VectorFilter, VectorStore, create_store
@@ -236,7 +237,7 @@ class SemanticIndex:
             for j, p in enumerate(doc.passages):
                 if p.vector is None:
                     slots.append(("passage", i, j))
-                    texts.append(f"{doc.title}\n{p.text}" if doc.title else p.text)
+                    texts.append(passage_text(doc.title, p.text))
         encoded = self.embedder.encode(texts)
         articles: list[Vector | None] = [d.article_vector for d in docs]
         headlines: list[Vector | None] = [None] * len(docs)
@@ -492,6 +493,23 @@ class SemanticIndex:
 
             raise NotFound(f"no article {doc_id!r} in the semantic index", field="doc_id")
         return result
+
+    async def embed(self, texts: Sequence[str]) -> Vector:
+        """Unit-length embeddings of ``texts`` with the index's model, one row per text."""
+        return await self.embedder.aencode(texts)
+
+    async def vectors(self, tenant: str, keys: Sequence[tuple[str, int]]) -> list[Vector | None]:
+        """Stored vectors of (doc_id, passage_index) records, -1 naming the article
+        record; None where ``tenant`` has no such record."""
+        out: list[Vector | None] = [None] * len(keys)
+        for kind, wanted in ((ARTICLES, True), (PASSAGES, False)):
+            slots = [i for i, (_, index) in enumerate(keys) if (index == -1) == wanted]
+            if not slots:
+                continue
+            found = await self.store.vectors(kind, tenant, [keys[i] for i in slots])
+            for i, vector in zip(slots, found, strict=True):
+                out[i] = vector
+        return out
 
     def title(self, tenant: str, doc_id: str) -> str:
         """The headline of an indexed article ("" when unknown)."""

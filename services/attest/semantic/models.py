@@ -14,6 +14,16 @@ from attest.core.common import Filters
 Vector = npt.NDArray[np.float32]
 
 
+def passage_text(title: str, text: str) -> str:
+    """The text a passage is embedded as: its article's title, a newline, the passage.
+
+    One definition for the index (the stored passage vectors) and the
+    reranker's embedding fallback (which scores those stored vectors and
+    embeds only passages without one), so both embed the same text.
+    """
+    return f"{title}\n{text}" if title else text
+
+
 class Level(enum.Enum):
     DOCUMENT = "document"
     PASSAGE = "passage"

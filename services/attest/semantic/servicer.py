@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import grpc
+import numpy as np
 
 from attest.common.v1 import common_pb2
 from attest.core.context import tenant_var
@@ -17,10 +19,22 @@ from attest.core.validation import (
 )
 from attest.semantic import convert
 from attest.semantic.index import SemanticIndex
+from attest.semantic.models import Vector
 from attest.semantic.settings import SemanticSettings
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+# Texts per Embed call: a question and a few of its parts, not a corpus (the
+# Index RPC embeds documents).
+MAX_EMBED_TEXTS = 64
+
+
+def vector_to_proto(vector: Vector | None) -> semantic_pb2.Vector:
+    """A vector as a message; None (nothing stored) as an empty one."""
+    if vector is None:
+        return semantic_pb2.Vector()
+    return semantic_pb2.Vector(values=vector.tolist())
 
 
 class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
@@ -80,6 +94,9 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
         if request.HasField("kg_top_n"):
             check_kg_top_n(request.kg_top_n)
         query = convert.explain_from_proto(request, self._limits)
+        if request.HasField("query_vector") and request.query_vector.values:
+            vector = np.asarray(request.query_vector.values, dtype=np.float32)
+            query = dataclasses.replace(query, vector=vector)
         score, nodes, paths = await self.index.explain(tenant_var.get(), request.doc_id, query)
         graph = self.index.graph
         limit = min(request.max_paths or 8, self._limits.max_paths)
@@ -120,4 +137,49 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
             backend=self.index.store.name,
             embedding_model=self.index.embedder.name,
             dimension=self.index.scorer.dim,
+        )
+
+    async def Embed(
+        self, request: semantic_pb2.EmbedRequest, context: Context
+    ) -> semantic_pb2.EmbedResponse:
+        if not request.texts:
+            raise InvalidArgument("must contain at least one text", field="texts")
+        if len(request.texts) > MAX_EMBED_TEXTS:
+            raise InvalidArgument(f"at most {MAX_EMBED_TEXTS} texts are allowed", field="texts")
+        limit = self._limits.max_query_chars
+        for i, text in enumerate(request.texts):
+            if not text.strip():
+                raise InvalidArgument("must not be blank", field=f"texts[{i}]")
+            if len(text) > limit:
+                raise InvalidArgument(
+                    f"is {len(text):,} characters; the limit is {limit:,}", field=f"texts[{i}]"
+                )
+        vectors = await self.index.embed([t.strip() for t in request.texts])
+        return semantic_pb2.EmbedResponse(
+            vectors=[vector_to_proto(v) for v in vectors],
+            embedding_model=self.index.embedder.name,
+        )
+
+    async def GetVectors(
+        self, request: semantic_pb2.GetVectorsRequest, context: Context
+    ) -> semantic_pb2.GetVectorsResponse:
+        if not request.records:
+            raise InvalidArgument("must contain at least one record", field="records")
+        if len(request.records) > self._limits.max_batch:
+            raise InvalidArgument(
+                f"at most {self._limits.max_batch:,} records are allowed", field="records"
+            )
+        keys: list[tuple[str, int]] = []
+        for i, record in enumerate(request.records):
+            check_id(record.doc_id, f"records[{i}].doc_id", self._limits.max_id_chars)
+            if record.passage_index < -1:
+                raise InvalidArgument(
+                    "must be -1 (the article) or a passage index",
+                    field=f"records[{i}].passage_index",
+                )
+            keys.append((record.doc_id, record.passage_index))
+        vectors = await self.index.vectors(tenant_var.get(), keys)
+        return semantic_pb2.GetVectorsResponse(
+            vectors=[vector_to_proto(v) for v in vectors],
+            embedding_model=self.index.embedder.name,
         )

@@ -141,6 +141,12 @@ class VectorStore(Protocol):
 
     async def count(self, kind: Kind, tenant: str) -> int: ...
 
+    async def vectors(
+        self, kind: Kind, tenant: str, keys: Sequence[tuple[str, int]]
+    ) -> list[npt.NDArray[np.float32] | None]:
+        """The stored vectors of ``tenant``'s points (doc_id, passage_index), in order;
+        None where there is no such point. A lookup by point id, no search."""
+
     def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
         """Every point of ``tenant`` (all tenants when None), with its vector."""
 
@@ -227,6 +233,32 @@ def _point_from(raw_payload: Mapping[str, Any] | None, vector: Any) -> Point:
         vector=np.asarray(vector, dtype=np.float32),
         payload=payload,
     )
+
+
+def _in_order(
+    ids: Sequence[str], records: Iterable[tuple[Any, Any]]
+) -> list[npt.NDArray[np.float32] | None]:
+    """Vectors of (point id, vector) records, in the order of ``ids``; None where missing."""
+    found = {str(point): vector for point, vector in records if vector is not None}
+    out: list[npt.NDArray[np.float32] | None] = []
+    for i in ids:
+        vector = found.get(i)
+        out.append(None if vector is None else np.asarray(vector, dtype=np.float32))
+    return out
+
+
+def _point_ids(kind: Kind, tenant: str, keys: Sequence[tuple[str, int]]) -> list[str]:
+    _check_tenant(tenant)
+    article = kind == "articles"
+    for doc_id, index in keys:
+        if not doc_id:
+            raise InvalidArgument("must not be empty", field="doc_id")
+        if (index == ARTICLE_INDEX) != article:
+            raise InvalidArgument(
+                f"passage_index {index} is not a point of the {kind} collection",
+                field="passage_index",
+            )
+    return [point_id(tenant, doc_id, index) for doc_id, index in keys]
 
 
 def _scored(raw_payload: Mapping[str, Any] | None, score: float) -> ScoredPoint:
@@ -515,6 +547,20 @@ class EdgeVectorStore:
         shard = self._shard(kind)
         request = qe.CountRequest(exact=True, filter=_edge_tenant_filter(tenant))
         return await self._run("count", functools.partial(shard.count, request))
+
+    async def vectors(
+        self, kind: Kind, tenant: str, keys: Sequence[tuple[str, int]]
+    ) -> list[npt.NDArray[np.float32] | None]:
+        ids = _point_ids(kind, tenant, keys)
+        if not ids:
+            return []
+        shard = self._shard(kind)
+        # Point ids are UUID5 of (tenant, doc_id, passage_index): another
+        # tenant's points cannot be named.
+        records = await self._run(
+            "retrieve", functools.partial(shard.retrieve, list(dict.fromkeys(ids)), False, True)
+        )
+        return _in_order(ids, ((r.id, r.vector) for r in records))
 
     async def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
         if tenant is not None:
@@ -805,6 +851,24 @@ class QdrantVectorStore:
             "count", client.count, name, count_filter=_client_tenant_filter(tenant), exact=True
         )
         return int(result.count)
+
+    async def vectors(
+        self, kind: Kind, tenant: str, keys: Sequence[tuple[str, int]]
+    ) -> list[npt.NDArray[np.float32] | None]:
+        ids = _point_ids(kind, tenant, keys)
+        if not ids:
+            return []
+        name = self._collection(kind)
+        client = self._c()
+        records = await self._call(
+            "retrieve",
+            client.retrieve,
+            name,
+            ids=list(dict.fromkeys(ids)),
+            with_payload=False,
+            with_vectors=True,
+        )
+        return _in_order(ids, ((r.id, r.vector) for r in records))
 
     async def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
         if tenant is not None:

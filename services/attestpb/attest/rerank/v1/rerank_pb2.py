@@ -25,23 +25,27 @@ _sym_db = _symbol_database.Default()
 from attest.common.v1 import common_pb2 as attest_dot_common_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/rerank/v1/rerank.proto\x12\x10\x61ttest.rerank.v1\x1a\x1d\x61ttest/common/v1/common.proto\"t\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12-\n\tdocuments\x18\x02 \x03(\x0b\x32\x1a.attest.common.v1.Document\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x16\n\x0epassages_top_k\x18\x04 \x01(\x05\"H\n\rRankedPassage\x12\x15\n\rpassage_index\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"w\n\x0eRankedDocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x13\n\x0binput_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x31\n\x08passages\x18\x04 \x03(\x0b\x32\x1f.attest.rerank.v1.RankedPassage\"\xae\x01\n\x0eRerankResponse\x12\x33\n\tdocuments\x18\x01 \x03(\x0b\x32 .attest.rerank.v1.RankedDocument\x12,\n\x08reranker\x18\x02 \x01(\x0e\x32\x1a.attest.rerank.v1.Reranker\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x1a\n\x12truncated_passages\x18\x05 \x01(\x05*X\n\x08Reranker\x12\x18\n\x14RERANKER_UNSPECIFIED\x10\x00\x12\x11\n\rRERANKER_PFID\x10\x01\x12\x1f\n\x1bRERANKER_EMBEDDING_FALLBACK\x10\x02\x32\\\n\rRerankService\x12K\n\x06Rerank\x12\x1f.attest.rerank.v1.RerankRequest\x1a .attest.rerank.v1.RerankResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/rerank/v1/rerank.proto\x12\x10\x61ttest.rerank.v1\x1a\x1d\x61ttest/common/v1/common.proto\"\xfa\x01\n\rRerankRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12-\n\tdocuments\x18\x02 \x03(\x0b\x32\x1a.attest.common.v1.Document\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\x16\n\x0epassages_top_k\x18\x04 \x01(\x05\x12\x17\n\x0f\x65mbedding_model\x18\x05 \x01(\t\x12.\n\x0cquery_vector\x18\x06 \x01(\x0b\x32\x18.attest.rerank.v1.Vector\x12;\n\x10\x64ocument_vectors\x18\x07 \x03(\x0b\x32!.attest.rerank.v1.DocumentVectors\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"=\n\x0f\x44ocumentVectors\x12*\n\x08passages\x18\x01 \x03(\x0b\x32\x18.attest.rerank.v1.Vector\"H\n\rRankedPassage\x12\x15\n\rpassage_index\x18\x01 \x01(\x05\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"w\n\x0eRankedDocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x13\n\x0binput_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x31\n\x08passages\x18\x04 \x03(\x0b\x32\x1f.attest.rerank.v1.RankedPassage\"\xae\x01\n\x0eRerankResponse\x12\x33\n\tdocuments\x18\x01 \x03(\x0b\x32 .attest.rerank.v1.RankedDocument\x12,\n\x08reranker\x18\x02 \x01(\x0e\x32\x1a.attest.rerank.v1.Reranker\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\t\x12\x1a\n\x12truncated_passages\x18\x05 \x01(\x05*X\n\x08Reranker\x12\x18\n\x14RERANKER_UNSPECIFIED\x10\x00\x12\x11\n\rRERANKER_PFID\x10\x01\x12\x1f\n\x1bRERANKER_EMBEDDING_FALLBACK\x10\x02\x32\\\n\rRerankService\x12K\n\x06Rerank\x12\x1f.attest.rerank.v1.RerankRequest\x1a .attest.rerank.v1.RerankResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attest.rerank.v1.rerank_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RERANKER']._serialized_start=572
-  _globals['_RERANKER']._serialized_end=660
-  _globals['_RERANKREQUEST']._serialized_start=82
-  _globals['_RERANKREQUEST']._serialized_end=198
-  _globals['_RANKEDPASSAGE']._serialized_start=200
-  _globals['_RANKEDPASSAGE']._serialized_end=272
-  _globals['_RANKEDDOCUMENT']._serialized_start=274
-  _globals['_RANKEDDOCUMENT']._serialized_end=393
-  _globals['_RERANKRESPONSE']._serialized_start=396
-  _globals['_RERANKRESPONSE']._serialized_end=570
-  _globals['_RERANKSERVICE']._serialized_start=662
-  _globals['_RERANKSERVICE']._serialized_end=754
+  _globals['_RERANKER']._serialized_start=796
+  _globals['_RERANKER']._serialized_end=884
+  _globals['_RERANKREQUEST']._serialized_start=83
+  _globals['_RERANKREQUEST']._serialized_end=333
+  _globals['_VECTOR']._serialized_start=335
+  _globals['_VECTOR']._serialized_end=359
+  _globals['_DOCUMENTVECTORS']._serialized_start=361
+  _globals['_DOCUMENTVECTORS']._serialized_end=422
+  _globals['_RANKEDPASSAGE']._serialized_start=424
+  _globals['_RANKEDPASSAGE']._serialized_end=496
+  _globals['_RANKEDDOCUMENT']._serialized_start=498
+  _globals['_RANKEDDOCUMENT']._serialized_end=617
+  _globals['_RERANKRESPONSE']._serialized_start=620
+  _globals['_RERANKRESPONSE']._serialized_end=794
+  _globals['_RERANKSERVICE']._serialized_start=886
+  _globals['_RERANKSERVICE']._serialized_end=978
 # @@protoc_insertion_point(module_scope)

@@ -438,6 +438,7 @@ class ExplainRequest(_message.Message):
     KG_VARIANT_FIELD_NUMBER: _builtins.int
     KG_TOP_N_FIELD_NUMBER: _builtins.int
     MAX_PATHS_FIELD_NUMBER: _builtins.int
+    QUERY_VECTOR_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The question the article was scored against, 1-4,096 characters."""
     doc_id: _builtins.str
@@ -448,6 +449,13 @@ class ExplainRequest(_message.Message):
     """The n of KG path scoring, 0-50; unset means the server default, 3."""
     max_paths: _builtins.int
     """Maximum number of paths returned, 1-100; 0 means 10."""
+    @_builtins.property
+    def query_vector(self) -> Global___Vector:
+        """Precomputed embedding of `query` (see Embed), used instead of embedding
+        `query`. Unset: the server embeds `query`. A wrong dimension is rejected
+        with INVALID_ARGUMENT.
+        """
+
     def __init__(
         self,
         *,
@@ -456,10 +464,11 @@ class ExplainRequest(_message.Message):
         kg_variant: Global___KgVariant.ValueType = ...,
         kg_top_n: _builtins.int | None = ...,
         max_paths: _builtins.int = ...,
+        query_vector: Global___Vector | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "kg_top_n", b"kg_top_n"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "kg_top_n", b"kg_top_n", "query_vector", b"query_vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "doc_id", b"doc_id", "kg_top_n", b"kg_top_n", "kg_variant", b"kg_variant", "max_paths", b"max_paths", "query", b"query"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "doc_id", b"doc_id", "kg_top_n", b"kg_top_n", "kg_variant", b"kg_variant", "max_paths", b"max_paths", "query", b"query", "query_vector", b"query_vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__kg_top_n: _TypeAlias = _typing.Literal["kg_top_n"]  # noqa: Y015
     _WhichOneofArgType__kg_top_n: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n"]  # noqa: Y015
@@ -632,3 +641,139 @@ class StatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
+
+@_typing.final
+class EmbedRequest(_message.Message):
+    """Request of SemanticService.Embed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def texts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Texts to embed, 1-64, each 1-4,096 characters and not blank."""
+
+    def __init__(
+        self,
+        *,
+        texts: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["texts", b"texts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedRequest: _TypeAlias = EmbedRequest  # noqa: Y015
+
+@_typing.final
+class EmbedResponse(_message.Message):
+    """Response of SemanticService.Embed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VECTORS_FIELD_NUMBER: _builtins.int
+    EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    embedding_model: _builtins.str
+    """Name or path of the embedding model (as in StatsResponse.embedding_model)."""
+    @_builtins.property
+    def vectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___Vector]:
+        """One unit-length embedding per text, in the order of the request."""
+
+    def __init__(
+        self,
+        *,
+        vectors: _abc.Iterable[Global___Vector] | None = ...,
+        embedding_model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "vectors", b"vectors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EmbedResponse: _TypeAlias = EmbedResponse  # noqa: Y015
+
+@_typing.final
+class RecordRef(_message.Message):
+    """A stored record: an article or one of its passages."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOC_ID_FIELD_NUMBER: _builtins.int
+    PASSAGE_INDEX_FIELD_NUMBER: _builtins.int
+    doc_id: _builtins.str
+    """Id of the article, 1-256 characters."""
+    passage_index: _builtins.int
+    """Index of the passage within the article, or -1 for the article record
+    (the embedding of its title and summary).
+    """
+    def __init__(
+        self,
+        *,
+        doc_id: _builtins.str = ...,
+        passage_index: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "passage_index", b"passage_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordRef: _TypeAlias = RecordRef  # noqa: Y015
+
+@_typing.final
+class GetVectorsRequest(_message.Message):
+    """Request of SemanticService.GetVectors."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordRef]:
+        """Records to fetch, 1-1,000. A passage index below -1 is rejected with INVALID_ARGUMENT."""
+
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[Global___RecordRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVectorsRequest: _TypeAlias = GetVectorsRequest  # noqa: Y015
+
+@_typing.final
+class GetVectorsResponse(_message.Message):
+    """Response of SemanticService.GetVectors."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VECTORS_FIELD_NUMBER: _builtins.int
+    EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    embedding_model: _builtins.str
+    """Name or path of the model that produced them (as in StatsResponse.embedding_model)."""
+    @_builtins.property
+    def vectors(self) -> _containers.RepeatedCompositeFieldContainer[Global___Vector]:
+        """One embedding per requested record, in the order of the request, as it was
+        stored: a passage's embeds its article's title, a newline and the passage
+        text; an article's embeds the title, a newline and the summary (or the
+        start of the body). An empty Vector where the caller's tenant has no such record.
+        """
+
+    def __init__(
+        self,
+        *,
+        vectors: _abc.Iterable[Global___Vector] | None = ...,
+        embedding_model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["embedding_model", b"embedding_model", "vectors", b"vectors"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVectorsResponse: _TypeAlias = GetVectorsResponse  # noqa: Y015

@@ -65,6 +65,16 @@ class SemanticServiceStub:
                 request_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.StatsRequest.SerializeToString,
                 response_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.Embed = channel.unary_unary(
+                '/attest.semantic.v1.SemanticService/Embed',
+                request_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.EmbedRequest.SerializeToString,
+                response_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.EmbedResponse.FromString,
+                _registered_method=True)
+        self.GetVectors = channel.unary_unary(
+                '/attest.semantic.v1.SemanticService/GetVectors',
+                request_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsRequest.SerializeToString,
+                response_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsResponse.FromString,
+                _registered_method=True)
 
 
 class SemanticServiceServicer:
@@ -116,6 +126,25 @@ class SemanticServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Embed(self, request, context):
+        """Embeds texts with the index's model: a caller that embeds a question once
+        passes the vector to every search, explanation and rerank of that question
+        (SearchRequest.query_vector, ExplainRequest.query_vector,
+        RerankRequest.query_vector) instead of having each embed it again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetVectors(self, request, context):
+        """Returns the stored embeddings of articles and passages of the caller's
+        tenant by (doc_id, passage_index): what the reranker's embedding fallback
+        scores instead of embedding the same passages again at query time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SemanticServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +172,16 @@ def add_SemanticServiceServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.StatsRequest.FromString,
                     response_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.StatsResponse.SerializeToString,
+            ),
+            'Embed': grpc.unary_unary_rpc_method_handler(
+                    servicer.Embed,
+                    request_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.EmbedRequest.FromString,
+                    response_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.EmbedResponse.SerializeToString,
+            ),
+            'GetVectors': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVectors,
+                    request_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsRequest.FromString,
+                    response_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -286,6 +325,60 @@ class SemanticService:
             '/attest.semantic.v1.SemanticService/Stats',
             attest_dot_semantic_dot_v1_dot_semantic__pb2.StatsRequest.SerializeToString,
             attest_dot_semantic_dot_v1_dot_semantic__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Embed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attest.semantic.v1.SemanticService/Embed',
+            attest_dot_semantic_dot_v1_dot_semantic__pb2.EmbedRequest.SerializeToString,
+            attest_dot_semantic_dot_v1_dot_semantic__pb2.EmbedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVectors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attest.semantic.v1.SemanticService/GetVectors',
+            attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsRequest.SerializeToString,
+            attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,17 @@ class SemanticServiceStub:
     """Removes articles with their passages, embeddings and KG links by id. Idempotent."""
     Stats: _grpc.UnaryUnaryMultiCallable[_semantic_pb2.StatsRequest, _semantic_pb2.StatsResponse]
     """Counts what the caller's tenant has in the index."""
+    Embed: _grpc.UnaryUnaryMultiCallable[_semantic_pb2.EmbedRequest, _semantic_pb2.EmbedResponse]
+    """Embeds texts with the index's model: a caller that embeds a question once
+    passes the vector to every search, explanation and rerank of that question
+    (SearchRequest.query_vector, ExplainRequest.query_vector,
+    RerankRequest.query_vector) instead of having each embed it again.
+    """
+    GetVectors: _grpc.UnaryUnaryMultiCallable[_semantic_pb2.GetVectorsRequest, _semantic_pb2.GetVectorsResponse]
+    """Returns the stored embeddings of articles and passages of the caller's
+    tenant by (doc_id, passage_index): what the reranker's embedding fallback
+    scores instead of embedding the same passages again at query time.
+    """
 
 @_typing.type_check_only
 class SemanticServiceAsyncStub(SemanticServiceStub):
@@ -89,6 +100,17 @@ class SemanticServiceAsyncStub(SemanticServiceStub):
     """Removes articles with their passages, embeddings and KG links by id. Idempotent."""
     Stats: _aio.UnaryUnaryMultiCallable[_semantic_pb2.StatsRequest, _semantic_pb2.StatsResponse]  # type: ignore[assignment]
     """Counts what the caller's tenant has in the index."""
+    Embed: _aio.UnaryUnaryMultiCallable[_semantic_pb2.EmbedRequest, _semantic_pb2.EmbedResponse]  # type: ignore[assignment]
+    """Embeds texts with the index's model: a caller that embeds a question once
+    passes the vector to every search, explanation and rerank of that question
+    (SearchRequest.query_vector, ExplainRequest.query_vector,
+    RerankRequest.query_vector) instead of having each embed it again.
+    """
+    GetVectors: _aio.UnaryUnaryMultiCallable[_semantic_pb2.GetVectorsRequest, _semantic_pb2.GetVectorsResponse]  # type: ignore[assignment]
+    """Returns the stored embeddings of articles and passages of the caller's
+    tenant by (doc_id, passage_index): what the reranker's embedding fallback
+    scores instead of embedding the same passages again at query time.
+    """
 
 class SemanticServiceServicer(metaclass=_abc_1.ABCMeta):
     """Dense search and KG path scoring over the caller's tenant.
@@ -146,5 +168,28 @@ class SemanticServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_semantic_pb2.StatsResponse, _abc.Awaitable[_semantic_pb2.StatsResponse]]:
         """Counts what the caller's tenant has in the index."""
+
+    @_abc_1.abstractmethod
+    def Embed(
+        self,
+        request: _semantic_pb2.EmbedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_semantic_pb2.EmbedResponse, _abc.Awaitable[_semantic_pb2.EmbedResponse]]:
+        """Embeds texts with the index's model: a caller that embeds a question once
+        passes the vector to every search, explanation and rerank of that question
+        (SearchRequest.query_vector, ExplainRequest.query_vector,
+        RerankRequest.query_vector) instead of having each embed it again.
+        """
+
+    @_abc_1.abstractmethod
+    def GetVectors(
+        self,
+        request: _semantic_pb2.GetVectorsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_semantic_pb2.GetVectorsResponse, _abc.Awaitable[_semantic_pb2.GetVectorsResponse]]:
+        """Returns the stored embeddings of articles and passages of the caller's
+        tenant by (doc_id, passage_index): what the reranker's embedding fallback
+        scores instead of embedding the same passages again at query time.
+        """
 
 def add_SemanticServiceServicer_to_server(servicer: SemanticServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
