@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from attest.answer.fusion import Ranked, reciprocal_rank_fusion
+from attest.core.cache import VectorMemo
 from attest.core.errors import InvalidArgument, Unavailable
 from attest.knowledge.graph import KnowledgeGraph, load_graph
 from attest.semantic.embedding import Embedder
@@ -94,6 +95,7 @@ class SemanticIndex:
         self._meta: dict[tuple[str, str], _Meta] = {}
         self._org_vectors: dict[str, Vector] = {}
         self._write_lock = asyncio.Lock()
+        self._org_memo = VectorMemo(settings.data_dir / "cache" / "organization-vectors.npz")
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -141,17 +143,16 @@ class SemanticIndex:
             node_weighting=self.settings.kg_node_weighting,
         )
         restored = 0
-        batch: dict[str, list[Article]] = {}
+        points: list[Point] = []
         async for point in self._store.scroll(ARTICLES, None):
-            tenant, article = self._restore(point, scorer)
-            batch.setdefault(tenant, []).append(article)
+            points.append(point)
             restored += 1
-            if restored % 2048 == 0:
-                for t, articles in batch.items():
-                    scorer.upsert(t, articles)
-                batch = {}
-        for t, articles in batch.items():
-            scorer.upsert(t, articles)
+            if len(points) == 2048:
+                self._restore_batch(points, scorer)
+                points = []
+        self._restore_batch(points, scorer)
+        # Names of deleted articles leave the memo (and the disk).
+        self._org_memo.retain(self._org_vectors)
         self._scorer = scorer
         log.info("semantic index ready: %d articles restored", restored)
 
@@ -160,6 +161,21 @@ class SemanticIndex:
             await self._store.close()
 
     # -- writes ----------------------------------------------------------------
+
+    def _restore_batch(self, points: Sequence[Point], scorer: KgScorer) -> None:
+        # The batch's organization names in one encode call (of names never seen
+        # before: the memo keeps the others), not one call per article.
+        names = [o for p in points for o in p.payload.get("organizations_display") or ()]
+        missing = [o for o in dict.fromkeys(names) if o not in self._org_vectors]
+        if missing:
+            vectors = self._org_memo.vectors(missing, self.embedder.encode)
+            self._org_vectors.update(zip(missing, vectors, strict=True))
+        batch: dict[str, list[Article]] = {}
+        for point in points:
+            tenant, article = self._restore(point, scorer)
+            batch.setdefault(tenant, []).append(article)
+        for t, articles in batch.items():
+            scorer.upsert(t, articles)
 
     def _restore(self, point: Point, scorer: KgScorer) -> tuple[str, Article]:
         p = point.payload
