@@ -131,6 +131,8 @@ class Stack:
         self.exit.push_async_callback(self.fake.stop)
         self.generate_llm = await self.start_generate(LLMSettings(url=self.fake.url))
 
+    last_answer: AnswerServicer
+
     def channel(self, address: str) -> grpc.aio.Channel:
         channel = create_channel(address)
         self.channels.append(channel)
@@ -159,7 +161,8 @@ class Stack:
             "generate_address": self.generate,
         }
         settings = AnswerSettings(server=LOCAL, **{**addresses, **overrides})
-        server = await self.exit.enter_async_context(running([AnswerServicer(settings)], LOCAL))
+        self.last_answer = AnswerServicer(settings)
+        server = await self.exit.enter_async_context(running([self.last_answer], LOCAL))
         return answer_pb2_grpc.AnswerServiceStub(self.channel(f"127.0.0.1:{server.port}"))
 
     async def close(self) -> None:
@@ -400,20 +403,28 @@ async def test_a_deadline_too_short_is_deadline_exceeded(stack: Stack) -> None:
 
 
 async def test_past_its_slots_and_queue_the_service_sheds_load(stack: Stack) -> None:
-    # A queue wait as long as the first answer takes, however slow the machine.
     limits = AnswerLimits(max_in_flight=1, max_waiting=1, max_queue_seconds=120)
     stub = await stack.answer(limits=limits)
+    admission = stack.last_answer.admission
     request = answer_pb2.AskRequest(question=CHILD_LABOUR)
-    first = asyncio.ensure_future(stub.Ask(request, timeout=120))
-    await asyncio.sleep(0.2)
-    second = asyncio.ensure_future(stub.Ask(request, timeout=120))  # waits for the slot
-    await asyncio.sleep(0.2)
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.AskStream(answer_pb2.AskStreamRequest(question=CHILD_LABOUR)).read()
-    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "at capacity (1 answers running, 1 waiting)" in (err.value.details() or "")
-    answers = [r.answer for r in await asyncio.gather(first, second)]
-    assert answers[0].text == answers[1].text
-    assert "14" in answers[1].text
+    alone = (await stub.Ask(request, timeout=120)).answer
+    # The test holds the one slot, as a running answer would, however fast
+    # answers are: the next call waits for it and the one after is shed.
+    async with admission.slot(120):
+        queued = asyncio.ensure_future(stub.Ask(request, timeout=120))
+        for _ in range(600):
+            if admission.waiting == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert admission.waiting == 1
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.AskStream(answer_pb2.AskStreamRequest(question=CHILD_LABOUR)).read()
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "at capacity (1 answers running, 1 waiting)" in (err.value.details() or "")
+        await asyncio.sleep(0.5)
+        assert not queued.done()
+    answer = (await queued).answer
+    assert answer.text == alone.text
+    assert "14" in answer.text
     # The queued request's time budget paid for its wait: its pipeline ran on what was left.
-    assert answers[1].total.ToNanoseconds() > 0
+    assert answer.total.ToNanoseconds() > 0
