@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from pydantic import ValidationError
 
 from attest.core import context
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
-from attest.core.interceptors import check_size, status_code
+from attest.core.interceptors import ThrottledFailureLog, check_size, status_code
 from attest.lexical.settings import LexicalSettings
 from attest.lexical.v1 import lexical_pb2
 
@@ -68,3 +70,27 @@ def test_budget_is_capped_by_the_request_deadline():
             context.budget(5.0)
     finally:
         context.deadline_var.reset(token)
+
+
+def test_a_burst_of_the_same_failure_is_logged_once_a_second_with_the_count(caplog):
+    now = [100.0]
+    failures = ThrottledFailureLog(interval=1.0, clock=lambda: now[0])
+    ask, search = "/attest.answer.v1.AnswerService/Ask", "/attest.lexical.v1.LexicalService/Search"
+    caplog.set_level(logging.INFO, logger="attest.core.interceptors")
+    logged = [failures.log(ask, "RESOURCE_EXHAUSTED", "at capacity") for _ in range(128)]
+    # Another method, or another code of the same method, has its own line.
+    assert failures.log(search, "RESOURCE_EXHAUSTED", "at capacity")
+    assert failures.log(ask, "INVALID_ARGUMENT", "question: empty")
+    assert logged[0]
+    assert logged.count(True) == 1
+    now[0] += 0.999
+    assert not failures.log(ask, "RESOURCE_EXHAUSTED", "at capacity")
+    now[0] += 0.002
+    assert failures.log(ask, "RESOURCE_EXHAUSTED", "at capacity")
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        f"{ask} failed: RESOURCE_EXHAUSTED at capacity",
+        f"{search} failed: RESOURCE_EXHAUSTED at capacity",
+        f"{ask} failed: INVALID_ARGUMENT question: empty",
+        f"{ask} failed: RESOURCE_EXHAUSTED at capacity (128 more RESOURCE_EXHAUSTED since the last line)",
+    ]

@@ -200,10 +200,48 @@ def _peer_names(context: grpc.aio.ServicerContext[Any, Any]) -> list[str]:
     return [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in names]
 
 
+class ThrottledFailureLog:
+    """Logs a caller's error (INFO) at most once per ``interval`` for each method and code.
+
+    A burst that is shed, or a client that keeps sending the same bad
+    request, would otherwise write a line per call: at 128 calls arriving at
+    once a JSON line each was a third of the server's work per refused call,
+    and the log shipper's load grows with the overload it reports. The lines
+    left out are counted in the next one of the same method and code; every
+    call is still counted in the RPC metrics and carries its request id to
+    the caller.
+    """
+
+    def __init__(self, interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval
+        self._clock = clock
+        self._next: dict[tuple[str, str], float] = {}
+        self._skipped: dict[tuple[str, str], int] = {}
+
+    def log(self, method: str, code: str, details: str) -> bool:
+        """Log this failure unless one like it was logged within the interval; True if logged."""
+        key = (method, code)
+        now = self._clock()
+        if now < self._next.get(key, float("-inf")):
+            self._skipped[key] = self._skipped.get(key, 0) + 1
+            return False
+        self._next[key] = now + self._interval
+        skipped = self._skipped.pop(key, 0)
+        if skipped:
+            log.info(
+                "%s failed: %s %s (%d more %s since the last line)",
+                method, code, details, skipped, code,
+            )  # fmt: skip
+        else:
+            log.info("%s failed: %s %s", method, code, details)
+        return True
+
+
 class ServerInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, *, max_message_bytes: int, guard: Guard | None = None) -> None:
         self._max_message_bytes = max_message_bytes
         self._guard = guard or Guard(surface="public", authenticator=None)
+        self._failures = ThrottledFailureLog()
 
     async def intercept_service(
         self,
@@ -344,8 +382,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             )
         if isinstance(exc, AttestError):
             code = status_code(exc)
-            level = logging.WARNING if code == grpc.StatusCode.INTERNAL else logging.INFO
-            log.log(level, "%s failed: %s %s", method, exc.code, exc.details)
+            if code == grpc.StatusCode.INTERNAL:
+                log.warning("%s failed: %s %s", method, exc.code, exc.details)
+            else:
+                self._failures.log(method, exc.code, exc.details)
             outcome[0] = exc.code
             await context.abort(code, exc.details)
         if isinstance(exc, NotImplementedError):
