@@ -29,8 +29,6 @@ from attest.knowledge.graph import load_graph
 from attest.knowledge.kb import EsgKnowledgeBase
 from attest.knowledge.servicer import (
     NO_LLM_PLANNER,
-    NO_PERSONAL_BASE,
-    STORE_UNIMPLEMENTED,
     KnowledgeServicer,
 )
 from attest.knowledge.settings import KnowledgeSettings
@@ -74,7 +72,9 @@ def trigrams(texts: Sequence[str]) -> np.ndarray:
 async def served(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     graph = environment_slice(tmp_path_factory.mktemp("kg") / "graph.yaml")
     settings = KnowledgeSettings(
-        graph_path=graph, server=ServerSettings(host="127.0.0.1", port=0, insecure_dev=True)
+        graph_path=graph,
+        data_dir=tmp_path_factory.mktemp("data"),
+        server=ServerSettings(host="127.0.0.1", port=0, insecure_dev=True),
     )
     servicer = KnowledgeServicer(settings, EsgKnowledgeBase(load_graph(graph), trigrams))
     ctx = running([servicer], settings.server, ready_timeout=120)
@@ -195,9 +195,11 @@ async def test_search_plans_and_runs(stub) -> None:  # type: ignore[no-untyped-d
         pb.SearchRequest(query="What is Emissions?", knowledge_bases=[pb.KNOWLEDGE_BASE_PERSONAL])
     )
     assert personal.planner == pb.PLANNER_RULES
-    assert json.loads(personal.program)["steps"][0]["op"] == "get_entity_info"
-    assert (list(personal.steps), list(personal.facts)) == ([], [])
-    assert personal.degraded_reason == NO_PERSONAL_BASE
+    # The personal base holds nothing yet, so "Emissions" is no entity there:
+    # the program links the words, and finds nothing.
+    assert json.loads(personal.program)["steps"][0]["op"] == "link_entities"
+    assert personal.steps[0].results == 0
+    assert list(personal.facts) == []
 
 
 @pytest.mark.parametrize(
@@ -215,11 +217,111 @@ async def test_search_refuses_adversarial_programs(stub, steps, field) -> None: 
     assert err.value.details().startswith(field)
 
 
-async def test_store_is_unimplemented(stub) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        (pb.StoreRequest(), "source_doc_id"),
+        (
+            pb.StoreRequest(source_doc_id="d", descriptions=[pb.Description(text="x")]),
+            "descriptions[0].entity.name",
+        ),
+        (
+            pb.StoreRequest(
+                source_doc_id="d",
+                triples=[pb.Triple(subject=pb.EntityRef(name="A"), relation="chair of")],
+            ),
+            "triples[0].object",
+        ),
+        (
+            pb.StoreRequest(
+                source_doc_id="d",
+                aspect_facts=[
+                    pb.AspectFact(entity=pb.EntityRef(id="nope", name="A"), aspect="a", value="v")
+                ],
+            ),
+            "aspect_facts[0].entity.id",
+        ),
+        (
+            pb.StoreRequest(
+                source_doc_id="d",
+                aspect_facts=[
+                    pb.AspectFact(
+                        entity=pb.EntityRef(name="A"),
+                        aspect="a",
+                        value="v",
+                        provenance=pb.Provenance(start_char=9, end_char=3),
+                    )
+                ],
+            ),
+            "aspect_facts[0].provenance",
+        ),
+    ],
+)
+async def test_store_refuses_invalid_facts_naming_the_field(stub, request_, field) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Store(pb.StoreRequest(source_doc_id="d1"))
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert err.value.details() == STORE_UNIMPLEMENTED
+        await stub.Store(request_)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in err.value.details()
+
+
+async def test_store_then_search_replace_and_delete(stub) -> None:  # type: ignore[no-untyped-def]
+    chair = pb.Triple(
+        subject=pb.EntityRef(name="Rosalind Achebe-Fry"),
+        relation="chair of",
+        object_entity=pb.EntityRef(name="Marrowgate Bank"),
+        provenance=pb.Provenance(passage_index=1, start_char=120, end_char=171),
+    )
+    topic = pb.AspectFact(
+        # A graph entity by its id: the fact is about the ESG topic itself.
+        entity=pb.EntityRef(id="gri-305", name="ignored"),
+        aspect="financed emissions",
+        value="Marrowgate Bank will cut financed emissions by 30%.",
+        provenance=pb.Provenance(passage_index=0, start_char=0, end_char=52),
+    )
+    stored = await stub.Store(
+        pb.StoreRequest(source_doc_id="esg-014", triples=[chair], aspect_facts=[topic])
+    )
+    assert (stored.triples, stored.aspect_facts, stored.removed, stored.entities_created) == (
+        1,
+        1,
+        0,
+        3,
+    )
+    facts = await stub.GetDocumentFacts(pb.GetDocumentFactsRequest(source_doc_id="esg-014"))
+    assert [t.subject.name for t in facts.triples] == ["Rosalind Achebe-Fry"]
+    assert facts.aspect_facts[0].entity.name == "Emissions"
+    assert (facts.triples[0].provenance.passage_index, facts.triples[0].provenance.start_char) == (
+        1,
+        120,
+    )
+
+    found = await stub.Search(pb.SearchRequest(query="chair of Marrowgate Bank", top_k=3))
+    top = found.facts[0].triple
+    assert (top.subject.name, top.source_doc_id, top.knowledge_base) == (
+        "Rosalind Achebe-Fry",
+        "esg-014",
+        pb.KNOWLEDGE_BASE_PERSONAL,
+    )
+    assert (top.provenance.passage_index, top.provenance.end_char) == (1, 171)
+    # The topic's info holds the graph's edges and the personal fact stored about it.
+    info = await stub.GetEntityInfo(pb.GetEntityInfoRequest(entity_id="gri-305"))
+    assert [a.source_doc_id for a in info.aspect_facts] == ["esg-014"]
+    assert info.triples[0].knowledge_base == pb.KNOWLEDGE_BASE_ESG_GRAPH
+
+    replaced = await stub.Store(pb.StoreRequest(source_doc_id="esg-014", triples=[chair]))
+    assert (replaced.removed, replaced.triples, replaced.aspect_facts) == (2, 1, 0)
+    deleted = await stub.Store(pb.StoreRequest(source_doc_id="esg-014"))
+    assert (deleted.removed, deleted.triples) == (1, 0)
+    gone = await stub.Search(pb.SearchRequest(query="chair of Marrowgate Bank", top_k=3))
+    assert all(f.triple.source_doc_id != "esg-014" for f in gone.facts)
+    assert (
+        list(
+            (
+                await stub.GetDocumentFacts(pb.GetDocumentFactsRequest(source_doc_id="esg-014"))
+            ).triples
+        )
+        == []
+    )
 
 
 async def test_cli_against_the_server(stub, server_address) -> None:  # type: ignore[no-untyped-def]

@@ -49,12 +49,32 @@ def ref_to_proto(ref: kb.EntityRef) -> knowledge_pb2.EntityRef:
     return knowledge_pb2.EntityRef(id=ref.id, name=ref.name)
 
 
+def provenance_to_proto(p: kb.Provenance) -> knowledge_pb2.Provenance:
+    return knowledge_pb2.Provenance(
+        passage_index=p.passage_index, start_char=p.start_char, end_char=p.end_char
+    )
+
+
+def provenance_from_proto(p: knowledge_pb2.Provenance, present: bool) -> kb.Provenance:
+    if not present:
+        return kb.NO_PROVENANCE
+    return kb.Provenance(p.passage_index, p.start_char, p.end_char)
+
+
+def _provenance(fact: kb.Triple | kb.Description | kb.AspectFact) -> dict[str, object]:
+    """The provenance field of a personal fact (the ESG graph's facts have none)."""
+    if not fact.source_doc_id:
+        return {}
+    return {"provenance": provenance_to_proto(fact.provenance)}
+
+
 def triple_to_proto(triple: kb.Triple) -> knowledge_pb2.Triple:
     out = knowledge_pb2.Triple(
         subject=ref_to_proto(triple.subject),
         relation=triple.relation,
         knowledge_base=base_to_proto(triple.knowledge_base),
         source_doc_id=triple.source_doc_id,
+        **_provenance(triple),  # type: ignore[arg-type]
     )
     if triple.object_entity is not None:
         out.object_entity.CopyFrom(ref_to_proto(triple.object_entity))
@@ -69,12 +89,26 @@ def description_to_proto(description: kb.Description) -> knowledge_pb2.Descripti
         text=description.text,
         knowledge_base=base_to_proto(description.knowledge_base),
         source_doc_id=description.source_doc_id,
+        **_provenance(description),  # type: ignore[arg-type]
+    )
+
+
+def aspect_to_proto(fact: kb.AspectFact) -> knowledge_pb2.AspectFact:
+    return knowledge_pb2.AspectFact(
+        entity=ref_to_proto(fact.entity),
+        aspect=fact.aspect,
+        value=fact.value,
+        knowledge_base=base_to_proto(fact.knowledge_base),
+        source_doc_id=fact.source_doc_id,
+        **_provenance(fact),  # type: ignore[arg-type]
     )
 
 
 def fact_to_proto(fact: kb.Fact) -> knowledge_pb2.Fact:
     if fact.triple is not None:
         return knowledge_pb2.Fact(triple=triple_to_proto(fact.triple), score=fact.score)
+    if fact.aspect_fact is not None:
+        return knowledge_pb2.Fact(aspect_fact=aspect_to_proto(fact.aspect_fact), score=fact.score)
     assert fact.description is not None
     return knowledge_pb2.Fact(description=description_to_proto(fact.description), score=fact.score)
 
@@ -92,6 +126,7 @@ def linking_to_proto(linking: kb.Linking) -> knowledge_pb2.MentionLinks:
             for c in linking.candidates
         ],
         chosen_entity_id=linking.chosen or "",
+        chosen_entity_ids=list(linking.chosen_ids),
     )
 
 
@@ -100,6 +135,7 @@ def info_to_proto(info: kb.EntityInfo) -> knowledge_pb2.GetEntityInfoResponse:
         entity=entity_to_proto(info.entity),
         descriptions=[description_to_proto(d) for d in info.descriptions],
         triples=[triple_to_proto(t) for t in info.triples],
+        aspect_facts=[aspect_to_proto(a) for a in info.aspect_facts],
         truncated=info.truncated,
     )
 
@@ -134,3 +170,42 @@ def run_to_proto(
         steps=[step_to_proto(s) for s in run.steps],
         degraded_reason=degraded_reason,
     )
+
+
+def _unlinked(ref: kb.EntityRef) -> knowledge_pb2.EntityRef:
+    # A personal id is the server's to give: by name, the server finds or creates it.
+    return knowledge_pb2.EntityRef(name=ref.name)
+
+
+def store_request(
+    doc_id: str, facts: list[kb.Description | kb.Triple | kb.AspectFact]
+) -> knowledge_pb2.StoreRequest:
+    """A Store request for a document's facts (entities named, not given ids)."""
+    request = knowledge_pb2.StoreRequest(source_doc_id=doc_id)
+    for fact in facts:
+        provenance = provenance_to_proto(fact.provenance)
+        if isinstance(fact, kb.Description):
+            request.descriptions.append(
+                knowledge_pb2.Description(
+                    entity=_unlinked(fact.entity), text=fact.text, provenance=provenance
+                )
+            )
+        elif isinstance(fact, kb.Triple):
+            triple = knowledge_pb2.Triple(
+                subject=_unlinked(fact.subject), relation=fact.relation, provenance=provenance
+            )
+            if fact.object_entity is not None:
+                triple.object_entity.CopyFrom(_unlinked(fact.object_entity))
+            else:
+                triple.object_value = fact.object_value or ""
+            request.triples.append(triple)
+        else:
+            request.aspect_facts.append(
+                knowledge_pb2.AspectFact(
+                    entity=_unlinked(fact.entity),
+                    aspect=fact.aspect,
+                    value=fact.value,
+                    provenance=provenance,
+                )
+            )
+    return request

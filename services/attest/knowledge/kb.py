@@ -114,15 +114,38 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Linking:
-    """Candidates for one mention, best first, and the chosen id (None when none is good enough)."""
+    """Candidates for one mention, best first, and the chosen id (None when none is good enough).
+
+    ``also_chosen`` are further candidates good enough to choose: the ESG graph
+    chooses one entity, the personal base may choose several ("Marrowgate"
+    names both "Marrowgate Bank" and "Marrowgate Holdings").
+    """
 
     mention: str
     candidates: tuple[Candidate, ...]
     chosen: str | None
+    also_chosen: tuple[str, ...] = ()
+
+    @property
+    def chosen_ids(self) -> tuple[str, ...]:
+        """Every chosen id, best first."""
+        return (self.chosen, *self.also_chosen) if self.chosen is not None else ()
 
     @property
     def chosen_entity(self) -> KbEntity | None:
         return next((c.entity for c in self.candidates if c.entity.id == self.chosen), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a personal fact was stated: passage index and character offsets in the body."""
+
+    passage_index: int = -1
+    start_char: int = 0
+    end_char: int = 0
+
+
+NO_PROVENANCE: Final = Provenance()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +158,7 @@ class Triple:
     object_value: str | None
     knowledge_base: str
     source_doc_id: str = ""
+    provenance: Provenance = NO_PROVENANCE
 
     def other(self, entity_id: str) -> EntityRef | None:
         """The side of the triple that is not ``entity_id`` (None for a literal object)."""
@@ -153,21 +177,54 @@ class Description:
     text: str
     knowledge_base: str
     source_doc_id: str = ""
+    provenance: Provenance = NO_PROVENANCE
+
+    def text_form(self) -> str:
+        return f"{self.entity.name}: {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class AspectFact:
+    """What a document says about one aspect of an entity (personal base only)."""
+
+    entity: EntityRef
+    aspect: str
+    value: str
+    knowledge_base: str
+    source_doc_id: str = ""
+    provenance: Provenance = NO_PROVENANCE
+
+    def text(self) -> str:
+        return f"{self.entity.name} ({self.aspect}): {self.value}"
 
 
 @dataclass(frozen=True, slots=True)
 class Fact:
-    """One fact (a triple or a description) with its relevance score in [-1, 1]."""
+    """One fact (a triple, a description or an aspect fact) with its relevance in [-1, 1]."""
 
     score: float
     triple: Triple | None = None
     description: Description | None = None
+    aspect_fact: AspectFact | None = None
 
     def text(self) -> str:
         if self.triple is not None:
             return self.triple.text()
+        if self.aspect_fact is not None:
+            return self.aspect_fact.text()
         assert self.description is not None
-        return f"{self.description.entity.name}: {self.description.text}"
+        return self.description.text_form()
+
+    def key(self) -> str:
+        """Identity of the fact: its text and, for personal facts, where it was stated."""
+        for part in (self.triple, self.aspect_fact, self.description):
+            if part is not None and part.source_doc_id:
+                p = part.provenance
+                return f"{self.text()}\x1f{part.source_doc_id}\x1f{p.start_char}:{p.end_char}"
+        return self.text()
+
+    def rescored(self, score: float) -> Fact:
+        return Fact(score, self.triple, self.description, self.aspect_fact)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +233,7 @@ class EntityInfo:
     descriptions: tuple[Description, ...]
     triples: tuple[Triple, ...]
     truncated: bool = False
+    aspect_facts: tuple[AspectFact, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +263,9 @@ class RelationMatch:
     direction: Direction | None
     score: float
     facts: tuple[Fact, ...] = field(default=())
+    # The entity asked about, when the facts may hold it on either side (the
+    # personal base matches triples in both directions at once).
+    entity_id: str | None = None
 
 
 class UnknownEntity(LookupError):
@@ -598,14 +659,14 @@ class EsgKnowledgeBase:
                 for e in edges
                 if e.relation == name
             )
-            return RelationMatch(name, direction, score, facts[:top_k])
+            return RelationMatch(name, direction, score, facts[:top_k], found.id)
         sentence = self._definition_sentence(found, relation)
         if sentence is None:
-            return RelationMatch(None, None, score)
+            return RelationMatch(None, None, score, entity_id=found.id)
         fact = Fact(
             sentence[1], description=Description(self._ref(found.id), sentence[0], ESG_GRAPH)
         )
-        return RelationMatch(None, None, score, (fact,))
+        return RelationMatch(None, None, score, (fact,), found.id)
 
     def _definition_sentence(
         self, entity: KbEntity, relation: Sequence[str]

@@ -354,7 +354,7 @@ class ProgramRun:
         seen: set[str] = set()
         for step in self.steps:
             for fact in step.facts:
-                key = fact.text()
+                key = fact.key()
                 if key not in seen:
                     seen.add(key)
                     out.append(fact)
@@ -488,12 +488,15 @@ def _collect(output: StepOutput, result: StepResult) -> None:
             result.entity_ids.append(entity_id)
 
     if isinstance(output, Linking):
-        if output.chosen is not None:
-            add(output.chosen)
+        # The personal base may choose several entities for one mention; later
+        # steps fan out over them (bounded by the plan's fan-out limit).
+        for chosen in output.chosen_ids:
+            add(chosen)
     elif isinstance(output, EntityInfo):
         add(output.entity.id)
         result.facts.extend(Fact(1.0, description=d) for d in output.descriptions)
         result.facts.extend(Fact(1.0, triple=t) for t in output.triples)
+        result.facts.extend(Fact(1.0, aspect_fact=a) for a in output.aspect_facts)
     elif isinstance(output, RelationMatch):
         for fact in output.facts:
             result.facts.append(fact)
@@ -501,7 +504,10 @@ def _collect(output: StepOutput, result: StepResult) -> None:
                 continue
             # The answer is the triple's side other than the entity asked about.
             subject, obj = fact.triple.subject, fact.triple.object_entity
-            asked = subject.id if output.direction == "forward" else (obj.id if obj else "")
+            if output.entity_id is not None:
+                asked = output.entity_id
+            else:
+                asked = subject.id if output.direction == "forward" else (obj.id if obj else "")
             other = fact.triple.other(asked)
             if other is not None:
                 add(other.id)
@@ -522,9 +528,6 @@ def rank_facts(
         return []
     vectors = np.asarray(encode([query, *(f.text() for f in facts)]), dtype=np.float32)
     sims = vectors[1:] @ vectors[0]
-    scored = [
-        Fact(min(float(s), 1.0), triple=f.triple, description=f.description)
-        for f, s in zip(facts, sims, strict=True)
-    ]
+    scored = [f.rescored(min(float(s), 1.0)) for f, s in zip(facts, sims, strict=True)]
     scored.sort(key=lambda f: -f.score)
     return scored[:top_k]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field, SecretStr
 
 from attest.core.settings import ServerSettings, ServiceSettings, StrictModel, service_config
 from attest.knowledge.kb import LINK_THRESHOLD, RELATION_THRESHOLD, SINGLE_WORD_LINK_THRESHOLD
+from attest.knowledge.personal import PERSONAL_LINK_THRESHOLD, PERSONAL_RELATION_THRESHOLD
 from attest.knowledge.plans import PlanLimits
+from attest.lexical.settings import OpenSearchSettings
 from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM
 
 
@@ -22,6 +25,43 @@ class KnowledgeLimits(StrictModel):
     max_top_k: int = Field(default=50, ge=1, description="Candidates per mention.")
     max_facts: int = Field(default=1000, ge=1)
     max_results: int = Field(default=100, ge=1, description="Facts or paths per response.")
+
+
+class PersonalSettings(StrictModel):
+    """Where the personal knowledge base lives: the project's lexical backend and vector
+    store, under names of their own (see attest.knowledge.personal)."""
+
+    enabled: bool = Field(
+        default=True, description="Serve the personal base (Store, and facts in every lookup)."
+    )
+    lexical_backend: Literal["tantivy", "opensearch"] = "tantivy"
+    index_name: str = Field(
+        default="attest-knowledge",
+        pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$",
+        description="OpenSearch index prefix, or tantivy directory under <data_dir>/lexical.",
+    )
+    opensearch: OpenSearchSettings = OpenSearchSettings()
+    vector_store: Literal["edge", "qdrant"] = "edge"
+    collection_prefix: str = Field(
+        default="attest-knowledge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,100}$"
+    )
+    qdrant_url: str | None = None
+    qdrant_api_key: SecretStr | None = None
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    link_threshold: float = Field(
+        default=PERSONAL_LINK_THRESHOLD,
+        ge=-1,
+        le=1,
+        description="Similarity of a mention to a personal entity's name for it to be chosen.",
+    )
+    relation_threshold: float = Field(
+        default=PERSONAL_RELATION_THRESHOLD,
+        ge=-1,
+        le=1,
+        description="Similarity of a free-text relation to a stored triple's relation; below "
+        "it the entity's aspect facts that mention the relation answer.",
+    )
+    max_facts_per_document: int = Field(default=10_000, ge=1, le=10_000)
 
 
 class KnowledgeSettings(ServiceSettings):
@@ -57,5 +97,11 @@ class KnowledgeSettings(ServiceSettings):
         description="Similarity a free-text relation needs to a graph relation; below it the "
         "answer is the definition sentence that mentions the relation.",
     )
+    data_dir: Path = Field(
+        default=Path(".attest"),
+        validation_alias=AliasChoices("ATTEST_DATA_DIR", "data_dir"),
+        description="Root of embedded state (the personal base's tantivy index and vectors).",
+    )
+    personal: PersonalSettings = PersonalSettings()
     plans: PlanLimits = PlanLimits()
     limits: KnowledgeLimits = KnowledgeLimits()

@@ -193,6 +193,43 @@ class EntityRef(_message.Message):
 Global___EntityRef: _TypeAlias = EntityRef  # noqa: Y015
 
 @_typing.final
+class Provenance(_message.Message):
+    """Where in a source document a personal fact was stated. Offsets count
+    characters (code points) of the document's body, end exclusive, so
+    body[start_char:end_char] is the sentence or phrase the fact came from.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PASSAGE_INDEX_FIELD_NUMBER: _builtins.int
+    START_CHAR_FIELD_NUMBER: _builtins.int
+    END_CHAR_FIELD_NUMBER: _builtins.int
+    passage_index: _builtins.int
+    """Index of the passage (attest.common.v1.Passage.index) holding the
+    statement; -1 when the fact was not taken from a passage.
+    """
+    start_char: _builtins.int
+    """Start of the statement in the document's body."""
+    end_char: _builtins.int
+    """End of the statement in the document's body (exclusive); 0 with
+    start_char 0 when unknown.
+    """
+    def __init__(
+        self,
+        *,
+        passage_index: _builtins.int = ...,
+        start_char: _builtins.int = ...,
+        end_char: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_char", b"end_char", "passage_index", b"passage_index", "start_char", b"start_char"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Provenance: _TypeAlias = Provenance  # noqa: Y015
+
+@_typing.final
 class Description(_message.Message):
     """A free-text description of an entity."""
 
@@ -202,6 +239,7 @@ class Description(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     KNOWLEDGE_BASE_FIELD_NUMBER: _builtins.int
     SOURCE_DOC_ID_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The description, 1-4,096 characters."""
     knowledge_base: Global___KnowledgeBase.ValueType
@@ -214,6 +252,12 @@ class Description(_message.Message):
     def entity(self) -> Global___EntityRef:
         """The entity described."""
 
+    @_builtins.property
+    def provenance(self) -> Global___Provenance:
+        """Where the fact was stated in its document (personal facts; given in Store
+        requests, absent for the ESG graph).
+        """
+
     def __init__(
         self,
         *,
@@ -221,10 +265,11 @@ class Description(_message.Message):
         text: _builtins.str = ...,
         knowledge_base: Global___KnowledgeBase.ValueType = ...,
         source_doc_id: _builtins.str = ...,
+        provenance: Global___Provenance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "knowledge_base", b"knowledge_base", "source_doc_id", b"source_doc_id", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "knowledge_base", b"knowledge_base", "provenance", b"provenance", "source_doc_id", b"source_doc_id", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -242,6 +287,7 @@ class Triple(_message.Message):
     OBJECT_VALUE_FIELD_NUMBER: _builtins.int
     KNOWLEDGE_BASE_FIELD_NUMBER: _builtins.int
     SOURCE_DOC_ID_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
     relation: _builtins.str
     """Relation name, 1-256 characters, e.g. "contains", "measured_as",
     "supplies" or "headquartered in".
@@ -262,6 +308,12 @@ class Triple(_message.Message):
     def object_entity(self) -> Global___EntityRef:
         """An entity."""
 
+    @_builtins.property
+    def provenance(self) -> Global___Provenance:
+        """Where the fact was stated in its document (personal facts; given in Store
+        requests, absent for the ESG graph).
+        """
+
     def __init__(
         self,
         *,
@@ -271,10 +323,11 @@ class Triple(_message.Message):
         object_value: _builtins.str = ...,
         knowledge_base: Global___KnowledgeBase.ValueType = ...,
         source_doc_id: _builtins.str = ...,
+        provenance: Global___Provenance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "object_entity", b"object_entity", "object_value", b"object_value", "subject", b"subject"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["object", b"object", "object_entity", b"object_entity", "object_value", b"object_value", "provenance", b"provenance", "subject", b"subject"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["knowledge_base", b"knowledge_base", "object", b"object", "object_entity", b"object_entity", "object_value", b"object_value", "relation", b"relation", "source_doc_id", b"source_doc_id", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["knowledge_base", b"knowledge_base", "object", b"object", "object_entity", b"object_entity", "object_value", b"object_value", "provenance", b"provenance", "relation", b"relation", "source_doc_id", b"source_doc_id", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_object: _TypeAlias = _typing.Literal["object_entity", "object_value"]  # noqa: Y015
     _WhichOneofArgType_object: _TypeAlias = _typing.Literal["object", b"object"]  # noqa: Y015
@@ -295,6 +348,7 @@ class AspectFact(_message.Message):
     VALUE_FIELD_NUMBER: _builtins.int
     KNOWLEDGE_BASE_FIELD_NUMBER: _builtins.int
     SOURCE_DOC_ID_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
     aspect: _builtins.str
     """The aspect, 1-256 characters."""
     value: _builtins.str
@@ -307,6 +361,10 @@ class AspectFact(_message.Message):
     def entity(self) -> Global___EntityRef:
         """The entity."""
 
+    @_builtins.property
+    def provenance(self) -> Global___Provenance:
+        """Where the fact was stated in its document (given in Store requests)."""
+
     def __init__(
         self,
         *,
@@ -315,10 +373,11 @@ class AspectFact(_message.Message):
         value: _builtins.str = ...,
         knowledge_base: Global___KnowledgeBase.ValueType = ...,
         source_doc_id: _builtins.str = ...,
+        provenance: Global___Provenance | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["entity", b"entity", "provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aspect", b"aspect", "entity", b"entity", "knowledge_base", b"knowledge_base", "source_doc_id", b"source_doc_id", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aspect", b"aspect", "entity", b"entity", "knowledge_base", b"knowledge_base", "provenance", b"provenance", "source_doc_id", b"source_doc_id", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -413,6 +472,7 @@ class MentionLinks(_message.Message):
     MENTION_FIELD_NUMBER: _builtins.int
     CANDIDATES_FIELD_NUMBER: _builtins.int
     CHOSEN_ENTITY_ID_FIELD_NUMBER: _builtins.int
+    CHOSEN_ENTITY_IDS_FIELD_NUMBER: _builtins.int
     mention: _builtins.str
     """The mention as given."""
     chosen_entity_id: _builtins.str
@@ -421,16 +481,24 @@ class MentionLinks(_message.Message):
     def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___EntityCandidate]:
         """Candidates, best first; empty when nothing is similar enough to consider."""
 
+    @_builtins.property
+    def chosen_entity_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every candidate good enough to choose, best first (chosen_entity_id
+        first). The ESG graph chooses one entity; the personal base may choose
+        several ("Marrowgate" names "Marrowgate Bank" and "Marrowgate Holdings").
+        """
+
     def __init__(
         self,
         *,
         mention: _builtins.str = ...,
         candidates: _abc.Iterable[Global___EntityCandidate] | None = ...,
         chosen_entity_id: _builtins.str = ...,
+        chosen_entity_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "chosen_entity_id", b"chosen_entity_id", "mention", b"mention"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "chosen_entity_id", b"chosen_entity_id", "chosen_entity_ids", b"chosen_entity_ids", "mention", b"mention"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -555,7 +623,9 @@ class GetEntityInfoResponse(_message.Message):
 
     @_builtins.property
     def aspect_facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___AspectFact]:
-        """Aspect facts about the entity from the personal base."""
+        """Aspect facts about the entity from the personal base (for an ESG graph
+        entity, the personal facts about an entity of the same name).
+        """
 
     def __init__(
         self,
@@ -765,6 +835,64 @@ class StoreRequest(_message.Message):
 Global___StoreRequest: _TypeAlias = StoreRequest  # noqa: Y015
 
 @_typing.final
+class GetDocumentFactsRequest(_message.Message):
+    """Request of KnowledgeService.GetDocumentFacts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_DOC_ID_FIELD_NUMBER: _builtins.int
+    source_doc_id: _builtins.str
+    """Id of the source document, 1-256 characters."""
+    def __init__(
+        self,
+        *,
+        source_doc_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["source_doc_id", b"source_doc_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDocumentFactsRequest: _TypeAlias = GetDocumentFactsRequest  # noqa: Y015
+
+@_typing.final
+class GetDocumentFactsResponse(_message.Message):
+    """Response of KnowledgeService.GetDocumentFacts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DESCRIPTIONS_FIELD_NUMBER: _builtins.int
+    TRIPLES_FIELD_NUMBER: _builtins.int
+    ASPECT_FACTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def descriptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Description]:
+        """The document's descriptions, in the order they were stored."""
+
+    @_builtins.property
+    def triples(self) -> _containers.RepeatedCompositeFieldContainer[Global___Triple]:
+        """The document's triples, in the order they were stored."""
+
+    @_builtins.property
+    def aspect_facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___AspectFact]:
+        """The document's aspect facts, in the order they were stored."""
+
+    def __init__(
+        self,
+        *,
+        descriptions: _abc.Iterable[Global___Description] | None = ...,
+        triples: _abc.Iterable[Global___Triple] | None = ...,
+        aspect_facts: _abc.Iterable[Global___AspectFact] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aspect_facts", b"aspect_facts", "descriptions", b"descriptions", "triples", b"triples"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetDocumentFactsResponse: _TypeAlias = GetDocumentFactsResponse  # noqa: Y015
+
+@_typing.final
 class StoreResponse(_message.Message):
     """Response of KnowledgeService.Store."""
 
@@ -926,7 +1054,10 @@ class SearchResponse(_message.Message):
     """
     @_builtins.property
     def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Fact]:
-        """Facts found by the program, ranked by similarity to the query, best first."""
+        """Facts found by the program and, when the personal base is searched, the
+        personal facts whose text best matches the query by BM25 and by vector
+        similarity; ranked by similarity to the query, best first.
+        """
 
     @_builtins.property
     def steps(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProgramStep]:

@@ -62,6 +62,11 @@ class KnowledgeServiceStub:
                 request_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.StoreRequest.SerializeToString,
                 response_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.StoreResponse.FromString,
                 _registered_method=True)
+        self.GetDocumentFacts = channel.unary_unary(
+                '/attest.knowledge.v1.KnowledgeService/GetDocumentFacts',
+                request_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsRequest.SerializeToString,
+                response_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsResponse.FromString,
+                _registered_method=True)
         self.Search = channel.unary_unary(
                 '/attest.knowledge.v1.KnowledgeService/Search',
                 request_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.SearchRequest.SerializeToString,
@@ -108,10 +113,17 @@ class KnowledgeServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Store(self, request, context):
-        """Stores knowledge extracted from one source document in the personal base,
-        replacing whatever was stored from that document before. Idempotent.
-        Not implemented yet: the service serves the ESG graph only and answers
-        UNIMPLEMENTED until the personal base exists.
+        """Stores knowledge extracted from one source document in the caller's
+        personal base, replacing whatever was stored from that document before;
+        a request without facts deletes the document's facts. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDocumentFacts(self, request, context):
+        """Lists the facts the caller's personal base holds from one document, with
+        their provenance.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -153,6 +165,11 @@ def add_KnowledgeServiceServicer_to_server(servicer, server):
                     servicer.Store,
                     request_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.StoreRequest.FromString,
                     response_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.StoreResponse.SerializeToString,
+            ),
+            'GetDocumentFacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDocumentFacts,
+                    request_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsRequest.FromString,
+                    response_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsResponse.SerializeToString,
             ),
             'Search': grpc.unary_unary_rpc_method_handler(
                     servicer.Search,
@@ -298,6 +315,33 @@ class KnowledgeService:
             '/attest.knowledge.v1.KnowledgeService/Store',
             attest_dot_knowledge_dot_v1_dot_knowledge__pb2.StoreRequest.SerializeToString,
             attest_dot_knowledge_dot_v1_dot_knowledge__pb2.StoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDocumentFacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attest.knowledge.v1.KnowledgeService/GetDocumentFacts',
+            attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsRequest.SerializeToString,
+            attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,10 +56,13 @@ class KnowledgeServiceStub:
     FindRelationship: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.FindRelationshipRequest, _knowledge_pb2.FindRelationshipResponse]
     """Returns how two entities are related: the chains of triples that connect them."""
     Store: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.StoreRequest, _knowledge_pb2.StoreResponse]
-    """Stores knowledge extracted from one source document in the personal base,
-    replacing whatever was stored from that document before. Idempotent.
-    Not implemented yet: the service serves the ESG graph only and answers
-    UNIMPLEMENTED until the personal base exists.
+    """Stores knowledge extracted from one source document in the caller's
+    personal base, replacing whatever was stored from that document before;
+    a request without facts deletes the document's facts. Idempotent.
+    """
+    GetDocumentFacts: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentFactsRequest, _knowledge_pb2.GetDocumentFactsResponse]
+    """Lists the facts the caller's personal base holds from one document, with
+    their provenance.
     """
     Search: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.SearchRequest, _knowledge_pb2.SearchResponse]
     """Answers a question from the knowledge bases by running a program of the
@@ -91,10 +94,13 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     FindRelationship: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.FindRelationshipRequest, _knowledge_pb2.FindRelationshipResponse]  # type: ignore[assignment]
     """Returns how two entities are related: the chains of triples that connect them."""
     Store: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.StoreRequest, _knowledge_pb2.StoreResponse]  # type: ignore[assignment]
-    """Stores knowledge extracted from one source document in the personal base,
-    replacing whatever was stored from that document before. Idempotent.
-    Not implemented yet: the service serves the ESG graph only and answers
-    UNIMPLEMENTED until the personal base exists.
+    """Stores knowledge extracted from one source document in the caller's
+    personal base, replacing whatever was stored from that document before;
+    a request without facts deletes the document's facts. Idempotent.
+    """
+    GetDocumentFacts: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentFactsRequest, _knowledge_pb2.GetDocumentFactsResponse]  # type: ignore[assignment]
+    """Lists the facts the caller's personal base holds from one document, with
+    their provenance.
     """
     Search: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.SearchRequest, _knowledge_pb2.SearchResponse]  # type: ignore[assignment]
     """Answers a question from the knowledge bases by running a program of the
@@ -153,10 +159,19 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _knowledge_pb2.StoreRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_knowledge_pb2.StoreResponse, _abc.Awaitable[_knowledge_pb2.StoreResponse]]:
-        """Stores knowledge extracted from one source document in the personal base,
-        replacing whatever was stored from that document before. Idempotent.
-        Not implemented yet: the service serves the ESG graph only and answers
-        UNIMPLEMENTED until the personal base exists.
+        """Stores knowledge extracted from one source document in the caller's
+        personal base, replacing whatever was stored from that document before;
+        a request without facts deletes the document's facts. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def GetDocumentFacts(
+        self,
+        request: _knowledge_pb2.GetDocumentFactsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_knowledge_pb2.GetDocumentFactsResponse, _abc.Awaitable[_knowledge_pb2.GetDocumentFactsResponse]]:
+        """Lists the facts the caller's personal base holds from one document, with
+        their provenance.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,238 @@
+"""The personal knowledge base: the store on the embedded engines (tantivy and the Qdrant
+engine, in a temporary directory) and the ``KnowledgeBase`` over it, with a
+character-trigram encoder instead of MiniLM (what MiniLM matches is measured in
+tests/integration/test_knowledge_service.py)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from attest.knowledge.bases import CombinedKnowledgeBase
+from attest.knowledge.kb import (
+    PERSONAL,
+    AspectFact,
+    Description,
+    EntityRef,
+    Provenance,
+    Triple,
+    UnknownEntity,
+)
+from attest.knowledge.personal import (
+    PersonalKnowledgeBase,
+    PersonalStore,
+    personal_entity_id,
+)
+from attest.lexical.backends.tantivy import TantivyBackend
+from attest.lexical.settings import LexicalSettings
+from attest.semantic.store import EdgeVectorStore
+
+pytestmark = pytest.mark.asyncio
+
+
+def trigrams(texts: Sequence[str]) -> np.ndarray:
+    """Unit vectors of hashed character trigrams (256 buckets)."""
+    out = np.zeros((len(texts), 256), dtype=np.float32)
+    for row, text in enumerate(texts):
+        padded = f"  {text.casefold()} "
+        for i in range(len(padded) - 2):
+            out[row, zlib.crc32(padded[i : i + 3].encode()) % 256] += 1.0
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def ref(name: str) -> EntityRef:
+    return EntityRef(personal_entity_id(name), name)
+
+
+def triple(subject: str, relation: str, obj: str, start: int = 0) -> Triple:
+    return Triple(
+        ref(subject),
+        relation,
+        ref(obj),
+        None,
+        PERSONAL,
+        provenance=Provenance(0, start, start + 20),
+    )
+
+
+def aspect(entity: str, name: str, value: str, passage: int = 1) -> AspectFact:
+    return AspectFact(ref(entity), name, value, PERSONAL, provenance=Provenance(passage, 5, 50))
+
+
+def description(entity: str, text: str) -> Description:
+    return Description(ref(entity), text, PERSONAL, provenance=Provenance(0, 0, 10))
+
+
+def new_store(root: Path) -> PersonalStore:
+    lexical = TantivyBackend(LexicalSettings(data_dir=root, index_name="attest-knowledge"))
+    vectors = EdgeVectorStore(
+        root / "knowledge", collection_prefix="attest-knowledge", dimension=256
+    )
+    return PersonalStore(lexical, vectors, trigrams)
+
+
+@pytest_asyncio.fixture
+async def store(tmp_path: Path) -> AsyncIterator[PersonalStore]:
+    s = new_store(tmp_path)
+    await s.warm_up()
+    yield s
+    await s.close()
+
+
+BANK_DOC = [
+    description("Marrowgate Bank", "the country's fourth-largest lender by assets"),
+    triple("Rosalind Achebe-Fry", "chair of", "Marrowgate Bank", 100),
+    triple("Jonas Whitlock", "chief executive of", "Marrowgate Bank", 200),
+    aspect("Marrowgate Bank", "coal lending", "Marrowgate Bank will end coal lending by 2030."),
+]
+
+
+async def bm25(store: PersonalStore, tenant: str, text: str) -> list[str]:
+    return [f.text() for f in await store.retrieve(tenant, text, 10)]
+
+
+async def test_store_counts_replaces_and_deletes_in_both_engines(
+    store: PersonalStore, tmp_path: Path
+) -> None:
+    first = await store.put("acme", "d1", BANK_DOC)
+    assert first.counts == {"description": 1, "triple": 2, "aspect": 1}
+    assert (first.removed, first.entities_created) == (0, 3)
+    assert (await store.lexical.stats("acme")).passages == 4
+    assert await store.vectors.count("passages", "acme") == 4
+    assert await store.vectors.count("articles", "acme") == 1
+
+    # A changed document replaces everything it had: fewer facts, new texts.
+    second = await store.put(
+        "acme", "d1", [triple("Edwin Sorrell", "chair of", "Marrowgate Bank", 40)]
+    )
+    assert (second.removed, second.counts["triple"], second.entities_created) == (4, 1, 1)
+    assert (await store.lexical.stats("acme")).passages == 1
+    assert await store.vectors.count("passages", "acme") == 1
+    view = await store.view("acme")
+    assert [f.text() for f in view.document_facts("d1")] == [
+        "(Edwin Sorrell, chair of, Marrowgate Bank)"
+    ]
+    assert personal_entity_id("Jonas Whitlock") not in view.names
+    assert all("Whitlock" not in t for t in await bm25(store, "acme", "Whitlock chief executive"))
+
+    # Deleting the document removes its facts from every store and the view.
+    assert await store.delete("acme", ["d1"]) == 1
+    assert (await store.lexical.stats("acme")).passages == 0
+    assert await store.vectors.count("passages", "acme") == 0
+    assert await store.vectors.count("articles", "acme") == 0
+    assert view.document_facts("d1") == []
+    assert view.names == {}
+
+
+async def test_facts_and_provenance_survive_a_restart(tmp_path: Path) -> None:
+    s = new_store(tmp_path)
+    await s.warm_up()
+    await s.put("acme", "d1", BANK_DOC)
+    await s.put("acme", "d2", [aspect("Norvale Copper", "water", "Norvale withdrew 38 Mm3.", 3)])
+    await s.close()
+
+    again = new_store(tmp_path)
+    await again.warm_up()
+    try:
+        view = await again.view("acme")
+        assert view.counts() == {"description": 1, "triple": 2, "aspect": 2}
+        restored = view.document_facts("d1")
+        assert restored[1] == Triple(
+            ref("Rosalind Achebe-Fry"),
+            "chair of",
+            ref("Marrowgate Bank"),
+            None,
+            PERSONAL,
+            "d1",
+            Provenance(0, 100, 120),
+        )
+        d2 = view.document_facts("d2")[0]
+        assert (d2.source_doc_id, d2.provenance) == ("d2", Provenance(3, 5, 50))
+    finally:
+        await again.close()
+
+
+async def test_tenants_never_see_each_others_facts(store: PersonalStore) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    await store.put("globex", "d1", [aspect("Vellichor Mining", "tailings", "Vellichor tailings.")])
+    assert await bm25(store, "globex", "Marrowgate Bank chair") == [
+        "Vellichor Mining (tailings): Vellichor tailings."
+    ]
+    assert all("Vellichor" not in t for t in await bm25(store, "acme", "Vellichor tailings"))
+    globex = PersonalKnowledgeBase(await store.view("globex"), trigrams)
+    with pytest.raises(UnknownEntity):
+        globex.get_entity_info(["Marrowgate Bank"])
+    # Deleting one tenant's document leaves the other's document of the same id.
+    await store.delete("globex", ["d1"])
+    assert (await store.view("acme")).counts()["triple"] == 2
+    assert await store.vectors.count("passages", "acme") == 4
+
+
+async def test_retrieval_fuses_bm25_and_vectors_with_provenance(store: PersonalStore) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    facts = await store.retrieve("acme", "Who is the chair of Marrowgate Bank?", 3)
+    top = facts[0].triple
+    assert top is not None
+    assert top.subject.name == "Rosalind Achebe-Fry"
+    assert (top.source_doc_id, top.provenance) == ("d1", Provenance(0, 100, 120))
+    assert await store.retrieve("nobody", "chair", 3) == []
+
+
+async def test_linking_chooses_exact_then_every_name_the_mention_begins(
+    store: PersonalStore,
+) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    await store.put("acme", "d2", [aspect("Marrowgate Holdings", "shares", "Holdings shares.")])
+    kb = PersonalKnowledgeBase(await store.view("acme"), trigrams)
+    exact = kb.entity_linking(["marrowgate  bank"])
+    assert exact.chosen == personal_entity_id("Marrowgate Bank")
+    assert [c.match for c in exact.candidates] == ["exact"]
+    several = kb.entity_linking(["Marrowgate"])
+    assert set(several.chosen_ids) == {
+        personal_entity_id("Marrowgate Bank"),
+        personal_entity_id("Marrowgate Holdings"),
+    }
+    assert kb.entity_linking(["Quillmere Foods"]).chosen is None
+
+
+async def test_relations_match_triples_both_ways_then_fall_back_to_aspects(
+    store: PersonalStore,
+) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    kb = PersonalKnowledgeBase(await store.view("acme"), trigrams, relation_threshold=0.6)
+    match = kb.find_entity_or_value(["Marrowgate Bank"], ["chair of"])
+    assert [f.text() for f in match.facts] == ["(Rosalind Achebe-Fry, chair of, Marrowgate Bank)"]
+    assert match.entity_id == personal_entity_id("Marrowgate Bank")
+    # The same triple from its subject's side.
+    rosalind = kb.find_entity_or_value(["Rosalind Achebe-Fry"], ["chair of"])
+    assert [f.text() for f in rosalind.facts] == [
+        "(Rosalind Achebe-Fry, chair of, Marrowgate Bank)"
+    ]
+    # No triple's relation is near "coal lending": the aspect fact answers.
+    coal = kb.find_entity_or_value(["Marrowgate Bank"], ["coal lending"])
+    assert [f.aspect_fact.aspect for f in coal.facts if f.aspect_fact] == ["coal lending"]
+    info = kb.get_entity_info(["Marrowgate Bank"])
+    assert (len(info.descriptions), len(info.triples), len(info.aspect_facts)) == (1, 2, 1)
+    path = kb.find_relationship(["Rosalind Achebe-Fry"], ["Jonas Whitlock"], max_hops=2)
+    assert [len(p.triples) for p in path.paths] == [2]
+
+
+async def test_combined_base_answers_from_both_bases(store: PersonalStore) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    personal = PersonalKnowledgeBase(await store.view("acme"), trigrams)
+    other = PersonalKnowledgeBase(await new_view(store), trigrams)
+    both = CombinedKnowledgeBase([other, personal])
+    assert both.entity(personal_entity_id("Marrowgate Bank")) is not None
+    info = both.get_entity_info([personal_entity_id("Marrowgate Bank")])
+    assert len(info.triples) == 2
+    assert both.entity_linking(["Marrowgate Bank"]).chosen == personal_entity_id("Marrowgate Bank")
+
+
+async def new_view(store: PersonalStore):  # type: ignore[no-untyped-def]
+    await store.put("other", "x", [aspect("Quaystone Telecom", "whistleblowing", "Quaystone.")])
+    return await store.view("other")
