@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from tqdm import tqdm
@@ -17,6 +17,10 @@ from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings, MiB
 from attest.ingest.readers import RawItem, count_items, read_path
 from attest.ingest.state import FailureRecord
+
+if TYPE_CHECKING:
+    from attest.ingest.settings import IngestSettings
+    from attest.ingest.state import JobStore
 
 # Requests stay under the ingest service's default 64 MiB limit; one item
 # bigger than this is reported here and never sent.
@@ -315,12 +319,62 @@ def failures(job_id: str, address: str | None, data_dir: Path | None, as_json: b
         click.echo(f"  {where}: {f.stage} {f.code} {f.reason}")
 
 
+async def _reconcile(
+    store: JobStore,
+    stores: Any,
+    sinks: Any,
+    runner: Callable[[], Any],
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
+    """Check, print, and repair when asked (``runner()`` gives the StageRunner that
+    indexes missing documents again); what was found and done."""
+    from attest.ingest import doctor
+
+    before = await doctor.check(store, stores, tenants or None)
+    report: dict[str, Any] = {"before": [f.to_json() for f in before]}
+    for f in before:
+        for line in f.lines():
+            echo(line)
+    if not repair:
+        report["consistent"] = all(f.consistent for f in before)
+        return report
+    done = []
+    for f in before:
+        if not f.consistent:
+            r = await doctor.repair(store, sinks, runner(), f)
+            done.append(r)
+            echo(
+                f"repaired tenant {r.tenant}: {r.reindexed:,} indexed again from "
+                f"their sources, {r.deleted:,} deleted"
+                + (f", {len(r.unrepairable):,} unrepairable" if r.unrepairable else "")
+            )
+    after = await doctor.check(store, stores, tenants or None) if done else before
+    if done:
+        for f in after:
+            for line in f.lines():
+                echo(line)
+    report["repairs"] = [
+        {
+            "tenant": r.tenant,
+            "reindexed": r.reindexed,
+            "deleted": r.deleted,
+            "unrepairable": list(r.unrepairable),
+        }
+        for r in done
+    ]
+    report["after"] = [f.to_json() for f in after]
+    report["consistent"] = all(f.consistent for f in after)
+    return report
+
+
 async def run_doctor(
     data_dir: Path, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
 ) -> dict[str, Any]:
     """Open the embedded stores (which resumes interrupted jobs), wait for those
     jobs, reconcile, and repair when asked. Returns what was found and done."""
-    from attest.ingest import doctor
     from attest.ingest.assembly import assemble
     from attest.ingest.settings import IngestSettings
 
@@ -331,73 +385,152 @@ async def run_doctor(
         if assembly.resumed:
             echo(f"resumed {len(assembly.resumed):,} interrupted jobs: waiting for them")
             await inline.drain()
-        before = await doctor.check(core.store, core.sinks, tenants or None)
-        report: dict[str, Any] = {
-            "resumed": assembly.resumed,
-            "before": [f.to_json() for f in before],
-        }
-        for f in before:
-            for line in f.lines():
-                echo(line)
-        if repair:
-            done = []
-            for f in before:
-                if not f.consistent:
-                    r = await doctor.repair(core.store, core.sinks, inline.runner, f)
-                    done.append(r)
-                    echo(
-                        f"repaired tenant {r.tenant}: {r.reindexed:,} indexed again from "
-                        f"their sources, {r.deleted:,} deleted"
-                        + (f", {len(r.unrepairable):,} unrepairable" if r.unrepairable else "")
-                    )
-            after = await doctor.check(core.store, core.sinks, tenants or None) if done else before
-            if done:
-                for f in after:
-                    for line in f.lines():
-                        echo(line)
-            report["repairs"] = [
-                {
-                    "tenant": r.tenant,
-                    "reindexed": r.reindexed,
-                    "deleted": r.deleted,
-                    "unrepairable": list(r.unrepairable),
-                }
-                for r in done
-            ]
-            report["after"] = [f.to_json() for f in after]
-            report["consistent"] = all(f.consistent for f in after)
-        else:
-            report["consistent"] = all(f.consistent for f in before)
-        return report
+        report = await _reconcile(
+            core.store,
+            core.sinks,
+            core.sinks,
+            lambda: inline.runner,
+            repair=repair,
+            tenants=tenants,
+            echo=echo,
+        )
+        return {"resumed": assembly.resumed, **report}
     finally:
         await assembly.close()
 
 
+async def run_doctor_services(
+    settings: IngestSettings, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+) -> dict[str, Any]:
+    """Reconcile the registry in Redis (``settings.state_url``) with the lexical and
+    semantic services (``settings.lexical_address``, ``semantic_address``) through
+    their ListDocuments RPCs; repair through their Delete and Index RPCs, indexing
+    missing documents again from the sources the registry keeps (enriched and
+    embedded here, with the pipeline's settings)."""
+    from attest.core.errors import FailedPrecondition
+    from attest.ingest.jobs import StageRunner
+    from attest.ingest.listing import ServiceListing
+    from attest.ingest.sinks import GrpcSinks
+    from attest.ingest.stages import Embedding
+    from attest.ingest.state import JobStore, RedisKeyValue
+
+    if not (settings.state_url and settings.lexical_address and settings.semantic_address):
+        raise FailedPrecondition("checking services needs their addresses and the registry URL")
+    kv = RedisKeyValue(settings.state_url.get_secret_value())
+    await asyncio.to_thread(kv.ping)
+    store = JobStore(kv, keep_sources=True)
+    listing = ServiceListing(settings.lexical_address, settings.semantic_address, settings.client)
+    sinks = GrpcSinks(settings.lexical_address, settings.semantic_address, settings.client)
+    runners: list[StageRunner] = []
+
+    def embedding() -> Embedding:
+        from attest.knowledge.graph import load_graph
+        from attest.semantic.embedding import Embedder
+
+        e = settings.embed
+        encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size)
+        return Embedding.build(encoder, load_graph(e.graph_path))
+
+    def runner() -> StageRunner:
+        # The model loads only when a document has to be indexed again.
+        if not runners:
+            runners.append(
+                StageRunner(store, settings.enrich, embedding=embedding, sinks=lambda: sinks)
+            )
+        return runners[0]
+
+    try:
+        return await _reconcile(
+            store, listing, sinks, runner, repair=repair, tenants=tenants, echo=echo
+        )
+    finally:
+        await listing.close()
+        await sinks.close()
+        kv.close()
+
+
 @click.command(name="doctor")
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option(
+    "--lexical-address",
+    default=None,
+    help="A lexical service at HOST:PORT (default ATTEST_INGEST_LEXICAL_ADDRESS); with "
+    "--semantic-address, check the services instead of embedded stores.",
+)
+@click.option(
+    "--semantic-address",
+    default=None,
+    help="A semantic service at HOST:PORT (default ATTEST_INGEST_SEMANTIC_ADDRESS).",
+)
+@click.option(
+    "--state-url",
+    default=None,
+    help="Redis URL of the registry when checking services (default ATTEST_INGEST_STATE_URL).",
+)
 @click.option("--repair", is_flag=True, help="Delete orphans and index missing documents again.")
 @click.option("--tenant", "tenants", multiple=True, help="Only these tenants (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object.")
 def doctor_command(
-    data_dir: Path | None, repair: bool, tenants: tuple[str, ...], as_json: bool
+    data_dir: Path | None,
+    lexical_address: str | None,
+    semantic_address: str | None,
+    state_url: str | None,
+    repair: bool,
+    tenants: tuple[str, ...],
+    as_json: bool,
 ) -> None:
-    """Compare the ingest registry with the BM25 index, the vectors and the KG links of
-    the embedded stores, per tenant (counts and an id checksum); report orphans and
-    missing documents, and with --repair fix them. Exits 1 while they disagree."""
+    """Compare the ingest registry with the BM25 index, the vectors and the KG links,
+    per tenant (counts and an id checksum); report orphans and missing documents, and
+    with --repair fix them. Exits 1 while they disagree.
+
+    The stores are the embedded ones under --data-dir, or the lexical and semantic
+    services (--lexical-address and --semantic-address, or the ingest service's
+    settings ATTEST_INGEST_LEXICAL_ADDRESS, _SEMANTIC_ADDRESS and _STATE_URL when
+    --data-dir is not given)."""
     configure_logging(LoggingSettings(level="WARNING", json=False))
-    root = _data_dir(data_dir)
-    if not (root / "ingest").is_dir():
-        raise click.ClickException(f"no ingest state under {root}")
     lines: list[str] = []
-    report = asyncio.run(
-        run_doctor(
-            root,
-            repair=repair,
-            tenants=tenants,
-            echo=lines.append if as_json else click.echo,
+    echo = lines.append if as_json else click.echo
+    settings = _service_settings(data_dir, lexical_address, semantic_address, state_url)
+    if settings is not None:
+        report = asyncio.run(
+            run_doctor_services(settings, repair=repair, tenants=tenants, echo=echo)
         )
-    )
+    else:
+        root = _data_dir(data_dir)
+        if not (root / "ingest").is_dir():
+            raise click.ClickException(f"no ingest state under {root}")
+        report = asyncio.run(run_doctor(root, repair=repair, tenants=tenants, echo=echo))
     if as_json:
         click.echo(json.dumps(report))
     if not report["consistent"]:
         raise SystemExit(1)
+
+
+def _service_settings(
+    data_dir: Path | None,
+    lexical_address: str | None,
+    semantic_address: str | None,
+    state_url: str | None,
+) -> IngestSettings | None:
+    """The ingest settings naming the services to check, or None for embedded stores."""
+    from pydantic import SecretStr
+
+    from attest.ingest.settings import IngestSettings
+
+    if data_dir is not None and (lexical_address or semantic_address):
+        raise click.UsageError("give --data-dir or the service addresses, not both")
+    settings = IngestSettings()
+    if data_dir is not None:
+        return None
+    lexical = lexical_address or settings.lexical_address
+    semantic = semantic_address or settings.semantic_address
+    if not (lexical or semantic):
+        return None
+    if not (lexical and semantic):
+        raise click.UsageError("give both --lexical-address and --semantic-address")
+    url = SecretStr(state_url) if state_url else settings.state_url
+    if url is None:
+        raise click.UsageError("checking services needs the registry: --state-url (a Redis URL)")
+    return settings.model_copy(
+        update={"lexical_address": lexical, "semantic_address": semantic, "state_url": url}
+    )

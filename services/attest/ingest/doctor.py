@@ -16,18 +16,28 @@ stores with equal counts but different documents still differ.
   puts the registry's version back (or deletes the document when the
   registry has none) and drops the note.
 
-The stores are read through the embedded backends (tantivy, the embedded
-vector engine); a deployment whose stores are services has no listing RPC
-to read them with yet, so there the check reports nothing. Findings are
-exported as Prometheus gauges (``attest_ingest_doctor_*``).
+The stores are read through a ``StoreListing`` (``attest.ingest.listing``):
+the backends opened in this process (embedded mode), or the lexical and
+semantic services' ``ListDocuments`` RPCs (OpenSearch, Elasticsearch,
+Qdrant). Repairs go through the same ``Sinks`` ingest writes with (the
+services' Index and Delete RPCs, or the local backends).
+
+The registry is read before the stores, so a document a job commits while
+the stores are being listed could look like an orphan; candidates are
+looked up again afterwards, and one that is now registered or pending is not
+reported. Findings are exported as Prometheus gauges
+(``attest_ingest_doctor_*``); ``PeriodicCheck`` runs the check on a timer in
+a serving process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +46,7 @@ from prometheus_client import Counter, Gauge
 
 from attest.core.context import DEFAULT_TENANT
 from attest.ingest.jobs import StageRunner, registry_entries
+from attest.ingest.listing import EmbeddedListing, StoreListing, StoreShapes, StoreUnreachable
 from attest.ingest.sinks import LocalSinks
 from attest.ingest.stages import Sinks
 from attest.ingest.state import JobStore, RegistryEntry
@@ -63,6 +74,16 @@ STALE = Gauge(
     "attest_ingest_doctor_stale_pending",
     "Pending writes of jobs that are no longer open, last reconciliation.",
     ["tenant"],
+)
+CHECKS = Counter(
+    "attest_ingest_doctor_checks_total",
+    "Reconciliations run, by outcome (ok, or the store that could not be read: registry, "
+    "lexical, vectors).",
+    ["outcome"],
+)
+LAST_CHECK = Gauge(
+    "attest_ingest_doctor_last_success_timestamp_seconds",
+    "Unix time at which the last reconciliation that read every store finished.",
 )
 REPAIRED = Counter(
     "attest_ingest_doctor_repaired_total",
@@ -152,23 +173,13 @@ class TenantFindings:
         }
 
 
-async def _store_shapes(sinks: LocalSinks, tenant: str) -> dict[str, dict[str, Any]]:
-    """doc id -> passages (lexical, vectors) and doc id -> sorted KG links, per store."""
-    from attest.semantic.index import ARTICLES, PASSAGES
-
-    lister = getattr(sinks.lexical, "document_ids", None)
-    if lister is None:
-        raise NotImplementedError(f"the {sinks.lexical.name} backend cannot list its documents")
-    lexical: dict[str, int] = await lister(tenant)
-    vectors: dict[str, int] = {}
-    links: dict[str, str] = {}
-    store = sinks.semantic.store
-    async for point in store.scroll(ARTICLES, tenant):
-        vectors.setdefault(point.doc_id, 0)
-        links[point.doc_id] = ",".join(sorted(point.payload.get("entity_ids") or ()))
-    async for point in store.scroll(PASSAGES, tenant):
-        vectors[point.doc_id] = vectors.get(point.doc_id, 0) + 1
-    return {"lexical": lexical, "vectors": vectors, "kg_links": links}
+def listing_of(stores: Sinks | StoreListing) -> StoreListing | None:
+    """The listing of a deployment's stores: given, or the embedded stores' own."""
+    if isinstance(stores, StoreListing):
+        return stores
+    if isinstance(stores, LocalSinks):
+        return EmbeddedListing(stores)
+    return None
 
 
 def _registry_shapes(registry: Mapping[str, RegistryEntry]) -> dict[str, dict[str, Any]]:
@@ -188,68 +199,119 @@ def _running_jobs(store: JobStore) -> list[str]:
 
 
 async def check(
-    store: JobStore, sinks: Sinks, tenants: Iterable[str] | None = None
+    store: JobStore, stores: Sinks | StoreListing, tenants: Iterable[str] | None = None
 ) -> list[TenantFindings]:
     """Findings per tenant (every tenant that ever ran a job when ``tenants`` is None,
-    and tenant ``default`` while its stores hold anything)."""
-    if not isinstance(sinks, LocalSinks):
+    and tenant ``default`` while its stores hold anything).
+
+    ``stores``: a ``StoreListing``, or the sinks of an embedded deployment. Sinks
+    that cannot be listed (gRPC sinks without a listing) give no findings.
+    Raises ``StoreUnreachable`` when a store cannot be read.
+    """
+    listing = listing_of(stores)
+    if listing is None:
         return []
     out: list[TenantFindings] = []
-    if tenants is not None:
-        wanted = list(tenants)
-    else:
-        wanted = await asyncio.to_thread(store.tenants)
-        # Writers named no tenant before tenants reached the stores, so an older
-        # authenticated `serve all --embedded` left every tenant's documents under
-        # `default`: orphans there, missing from their own tenant, until repaired.
-        if DEFAULT_TENANT not in wanted and any(
-            (await _store_shapes(sinks, DEFAULT_TENANT)).values()
-        ):
-            wanted.append(DEFAULT_TENANT)
-    open_jobs = set(await asyncio.to_thread(_running_jobs, store))
+    default_shapes: StoreShapes | None = None
+    try:
+        if tenants is not None:
+            wanted = list(tenants)
+        else:
+            wanted = await asyncio.to_thread(store.tenants)
+            # Writers named no tenant before tenants reached the stores, so an older
+            # authenticated `serve all --embedded` left every tenant's documents under
+            # `default`: orphans there, missing from their own tenant, until repaired.
+            if DEFAULT_TENANT not in wanted:
+                default_shapes = await listing.shapes(DEFAULT_TENANT)
+                if not default_shapes.empty():
+                    wanted.append(DEFAULT_TENANT)
+        open_jobs = set(await asyncio.to_thread(_running_jobs, store))
+    except StoreUnreachable:
+        raise
+    except Exception as err:
+        raise StoreUnreachable("registry", f"{type(err).__name__}: {err}") from err
     for tenant in wanted:
-        registry = await asyncio.to_thread(store.registry_all, tenant)
-        pending = await asyncio.to_thread(store.pending, tenant)
-        in_flight = sorted(d for d, job in pending.items() if job in open_jobs)
-        stale = sorted(d for d, job in pending.items() if job not in open_jobs)
-        sources = await asyncio.to_thread(store.sources, tenant, sorted(registry))
-        expected = _registry_shapes(registry)
-        found = await _store_shapes(sinks, tenant)
-        excused = set(pending)  # documents being written, or settled by repair
-        stores = []
-        for name in STORES:
-            want, have = expected[name], found[name]
-            units = (
-                sum(have.values())
-                if name != "kg_links"
-                else sum(len(v.split(",")) for v in have.values() if v)
-            )
-            stores.append(
-                StoreFindings(
-                    store=name,
-                    documents=len(have),
-                    units=units,
-                    checksum=checksum(have),
-                    missing=sorted(
-                        d for d, v in want.items() if have.get(d) != v and d not in excused
-                    ),
-                    orphans=sorted(d for d in have if d not in want and d not in excused),
-                )
-            )
-        findings = TenantFindings(
-            tenant=tenant,
-            documents=len(registry),
-            passages=sum(e.passages for e in registry.values()),
-            kg_links=sum(len(e.entity_ids) for e in registry.values()),
-            checksum=checksum(expected["lexical"]),
-            stores=stores,
-            in_flight=in_flight,
-            stale_pending=stale,
-            without_source=sorted(set(registry) - set(sources)) if store.keep_sources else [],
-        )
+        try:
+            registry = await asyncio.to_thread(store.registry_all, tenant)
+            pending = await asyncio.to_thread(store.pending, tenant)
+            sources = await asyncio.to_thread(store.sources, tenant, sorted(registry))
+        except Exception as err:
+            raise StoreUnreachable("registry", f"{type(err).__name__}: {err}") from err
+        if tenant == DEFAULT_TENANT and default_shapes is not None:
+            found = default_shapes
+        else:
+            found = await listing.shapes(tenant)
+        findings = compare(tenant, registry, pending, open_jobs, found)
+        if store.keep_sources:
+            findings.without_source = sorted(set(registry) - set(sources))
+        if any(s.missing or s.orphans for s in findings.stores):
+            try:
+                await asyncio.to_thread(_look_again, store, findings)
+            except Exception as err:
+                raise StoreUnreachable("registry", f"{type(err).__name__}: {err}") from err
         _export(findings)
         out.append(findings)
     return out
+
+
+def compare(
+    tenant: str,
+    registry: Mapping[str, RegistryEntry],
+    pending: Mapping[str, str],
+    open_jobs: set[str],
+    found: StoreShapes,
+) -> TenantFindings:
+    """The findings of one tenant from what the registry and the stores hold."""
+    in_flight = sorted(d for d, job in pending.items() if job in open_jobs)
+    stale = sorted(d for d, job in pending.items() if job not in open_jobs)
+    expected = _registry_shapes(registry)
+    excused = set(pending)  # documents being written, or settled by repair
+    stores = []
+    for name, have in found.by_store().items():
+        want = expected[name]
+        partial = found.partial[name]
+        units = (
+            sum(have.values())
+            if name != "kg_links"
+            else sum(len(v.split(",")) for v in have.values() if v)
+        )
+        stores.append(
+            StoreFindings(
+                store=name,
+                documents=len(have),
+                units=units,
+                checksum=checksum(have),
+                missing=sorted(
+                    d
+                    for d, v in want.items()
+                    if (have.get(d) != v or d in partial) and d not in excused
+                ),
+                orphans=sorted(d for d in have if d not in want and d not in excused),
+            )
+        )
+    return TenantFindings(
+        tenant=tenant,
+        documents=len(registry),
+        passages=sum(e.passages for e in registry.values()),
+        kg_links=sum(len(e.entity_ids) for e in registry.values()),
+        checksum=checksum(expected["lexical"]),
+        stores=stores,
+        in_flight=in_flight,
+        stale_pending=stale,
+    )
+
+
+def _look_again(store: JobStore, findings: TenantFindings) -> None:
+    """Drop the orphans that a job registered or began writing while the stores
+    were listed, and the missing documents deleted meanwhile."""
+    orphans = sorted({d for s in findings.stores for d in s.orphans})
+    missing = sorted({d for s in findings.stores for d in s.missing})
+    pending = store.pending(findings.tenant)
+    registered = set(store.registry_get(findings.tenant, orphans)) if orphans else set()
+    still = set(store.registry_get(findings.tenant, missing)) if missing else set()
+    for s in findings.stores:
+        s.orphans = [d for d in s.orphans if d not in registered and d not in pending]
+        s.missing = [d for d in s.missing if d in still and d not in pending]
 
 
 def _export(f: TenantFindings) -> None:
@@ -321,3 +383,74 @@ def summary(findings: list[TenantFindings]) -> str:
 
 def findings_json(findings: list[TenantFindings]) -> str:
     return json.dumps([f.to_json() for f in findings], indent=2)
+
+
+class PeriodicCheck:
+    """The check on a timer, in the background of a serving process: it reports
+    (log lines and the gauges), it never repairs, and nothing it meets stops
+    it. A store that cannot be read is logged and counted
+    (``attest_ingest_doctor_checks_total{outcome=STORE}``), and the gauges keep
+    the last complete findings."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        listing: StoreListing,
+        interval_seconds: float,
+        *,
+        first_delay_seconds: float | None = None,
+        owns_listing: bool = True,
+    ) -> None:
+        self.store = store
+        self.listing = listing
+        self.interval = interval_seconds
+        self.first_delay = interval_seconds if first_delay_seconds is None else first_delay_seconds
+        self.owns_listing = owns_listing
+        self.last: list[TenantFindings] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="doctor")
+
+    async def _loop(self) -> None:
+        await asyncio.sleep(self.first_delay)
+        while True:
+            await self.run_once()
+            await asyncio.sleep(self.interval)
+
+    async def run_once(self) -> list[TenantFindings] | None:
+        """One check; its findings, or None when a store could not be read."""
+        started = time.monotonic()
+        try:
+            findings = await check(self.store, self.listing)
+        except StoreUnreachable as err:
+            CHECKS.labels(err.store).inc()
+            log.warning("the periodic reconciliation could not read the %s: %s", err.store, err)
+            return None
+        except Exception:
+            CHECKS.labels("error").inc()
+            log.exception("the periodic reconciliation failed")
+            return None
+        CHECKS.labels("ok").inc()
+        LAST_CHECK.set(time.time())
+        self.last = findings
+        seconds = time.monotonic() - started
+        if all(f.consistent for f in findings):
+            log.info("ingest registry and stores agree (%.1f s): %s", seconds, summary(findings))
+        else:
+            log.warning(
+                "ingest registry and stores disagree (run `attest doctor --repair`; %.1f s): %s",
+                seconds,
+                summary(findings),
+            )
+        return findings
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.owns_listing:
+            await self.listing.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -19,6 +19,9 @@ from attest.ingest.settings import IngestSettings
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from attest.pipeline.settings import PipelineSettings
 
+if TYPE_CHECKING:
+    from attest.ingest.doctor import PeriodicCheck
+
 Context = grpc.aio.ServicerContext[Any, Any]
 FINAL = ("DONE", "FAILED")
 
@@ -31,6 +34,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         self._pipeline = pipeline
         self._limits = settings.limits
         self._assembly: Assembly | None = None
+        self._doctor: PeriodicCheck | None = None
 
     def register(self, server: grpc.aio.Server) -> None:
         ingest_pb2_grpc.add_IngestServiceServicer_to_server(self, server)
@@ -38,8 +42,15 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def warm_up(self) -> None:
         if self._assembly is None:
             self._assembly = await assemble(self._settings, self._pipeline)
+        if self._doctor is None and self._settings.doctor_interval_seconds > 0:
+            self._doctor = periodic_check(self._settings, self._assembly)
+            if self._doctor is not None:
+                self._doctor.start()
 
     async def close(self) -> None:
+        if self._doctor is not None:
+            await self._doctor.close()
+            self._doctor = None
         if self._assembly is not None:
             await self._assembly.close()
             self._assembly = None
@@ -161,3 +172,26 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         return ingest_pb2.DeleteResponse(
             matched=result.matched, deleted=result.deleted, doc_ids=list(result.doc_ids)
         )
+
+
+def periodic_check(settings: IngestSettings, assembly: Assembly) -> PeriodicCheck | None:
+    """The background reconciliation of a serving ingest service: over the lexical and
+    semantic services when their addresses are set (production: Celery, OpenSearch,
+    Qdrant), else over the stores opened in this process."""
+    from attest.ingest.doctor import PeriodicCheck
+    from attest.ingest.listing import EmbeddedListing, ServiceListing
+    from attest.ingest.sinks import LocalSinks
+
+    interval = settings.doctor_interval_seconds
+    sinks = assembly.core.sinks
+    if settings.lexical_address and settings.semantic_address:
+        listing: ServiceListing | EmbeddedListing = ServiceListing(
+            settings.lexical_address, settings.semantic_address, settings.client
+        )
+    elif isinstance(sinks, LocalSinks):
+        listing = EmbeddedListing(sinks)
+    else:
+        return None
+    # Where start-up checks already (embedded), the first periodic one waits an interval.
+    first = interval if assembly.startup_check is not None else min(interval, 60.0)
+    return PeriodicCheck(assembly.core.store, listing, interval, first_delay_seconds=first)

@@ -109,3 +109,14 @@ class IngestSettings(ServiceSettings):
     embed: EmbedSettings = EmbedSettings()
     limits: IngestLimits = IngestLimits()
     watch_interval_seconds: float = Field(default=0.5, gt=0)
+    doctor_interval_seconds: float = Field(
+        default=900.0,
+        ge=0,
+        description="Seconds between reconciliations of the registry with the stores while "
+        "the service runs (`attest doctor` without --repair, in the background; findings as "
+        "the attest_ingest_doctor_* metrics); 0 turns them off. The first runs a minute after "
+        "start-up (peers are up by then), or one interval after it where start-up checks "
+        "already (embedded). Each lists every document of every tenant in every store (pages "
+        "of 1,000, a few requests per page), so a quarter hour keeps that load small against "
+        "ingest itself and still reports drift within the quarter hour.",
+    )

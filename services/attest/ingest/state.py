@@ -630,11 +630,12 @@ class JobStore:
     """Jobs, the registry and the gazetteer over a ``KeyValue``.
 
     ``keep_sources``: the registry also keeps each document's normalized
-    source (embedded mode), so that ``attest doctor`` can index a document
-    again into a store that lost it.
+    source, so that ``attest doctor --repair`` can index a document again into
+    a store that lost it. On by default, so the Celery workers keep them in
+    Redis too (about the size of the corpus's normalized text).
     """
 
-    def __init__(self, kv: KeyValue, *, keep_sources: bool = False) -> None:
+    def __init__(self, kv: KeyValue, *, keep_sources: bool = True) -> None:
         self.kv = kv
         self.keep_sources = keep_sources
 

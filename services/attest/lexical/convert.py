@@ -15,6 +15,7 @@ from attest.core.validation import check_id
 from attest.lexical.models import (
     Counts,
     DocumentIn,
+    DocumentPage,
     Hit,
     IndexResult,
     Level,
@@ -148,4 +149,41 @@ def index_result_to_proto(result: IndexResult) -> lexical_pb2.IndexResponse:
 def counts_to_proto(counts: Counts, backend: str) -> lexical_pb2.StatsResponse:
     return lexical_pb2.StatsResponse(
         documents=counts.documents, passages=counts.passages, backend=backend
+    )
+
+
+DEFAULT_PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 10_000
+
+
+def page_size_from_proto(page_size: int) -> int:
+    """A listing's page size: 0 means the default; 1-10,000 otherwise."""
+    if page_size == 0:
+        return DEFAULT_PAGE_SIZE
+    if not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise InvalidArgument(
+            f"must be between 1 and {MAX_PAGE_SIZE:,}, or 0 for {DEFAULT_PAGE_SIZE:,}",
+            field="page_size",
+        )
+    return page_size
+
+
+def list_from_proto(
+    request: lexical_pb2.ListDocumentsRequest, limits: RequestLimits
+) -> tuple[str, int]:
+    """(page token, page size); the token is the last id of the previous page."""
+    if len(request.page_token) > limits.max_id_chars:
+        raise InvalidArgument("is not a token of this listing", field="page_token")
+    return request.page_token, page_size_from_proto(request.page_size)
+
+
+def page_to_proto(page: DocumentPage) -> lexical_pb2.ListDocumentsResponse:
+    return lexical_pb2.ListDocumentsResponse(
+        documents=[
+            lexical_pb2.StoredDocument(
+                doc_id=d.doc_id, passages=d.passages, has_document=d.has_document
+            )
+            for d in page.documents
+        ],
+        next_page_token=page.next_page_token,
     )

@@ -68,3 +68,18 @@ class IndexResult:
 class Counts:
     documents: int
     passages: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """A document id as the index holds it, for reconciliation (``attest doctor``)."""
+
+    doc_id: str
+    passages: int  # passage records with this id
+    has_document: bool  # False: passages left without their document record
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    documents: tuple[StoredDocument, ...]
+    next_page_token: str  # "" on the last page

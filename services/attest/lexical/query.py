@@ -20,7 +20,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from attest.core.common import Filters
-from attest.lexical.models import DocumentIn, Hit, Level, SearchQuery
+from attest.lexical.models import (
+    DocumentIn,
+    DocumentPage,
+    Hit,
+    Level,
+    SearchQuery,
+    StoredDocument,
+)
 
 HIGHLIGHT_PRE = "<em>"
 HIGHLIGHT_POST = "</em>"
@@ -192,6 +199,47 @@ def search_body(tenant: str, query: SearchQuery) -> dict[str, Any]:
 
 def count_body(tenant: str) -> dict[str, Any]:
     return {"query": {"bool": {"filter": filter_clauses(tenant, Filters())}}}
+
+
+def list_body(tenant: str, after: str, size: int) -> dict[str, Any]:
+    """One page of a tenant's document ids over both indexes at once: a composite
+    aggregation on ``doc_id`` pages in id order with no result window to run
+    out of, and counts each id's passage records (``passage_index`` >= 0) in the
+    same request, including passages whose document record is gone."""
+    composite: dict[str, Any] = {
+        "size": size,
+        "sources": [{"doc": {"terms": {"field": "doc_id"}}}],
+    }
+    if after:
+        composite["after"] = {"doc": after}
+    return {
+        "size": 0,
+        "track_total_hits": False,
+        "query": {"bool": {"filter": filter_clauses(tenant, Filters())}},
+        "aggs": {
+            "docs": {
+                "composite": composite,
+                "aggs": {"passages": {"filter": {"range": {"passage_index": {"gte": 0}}}}},
+            }
+        },
+    }
+
+
+def documents_from_composite(response: dict[str, Any], size: int) -> DocumentPage:
+    buckets = response.get("aggregations", {}).get("docs", {}).get("buckets", [])
+    documents = []
+    for bucket in buckets:
+        passages = int(bucket["passages"]["doc_count"])
+        documents.append(
+            StoredDocument(
+                doc_id=str(bucket["key"]["doc"]),
+                passages=passages,
+                has_document=int(bucket["doc_count"]) > passages,
+            )
+        )
+    # A full page may be followed by more; a short one is the last.
+    token = documents[-1].doc_id if len(documents) == size else ""
+    return DocumentPage(documents=tuple(documents), next_page_token=token)
 
 
 def _parse_date(value: Any) -> datetime | None:

@@ -71,3 +71,10 @@ class LexicalServicer(lexical_pb2_grpc.LexicalServiceServicer):
         backend = self._backend()
         counts = await backend.stats(tenant_var.get())
         return convert.counts_to_proto(counts, backend.name)
+
+    async def ListDocuments(
+        self, request: lexical_pb2.ListDocumentsRequest, context: Context
+    ) -> lexical_pb2.ListDocumentsResponse:
+        token, size = convert.list_from_proto(request, self._limits)
+        page = await self._backend().list_documents(tenant_var.get(), token, size)
+        return convert.page_to_proto(page)

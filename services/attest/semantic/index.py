@@ -38,7 +38,15 @@ from attest.semantic.models import (
     passage_text,
 )
 from attest.semantic.settings import SemanticSettings
-from attest.semantic.store import Point, ScoredPoint, VectorFilter, VectorStore, create_store
+from attest.semantic.store import (
+    DocumentPage,
+    Point,
+    ScoredPoint,
+    VectorFilter,
+    VectorStore,
+    create_store,
+    list_documents,
+)
 
 log = logging.getLogger(__name__)
 
@@ -531,6 +539,12 @@ class SemanticIndex:
         """The headline of an indexed article ("" when unknown)."""
         meta = self._meta.get((tenant, doc_id))
         return meta.title if meta else ""
+
+    async def list_documents(self, tenant: str, page_token: str, page_size: int) -> DocumentPage:
+        """One page of the tenant's articles as the store holds them (see
+        ``attest.semantic.store.list_documents``): the store, not this process's
+        memo of it, because reconciliation is about what is stored."""
+        return await list_documents(self.store, tenant, page_token, page_size)
 
     async def stats(self, tenant: str) -> SemanticCounts:
         articles = await self.store.count(ARTICLES, tenant)

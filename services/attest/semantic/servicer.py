@@ -21,9 +21,16 @@ from attest.semantic import convert
 from attest.semantic.index import SemanticIndex
 from attest.semantic.models import Vector
 from attest.semantic.settings import SemanticSettings
+from attest.semantic.store import DocumentPage
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 
 Context = grpc.aio.ServicerContext[Any, Any]
+
+# Listing pages: records scanned per page (ListDocumentsRequest.page_size).
+DEFAULT_PAGE_SIZE = 1000
+MAX_PAGE_SIZE = 10_000
+# A token is a phase and a point id (a UUID), or an integer id: never long.
+MAX_PAGE_TOKEN_CHARS = 64
 
 # Texts per Embed call: a question and a few of its parts, not a corpus (the
 # Index RPC embeds documents).
@@ -183,3 +190,32 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
             vectors=[vector_to_proto(v) for v in vectors],
             embedding_model=self.index.embedder.name,
         )
+
+    async def ListDocuments(
+        self, request: semantic_pb2.ListDocumentsRequest, context: Context
+    ) -> semantic_pb2.ListDocumentsResponse:
+        size = request.page_size or DEFAULT_PAGE_SIZE
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise InvalidArgument(
+                f"must be between 1 and {MAX_PAGE_SIZE:,}, or 0 for {DEFAULT_PAGE_SIZE:,}",
+                field="page_size",
+            )
+        if len(request.page_token) > MAX_PAGE_TOKEN_CHARS:
+            raise InvalidArgument("is not a token of this listing", field="page_token")
+        page = await self.index.list_documents(tenant_var.get(), request.page_token, size)
+        return page_to_proto(page)
+
+
+def page_to_proto(page: DocumentPage) -> semantic_pb2.ListDocumentsResponse:
+    return semantic_pb2.ListDocumentsResponse(
+        documents=[
+            semantic_pb2.StoredDocument(
+                doc_id=d.doc_id,
+                passages=d.passages,
+                has_article=d.has_article,
+                entity_ids=list(d.entity_ids),
+            )
+            for d in page.documents
+        ],
+        next_page_token=page.next_page_token,
+    )

@@ -150,6 +150,20 @@ class VectorStore(Protocol):
     def scroll(self, kind: Kind, tenant: str | None) -> AsyncIterator[Point]:
         """Every point of ``tenant`` (all tenants when None), with its vector."""
 
+    async def payload_page(
+        self,
+        kind: Kind,
+        tenant: str,
+        *,
+        offset: str | None,
+        limit: int,
+        fields: Sequence[str],
+        doc_ids: Sequence[str] = (),
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a scroll over ``tenant``'s points (of ``doc_ids`` when given):
+        the ``fields`` of each payload, no vectors, and the offset of the next page
+        (None after the last)."""
+
     async def close(self) -> None: ...
 
 
@@ -307,6 +321,101 @@ def _check_doc_ids(doc_ids: Sequence[str]) -> list[str]:
 def _batches(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
     for lo in range(0, len(items), size):
         yield items[lo : lo + size]
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """An article id as the store holds it, for reconciliation (``attest doctor``)."""
+
+    doc_id: str
+    passages: int  # passage points with this id
+    has_article: bool  # False: passages left without their article point
+    entity_ids: tuple[str, ...] = ()  # the article's KG links, sorted
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    documents: tuple[StoredDocument, ...]
+    next_page_token: str  # "" after the last page
+
+
+_ARTICLE_PHASE = "a:"
+_ORPHAN_PHASE = "p:"
+
+
+async def _passage_counts(
+    store: VectorStore, tenant: str, doc_ids: Sequence[str]
+) -> dict[str, int]:
+    counts = dict.fromkeys(doc_ids, 0)
+    offset: str | None = None
+    while doc_ids:
+        payloads, offset = await store.payload_page(
+            "passages",
+            tenant,
+            offset=offset,
+            limit=_SCROLL_PAGE,
+            fields=["doc_id"],
+            doc_ids=doc_ids,
+        )
+        for p in payloads:
+            doc_id = str(p["doc_id"])
+            counts[doc_id] = counts.get(doc_id, 0) + 1
+        if offset is None:
+            break
+    return counts
+
+
+def _offset(page_token: str, phase: str) -> str | None:
+    """The scroll offset a token names: a point id (every id here is a UUID)."""
+    rest = page_token[len(phase) :]
+    if not rest:
+        return None
+    try:
+        return str(uuid.UUID(rest))
+    except ValueError:
+        raise InvalidArgument("is not a token of this listing", field="page_token") from None
+
+
+async def list_documents(
+    store: VectorStore, tenant: str, page_token: str, page_size: int
+) -> DocumentPage:
+    """One page of ``tenant``'s articles with their passage counts and KG links,
+    over a store's ``payload_page`` (the same code for both stores).
+
+    Qdrant scrolls in point id order and has no range over a keyword, so the
+    token is a scroll offset, in two phases: the articles (each with the count
+    of its passages, read by a filter on the page's ids), then the passages,
+    to find those whose article point is missing. Such a passage-only id can
+    appear on two pages, with the same figures each time.
+    """
+    _check_tenant(tenant)
+    if not page_token or page_token.startswith(_ARTICLE_PHASE):
+        offset = _offset(page_token, _ARTICLE_PHASE)
+        payloads, after = await store.payload_page(
+            "articles", tenant, offset=offset, limit=page_size, fields=["doc_id", "entity_ids"]
+        )
+        links = {str(p["doc_id"]): tuple(sorted(p.get("entity_ids") or ())) for p in payloads}
+        counts = await _passage_counts(store, tenant, list(links))
+        docs = tuple(StoredDocument(d, counts.get(d, 0), True, e) for d, e in links.items())
+        token = _ARTICLE_PHASE + after if after is not None else _ORPHAN_PHASE
+        return DocumentPage(docs, token)
+    if not page_token.startswith(_ORPHAN_PHASE):
+        raise InvalidArgument("is not a token of this listing", field="page_token")
+    offset = _offset(page_token, _ORPHAN_PHASE)
+    payloads, after = await store.payload_page(
+        "passages", tenant, offset=offset, limit=page_size, fields=["doc_id"]
+    )
+    seen = list(dict.fromkeys(str(p["doc_id"]) for p in payloads))
+    with_article: set[str] = set()
+    if seen:
+        articles, _ = await store.payload_page(
+            "articles", tenant, offset=None, limit=len(seen), fields=["doc_id"], doc_ids=seen
+        )
+        with_article = {str(p["doc_id"]) for p in articles}
+    lone = [d for d in seen if d not in with_article]
+    counts = await _passage_counts(store, tenant, lone)
+    docs = tuple(StoredDocument(d, counts[d], False) for d in lone)
+    return DocumentPage(docs, _ORPHAN_PHASE + after if after is not None else "")
 
 
 # -- qdrant-edge: the embedded default ------------------------------------------
@@ -581,6 +690,28 @@ class EdgeVectorStore:
                 yield _point_from(record.payload, record.vector)
             if offset is None:
                 return
+
+    async def payload_page(
+        self,
+        kind: Kind,
+        tenant: str,
+        *,
+        offset: str | None,
+        limit: int,
+        fields: Sequence[str],
+        doc_ids: Sequence[str] = (),
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        _check_tenant(tenant)
+        shard = self._shard(kind)
+        request = qe.ScrollRequest(
+            offset=offset,
+            limit=limit,
+            filter=_edge_tenant_filter(tenant, doc_ids),
+            with_payload=list(fields),
+            with_vector=False,
+        )
+        records, after = await self._run("scroll", functools.partial(shard.scroll, request))
+        return [_read_payload(r.payload) for r in records], None if after is None else str(after)
 
 
 def _flush_and_close(shard: qe.EdgeShard) -> None:
@@ -892,6 +1023,31 @@ class QdrantVectorStore:
                 yield _point_from(record.payload, record.vector)
             if offset is None:
                 return
+
+    async def payload_page(
+        self,
+        kind: Kind,
+        tenant: str,
+        *,
+        offset: str | None,
+        limit: int,
+        fields: Sequence[str],
+        doc_ids: Sequence[str] = (),
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        _check_tenant(tenant)
+        name = self._collection(kind)
+        client = self._c()
+        records, after = await self._call(
+            "scroll",
+            client.scroll,
+            name,
+            scroll_filter=_client_tenant_filter(tenant, doc_ids),
+            limit=limit,
+            offset=offset,
+            with_payload=list(fields),
+            with_vectors=False,
+        )
+        return [_read_payload(r.payload) for r in records], None if after is None else str(after)
 
 
 def create_store(

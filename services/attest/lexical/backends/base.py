@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from attest.lexical.models import Counts, DocumentIn, Hit, IndexResult, SearchQuery
+from attest.lexical.models import (
+    Counts,
+    DocumentIn,
+    DocumentPage,
+    Hit,
+    IndexResult,
+    SearchQuery,
+)
 
 
 class LexicalBackend(Protocol):
@@ -28,6 +35,11 @@ class LexicalBackend(Protocol):
 
     async def stats(self, tenant: str) -> Counts:
         """Document and passage counts of ``tenant``."""
+
+    async def list_documents(self, tenant: str, page_token: str, page_size: int) -> DocumentPage:
+        """``tenant``'s document ids in id order after ``page_token`` (the last id of
+        the previous page; "" for the first), each with its passage record count.
+        The first page first makes every earlier write visible."""
 
     async def close(self) -> None:
         """Release connections and files."""

@@ -73,6 +73,9 @@ class ElasticsearchBackend(EngineBackend):
         response = await self._timed().count(index=index, body=body)
         return int(response["count"])
 
+    async def _refresh(self, index: str) -> None:
+        await self._timed().indices.refresh(index=index)
+
     async def _bulk(self, actions: list[dict[str, Any]], refresh: bool) -> list[dict[str, Any]]:
         _, errors = await async_bulk(
             self._timed(),

@@ -21,7 +21,15 @@ from attest.core.errors import (
     Unavailable,
 )
 from attest.lexical import query as q
-from attest.lexical.models import Counts, DocumentIn, Hit, IndexResult, Level, SearchQuery
+from attest.lexical.models import (
+    Counts,
+    DocumentIn,
+    DocumentPage,
+    Hit,
+    IndexResult,
+    Level,
+    SearchQuery,
+)
 from attest.lexical.settings import LexicalSettings
 
 log = logging.getLogger(__name__)
@@ -140,6 +148,18 @@ class EngineBackend(abc.ABC):
             raise self.translate(exc, "count") from exc
         return Counts(documents=docs, passages=passages)
 
+    async def list_documents(self, tenant: str, page_token: str, page_size: int) -> DocumentPage:
+        both = f"{self._documents},{self._passages}"
+        try:
+            if not page_token:
+                # Writes show after the next refresh (about a second); without
+                # this a document acknowledged a moment ago would look missing.
+                await self._refresh(both)
+            response = await self._search(both, q.list_body(tenant, page_token, page_size))
+        except Exception as exc:
+            raise self.translate(exc, "listing") from exc
+        return q.documents_from_composite(response, page_size)
+
     # -- client primitives -----------------------------------------------------
 
     @abc.abstractmethod
@@ -163,6 +183,10 @@ class EngineBackend(abc.ABC):
 
     @abc.abstractmethod
     async def _count(self, index: str, body: dict[str, Any]) -> int: ...
+
+    async def _refresh(self, index: str) -> None:
+        """Make earlier writes searchable (an engine that shows them at once needs nothing)."""
+        return None
 
     @abc.abstractmethod
     async def _bulk(self, actions: list[dict[str, Any]], refresh: bool) -> list[dict[str, Any]]:

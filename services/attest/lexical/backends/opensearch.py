@@ -74,6 +74,9 @@ class OpenSearchBackend(EngineBackend):
         result = await self._client.count(index=index, body=body, request_timeout=self._budget())
         return int(result["count"])
 
+    async def _refresh(self, index: str) -> None:
+        await self._client.indices.refresh(index=index, request_timeout=self._budget())
+
     async def _bulk(self, actions: list[dict[str, Any]], refresh: bool) -> list[dict[str, Any]]:
         _, errors = await async_bulk(
             self._client,

@@ -24,7 +24,16 @@ import tantivy
 from attest.core.common import Filters
 from attest.core.errors import Unavailable
 from attest.core.validation import EARLIEST_PUBLISHED, LATEST_PUBLISHED
-from attest.lexical.models import Counts, DocumentIn, Hit, IndexResult, Level, SearchQuery
+from attest.lexical.models import (
+    Counts,
+    DocumentIn,
+    DocumentPage,
+    Hit,
+    IndexResult,
+    Level,
+    SearchQuery,
+    StoredDocument,
+)
 from attest.lexical.query import (
     HIGHLIGHT_POST,
     HIGHLIGHT_PRE,
@@ -353,9 +362,10 @@ class TantivyBackend:
     async def stats(self, tenant: str) -> Counts:
         return await asyncio.to_thread(self._stats_sync, tenant)
 
-    def _document_ids_sync(self, tenant: str) -> dict[str, int]:
+    def _stored_sync(self, tenant: str) -> dict[str, tuple[int, bool]]:
+        """doc id -> (passage records, whether the document record exists)."""
         docs, passages = self._ready()
-        out: dict[str, int] = {}
+        out: dict[str, tuple[int, bool]] = {}
         for level, is_passage in ((docs, False), (passages, True)):
             query = level.term("tenant", tenant)
             total = level.count(query)
@@ -364,14 +374,29 @@ class TantivyBackend:
             searcher = level.index.searcher()
             for _, address in searcher.search(query, total, count=False).hits:
                 doc_id = str(_first(searcher.doc(address).to_dict(), "doc_id", ""))
-                out[doc_id] = out.get(doc_id, 0) + int(is_passage)
+                count, has_document = out.get(doc_id, (0, False))
+                out[doc_id] = (count + int(is_passage), has_document or not is_passage)
         return out
 
     async def document_ids(self, tenant: str) -> dict[str, int]:
         """Every document id of ``tenant`` with its number of passage records
         (for reconciliation with the ingest registry; a passage whose document
         record is gone still shows up under its id)."""
-        return await asyncio.to_thread(self._document_ids_sync, tenant)
+        stored = await asyncio.to_thread(self._stored_sync, tenant)
+        return {d: n for d, (n, _) in stored.items()}
+
+    async def list_documents(self, tenant: str, page_token: str, page_size: int) -> DocumentPage:
+        # Every write commits, so nothing needs refreshing. tantivy has no
+        # range over a text field that keeps up with the ids, so each page reads
+        # the tenant's ids afresh: fine for an embedded index, whose doctor reads
+        # all pages at once (``document_ids``) anyway.
+        stored = await asyncio.to_thread(self._stored_sync, tenant)
+        ids = sorted(d for d in stored if d > page_token)
+        page = ids[:page_size]
+        return DocumentPage(
+            documents=tuple(StoredDocument(d, *stored[d]) for d in page),
+            next_page_token=page[-1] if len(ids) > page_size else "",
+        )
 
 
 def _outside_stored_dates(f: Filters) -> bool:

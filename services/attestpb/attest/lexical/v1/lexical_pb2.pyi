@@ -325,3 +325,92 @@ class StatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatsResponse: _TypeAlias = StatsResponse  # noqa: Y015
+
+@_typing.final
+class ListDocumentsRequest(_message.Message):
+    """Request of LexicalService.ListDocuments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Documents per page, 1-10,000; 0 means 1,000."""
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page. The first
+    page makes every earlier write visible (an index refresh), so the listing
+    includes documents whose writes have returned.
+    """
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDocumentsRequest: _TypeAlias = ListDocumentsRequest  # noqa: Y015
+
+@_typing.final
+class StoredDocument(_message.Message):
+    """One document as the index holds it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOC_ID_FIELD_NUMBER: _builtins.int
+    PASSAGES_FIELD_NUMBER: _builtins.int
+    HAS_DOCUMENT_FIELD_NUMBER: _builtins.int
+    doc_id: _builtins.str
+    """Id of the document."""
+    passages: _builtins.int
+    """Number of passage records with this document id."""
+    has_document: _builtins.bool
+    """Whether the document record (title and body) is stored; false for
+    passages left without their document.
+    """
+    def __init__(
+        self,
+        *,
+        doc_id: _builtins.str = ...,
+        passages: _builtins.int = ...,
+        has_document: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "has_document", b"has_document", "passages", b"passages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoredDocument: _TypeAlias = StoredDocument  # noqa: Y015
+
+@_typing.final
+class ListDocumentsResponse(_message.Message):
+    """Response of LexicalService.ListDocuments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredDocument]:
+        """Documents of the page, in id order; each id appears on one page only."""
+
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[Global___StoredDocument] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDocumentsResponse: _TypeAlias = ListDocumentsResponse  # noqa: Y015

@@ -55,6 +55,11 @@ class LexicalServiceStub:
                 request_serializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.StatsRequest.SerializeToString,
                 response_deserializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.StatsResponse.FromString,
                 _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/attest.lexical.v1.LexicalService/ListDocuments',
+                request_serializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
 
 
 class LexicalServiceServicer:
@@ -91,6 +96,15 @@ class LexicalServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDocuments(self, request, context):
+        """Lists the caller's tenant's documents by id, with the number of passage
+        records each has: what the ingest registry is reconciled with (`attest
+        doctor`). Pages follow document id order (byte order of the UTF-8 id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LexicalServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -113,6 +127,11 @@ def add_LexicalServiceServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.StatsRequest.FromString,
                     response_serializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.StatsResponse.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=attest_dot_lexical_dot_v1_dot_lexical__pb2.ListDocumentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -224,6 +243,33 @@ class LexicalService:
             '/attest.lexical.v1.LexicalService/Stats',
             attest_dot_lexical_dot_v1_dot_lexical__pb2.StatsRequest.SerializeToString,
             attest_dot_lexical_dot_v1_dot_lexical__pb2.StatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attest.lexical.v1.LexicalService/ListDocuments',
+            attest_dot_lexical_dot_v1_dot_lexical__pb2.ListDocumentsRequest.SerializeToString,
+            attest_dot_lexical_dot_v1_dot_lexical__pb2.ListDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,11 @@ class LexicalServiceStub:
     """Removes documents and their passages by id. Idempotent."""
     Stats: _grpc.UnaryUnaryMultiCallable[_lexical_pb2.StatsRequest, _lexical_pb2.StatsResponse]
     """Counts what the caller's tenant has in the index."""
+    ListDocuments: _grpc.UnaryUnaryMultiCallable[_lexical_pb2.ListDocumentsRequest, _lexical_pb2.ListDocumentsResponse]
+    """Lists the caller's tenant's documents by id, with the number of passage
+    records each has: what the ingest registry is reconciled with (`attest
+    doctor`). Pages follow document id order (byte order of the UTF-8 id).
+    """
 
 @_typing.type_check_only
 class LexicalServiceAsyncStub(LexicalServiceStub):
@@ -61,6 +66,11 @@ class LexicalServiceAsyncStub(LexicalServiceStub):
     """Removes documents and their passages by id. Idempotent."""
     Stats: _aio.UnaryUnaryMultiCallable[_lexical_pb2.StatsRequest, _lexical_pb2.StatsResponse]  # type: ignore[assignment]
     """Counts what the caller's tenant has in the index."""
+    ListDocuments: _aio.UnaryUnaryMultiCallable[_lexical_pb2.ListDocumentsRequest, _lexical_pb2.ListDocumentsResponse]  # type: ignore[assignment]
+    """Lists the caller's tenant's documents by id, with the number of passage
+    records each has: what the ingest registry is reconciled with (`attest
+    doctor`). Pages follow document id order (byte order of the UTF-8 id).
+    """
 
 class LexicalServiceServicer(metaclass=_abc_1.ABCMeta):
     """BM25 search over documents and passages (k1 = 1.2, b = 0.75, English analysis)."""
@@ -99,5 +109,16 @@ class LexicalServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_lexical_pb2.StatsResponse, _abc.Awaitable[_lexical_pb2.StatsResponse]]:
         """Counts what the caller's tenant has in the index."""
+
+    @_abc_1.abstractmethod
+    def ListDocuments(
+        self,
+        request: _lexical_pb2.ListDocumentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_lexical_pb2.ListDocumentsResponse, _abc.Awaitable[_lexical_pb2.ListDocumentsResponse]]:
+        """Lists the caller's tenant's documents by id, with the number of passage
+        records each has: what the ingest registry is reconciled with (`attest
+        doctor`). Pages follow document id order (byte order of the UTF-8 id).
+        """
 
 def add_LexicalServiceServicer_to_server(servicer: LexicalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

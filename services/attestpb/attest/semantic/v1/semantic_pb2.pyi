@@ -777,3 +777,105 @@ class GetVectorsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetVectorsResponse: _TypeAlias = GetVectorsResponse  # noqa: Y015
+
+@_typing.final
+class ListDocumentsRequest(_message.Message):
+    """Request of SemanticService.ListDocuments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Records scanned per page, 1-10,000; 0 means 1,000. A page lists at most
+    this many articles.
+    """
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page. Opaque:
+    it names a position in the store's scroll.
+    """
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDocumentsRequest: _TypeAlias = ListDocumentsRequest  # noqa: Y015
+
+@_typing.final
+class StoredDocument(_message.Message):
+    """One article as the vector store holds it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOC_ID_FIELD_NUMBER: _builtins.int
+    PASSAGES_FIELD_NUMBER: _builtins.int
+    HAS_ARTICLE_FIELD_NUMBER: _builtins.int
+    ENTITY_IDS_FIELD_NUMBER: _builtins.int
+    doc_id: _builtins.str
+    """Id of the article."""
+    passages: _builtins.int
+    """Number of passage records with this article id."""
+    has_article: _builtins.bool
+    """Whether the article record (its title and summary embedding and its KG
+    links) is stored; false for passages left without their article.
+    """
+    @_builtins.property
+    def entity_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The article's Contained_in links (entity ids), sorted; empty without the
+        article record.
+        """
+
+    def __init__(
+        self,
+        *,
+        doc_id: _builtins.str = ...,
+        passages: _builtins.int = ...,
+        has_article: _builtins.bool = ...,
+        entity_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "has_article", b"has_article", "passages", b"passages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoredDocument: _TypeAlias = StoredDocument  # noqa: Y015
+
+@_typing.final
+class ListDocumentsResponse(_message.Message):
+    """Response of SemanticService.ListDocuments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page. A page may be empty while
+    the token is not.
+    """
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredDocument]:
+        """Documents of the page. An article appears once; passages without an
+        article may appear on more than one page, each time with the same figures.
+        """
+
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[Global___StoredDocument] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDocumentsResponse: _TypeAlias = ListDocumentsResponse  # noqa: Y015

@@ -75,6 +75,11 @@ class SemanticServiceStub:
                 request_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsRequest.SerializeToString,
                 response_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsResponse.FromString,
                 _registered_method=True)
+        self.ListDocuments = channel.unary_unary(
+                '/attest.semantic.v1.SemanticService/ListDocuments',
+                request_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.ListDocumentsRequest.SerializeToString,
+                response_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.ListDocumentsResponse.FromString,
+                _registered_method=True)
 
 
 class SemanticServiceServicer:
@@ -145,6 +150,16 @@ class SemanticServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDocuments(self, request, context):
+        """Lists the caller's tenant's articles with the number of passage records
+        each has and its KG links: what the ingest registry is reconciled with
+        (`attest doctor`). Articles come first, then passages whose article record
+        is missing; the order within each part is the store's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SemanticServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -182,6 +197,11 @@ def add_SemanticServiceServicer_to_server(servicer, server):
                     servicer.GetVectors,
                     request_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsRequest.FromString,
                     response_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsResponse.SerializeToString,
+            ),
+            'ListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDocuments,
+                    request_deserializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.ListDocumentsRequest.FromString,
+                    response_serializer=attest_dot_semantic_dot_v1_dot_semantic__pb2.ListDocumentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -379,6 +399,33 @@ class SemanticService:
             '/attest.semantic.v1.SemanticService/GetVectors',
             attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsRequest.SerializeToString,
             attest_dot_semantic_dot_v1_dot_semantic__pb2.GetVectorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attest.semantic.v1.SemanticService/ListDocuments',
+            attest_dot_semantic_dot_v1_dot_semantic__pb2.ListDocumentsRequest.SerializeToString,
+            attest_dot_semantic_dot_v1_dot_semantic__pb2.ListDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,12 @@ class SemanticServiceStub:
     tenant by (doc_id, passage_index): what the reranker's embedding fallback
     scores instead of embedding the same passages again at query time.
     """
+    ListDocuments: _grpc.UnaryUnaryMultiCallable[_semantic_pb2.ListDocumentsRequest, _semantic_pb2.ListDocumentsResponse]
+    """Lists the caller's tenant's articles with the number of passage records
+    each has and its KG links: what the ingest registry is reconciled with
+    (`attest doctor`). Articles come first, then passages whose article record
+    is missing; the order within each part is the store's.
+    """
 
 @_typing.type_check_only
 class SemanticServiceAsyncStub(SemanticServiceStub):
@@ -110,6 +116,12 @@ class SemanticServiceAsyncStub(SemanticServiceStub):
     """Returns the stored embeddings of articles and passages of the caller's
     tenant by (doc_id, passage_index): what the reranker's embedding fallback
     scores instead of embedding the same passages again at query time.
+    """
+    ListDocuments: _aio.UnaryUnaryMultiCallable[_semantic_pb2.ListDocumentsRequest, _semantic_pb2.ListDocumentsResponse]  # type: ignore[assignment]
+    """Lists the caller's tenant's articles with the number of passage records
+    each has and its KG links: what the ingest registry is reconciled with
+    (`attest doctor`). Articles come first, then passages whose article record
+    is missing; the order within each part is the store's.
     """
 
 class SemanticServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -190,6 +202,18 @@ class SemanticServiceServicer(metaclass=_abc_1.ABCMeta):
         """Returns the stored embeddings of articles and passages of the caller's
         tenant by (doc_id, passage_index): what the reranker's embedding fallback
         scores instead of embedding the same passages again at query time.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDocuments(
+        self,
+        request: _semantic_pb2.ListDocumentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_semantic_pb2.ListDocumentsResponse, _abc.Awaitable[_semantic_pb2.ListDocumentsResponse]]:
+        """Lists the caller's tenant's articles with the number of passage records
+        each has and its KG links: what the ingest registry is reconciled with
+        (`attest doctor`). Articles come first, then passages whose article record
+        is missing; the order within each part is the store's.
         """
 
 def add_SemanticServiceServicer_to_server(servicer: SemanticServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
