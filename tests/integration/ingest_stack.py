@@ -34,6 +34,7 @@ from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 SHARED = Path(os.environ.get("ATTEST_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
 REUTERS = SHARED / "data/news/reuters21578.jsonl"
 CLI = [sys.executable, "-m", "attest.cli"]
+CI = Path(__file__).resolve().parents[2] / ".ci"
 OPTIONS = [
     ("grpc.max_send_message_length", 80 << 20),
     ("grpc.max_receive_message_length", 80 << 20),
@@ -92,6 +93,7 @@ class Stack:
     ports: dict[str, int] = field(default_factory=dict)
     channels: list[grpc.Channel] = field(default_factory=list)
     index_name: str = ""
+    stopped: bool = False
 
     # -- lifecycle -----------------------------------------------------------
     def configure(
@@ -146,13 +148,19 @@ class Stack:
     def start_worker(self, name: str, queues: str, processes: int = 1) -> subprocess.Popen[bytes]:
         return self.spawn(name, "worker", "--queues", queues, "--concurrency", str(processes))
 
-    def start(self, *, embed_processes: int = 1) -> None:
+    def start(self, *, embed_processes: int = 1, split_text: bool = False) -> None:
         """``embed_processes``: pool processes of the embed worker, each embedding
-        a batch on its own (one thread each)."""
+        a batch on its own (one thread each). ``split_text``: enrich and index on
+        workers of their own ("worker-enrich", "worker-index") instead of one
+        "worker-text" for both."""
         self.spawn("lexical", "serve", "lexical")
         self.spawn("semantic", "serve", "semantic")
         self.spawn("ingest", "serve", "ingest")
-        self.start_worker("worker-text", "enrich,index")
+        if split_text:
+            self.start_worker("worker-enrich", "enrich")
+            self.start_worker("worker-index", "index")
+        else:
+            self.start_worker("worker-text", "enrich,index")
         self.start_worker("worker-embed", "embed", embed_processes)
         for name in ("lexical", "semantic", "ingest"):
             self.wait_serving(name, 240)
@@ -178,6 +186,10 @@ class Stack:
             channel.close()
 
     def stop(self) -> None:
+        """Stop every process and drop the test's indexes (once; later calls do nothing)."""
+        if self.stopped:
+            return
+        self.stopped = True
         for channel in self.channels:
             channel.close()
         for proc in self.procs.values():
@@ -189,11 +201,14 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        from opensearchpy import ConnectionError as Unreachable
         from opensearchpy import OpenSearch
 
         client = OpenSearch(hosts=[self.opensearch])
+        # A node the test stopped (and failed to bring back) takes its indexes along.
         try:
-            client.indices.delete(index=f"{self.index_name}-*", ignore_unavailable=True)
+            with contextlib.suppress(Unreachable):
+                client.indices.delete(index=f"{self.index_name}-*", ignore_unavailable=True)
         finally:
             client.close()
 
@@ -268,6 +283,65 @@ class Stack:
         pid = self.procs[name].pid
         path = Path(f"/proc/{pid}/task/{pid}/children")
         return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+@dataclass
+class OpenSearchNode:
+    """A single OpenSearch node of a test's own, through the CI scripts, whose data
+    directory outlives a stop or a kill: it can go away and come back mid-test."""
+
+    data: Path
+    port: int = field(default_factory=free_port)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 300) -> float:
+        """Start the node and wait until its indexes answer; the seconds it took."""
+        began = time.monotonic()
+        subprocess.run(
+            ["bash", str(CI / "start-opensearch.sh"), str(self.port), str(self.data)],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+            env={**os.environ, "OPENSEARCH_START_TIMEOUT": str(int(timeout) - 10)},
+        )
+        return time.monotonic() - began
+
+    def pid(self) -> int | None:
+        path = self.data / "opensearch.pid"
+        return int(path.read_text()) if path.exists() else None
+
+    def stop(self) -> None:
+        """SIGTERM, and wait until the process is gone (SIGKILL after 60 s)."""
+        subprocess.run(
+            ["bash", str(CI / "stop-opensearch.sh"), str(self.data)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+            env={**os.environ, "OPENSEARCH_STOP_TIMEOUT": "60"},
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no clean shutdown; only what the translog holds survives."""
+        pid = self.pid()
+        assert pid is not None, "the node is not running"
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 30, "still alive")
+        (self.data / "opensearch.pid").unlink()
+
+    def reachable(self) -> bool:
+        with socket.socket() as s:
+            s.settimeout(1)
+            return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return True
 
 
 def stream_items(

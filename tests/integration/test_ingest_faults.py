@@ -1,4 +1,5 @@
-"""Nothing is lost when a worker is killed or Redis restarts in the middle of a job."""
+"""Nothing is lost when a worker is killed, or Redis or the OpenSearch node restarts,
+in the middle of a job."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from attest.ingest.v1 import ingest_pb2
 from tests.conftest import require_server
 from tests.integration.ingest_stack import (
     REUTERS,
+    OpenSearchNode,
     Stack,
     free_port,
     reuters_lines,
@@ -206,3 +208,56 @@ def _ping(port: int) -> bool:
         return bool(redis.Redis(port=port, socket_timeout=1).ping())
     except redis.ConnectionError:
         return False
+
+
+def _retries(stack: Stack) -> int:
+    """Retries (after a transient failure) over every task of the job."""
+    state = redis.Redis.from_url(stack.state)
+    try:
+        keys = [k.decode() for k in state.scan_iter(f"{PREFIX}delivery:*")]
+    finally:
+        state.close()
+    return sum(1 for k in keys if int(k.rsplit(":", 1)[1]) > 0)
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_opensearch_restart_mid_job(tmp_path: Path, stack: Stack, how: str):
+    """The OpenSearch node goes away once the first batch is indexed (stopped, or
+    killed with no flush) and comes back on the same data directory and port.
+
+    The node stays down until an index task has failed against it and is waiting
+    for its retry, so the outage is met, not hoped for; writes acknowledged
+    before the outage are in the node's translog and survive it. Index tasks
+    retry for ``retry_window_seconds`` (10 minutes) from their first failure:
+    when they counted five retries with full jitter they gave up within about
+    8 s, sooner than the node restarts (12-15 s here), and the job ended with
+    every document of the batches in flight failed.
+    """
+    node = OpenSearchNode(tmp_path / "opensearch")
+    node.start()
+    try:
+        stack.opensearch = node.url
+        stack.configure(visibility_timeout=15)
+        stack.start()
+        docs = 130  # three batches (64, 64, 2)
+        job_id = _start_job(stack, docs)
+        wait_until(lambda: _progress(stack, job_id).progress.indexed > 0, 300, "no progress", 0.2)
+        assert _progress(stack, job_id).progress.indexed < docs
+        down = time.monotonic()
+        node.stop() if how == "sigterm" else node.kill()
+        assert not node.reachable()
+        # An index task meets the outage and backs off; the failed attempt did
+        # not fail a document.
+        wait_until(lambda: _retries(stack) > 0, 300, "no index task met the outage", 0.2)
+        assert _progress(stack, job_id).progress.failed == 0
+        restart = node.start()
+        outage = time.monotonic() - down
+        _assert_complete(stack, job_id, docs)
+        print(
+            f"{how}: node down {outage:.1f} s (restart {restart:.1f} s), "
+            f"{_retries(stack)} task retries"
+        )
+    finally:
+        stack.stop()
+        node.stop()

@@ -19,8 +19,11 @@ redelivered or replayed task overwrites instead of duplicating. Delivery:
   and the copies kept the one-process workers busy. With it, only the task
   of a worker that stopped beating (died) comes back after the timeout;
 * transient failures (a store unavailable or overloaded) are retried with
-  exponential backoff and jitter; anything else fails the batch's documents
-  at once, each reported in the job.
+  exponential backoff and jitter for at least ``retry_window_seconds`` from
+  the task's first such failure (and at least ``max_retries`` times): a count
+  alone, with full jitter, gave up after as little as 8 s, less than an
+  OpenSearch node takes to restart, and failed every document it held;
+  anything else fails the batch's documents at once, each reported in the job.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from celery import Celery, Task
+from celery.utils.time import get_exponential_backoff_interval
 
 from attest.ingest.documents import FailureCode
 from attest.ingest.jobs import TRANSIENT, Batch, StageRunner
-from attest.ingest.state import JobStore, RedisKeyValue
+from attest.ingest.state import PREFIX, JobStore, RedisKeyValue
 from attest.pipeline.settings import PipelineSettings
 
 log = logging.getLogger(__name__)
@@ -158,11 +162,14 @@ def register(app: Celery) -> None:
     heartbeat = _Heartbeat(app, max(1.0, settings.visibility_timeout_seconds / 5))
 
     class IngestTask(Task):  # type: ignore[misc]
-        """Counts deliveries and reports the documents of a batch that finally failed."""
+        """Counts deliveries, retries transient failures, and reports the documents
+        of a batch that finally failed."""
 
         acks_late = True
         reject_on_worker_lost = True
         ignore_result = True
+        # Celery's own limit stays off: ``_attempt`` decides when to give up.
+        max_retries = None
 
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             request = self.request
@@ -185,10 +192,43 @@ def register(app: Celery) -> None:
                     )
                     return None
             if request.is_eager:
-                return super().__call__(*args, **kwargs)
+                return self._attempt(args, kwargs)
             tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
             with heartbeat.running(tag):
+                return self._attempt(args, kwargs)
+
+        def _attempt(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+            """Run the task; after a transient failure, send it again with backoff
+            until it has failed for ``retry_window_seconds`` and ``max_retries``
+            retries, then let it fail (``on_failure``)."""
+            try:
                 return super().__call__(*args, **kwargs)
+            except TRANSIENT as exc:
+                retries = int(self.request.retries)
+                failing = self._failing_for()
+                if retries >= settings.max_retries and failing >= settings.retry_window_seconds:
+                    raise
+                countdown = get_exponential_backoff_interval(
+                    factor=1,
+                    retries=retries,
+                    maximum=settings.retry_backoff_max_seconds,
+                    full_jitter=True,
+                )
+                raise self.retry(exc=exc, countdown=countdown) from exc
+
+        def _failing_for(self) -> float:
+            """Seconds since this task's first transient failure (shared by its
+            retries, which keep the task id, on whichever worker they run)."""
+            task_id = self.request.id
+            if not task_id:
+                return float("inf")
+            kv = process.runner.store.kv
+            key = f"{PREFIX}transient:{task_id}"
+            now = time.time()
+            kv.hsetnx(key, "since", repr(now))
+            kv.expire([key], int(settings.retry_window_seconds) + 24 * 3600)
+            since = kv.hget(key, "since")
+            return now - float(since) if since else 0.0
 
         def _fail(self, args: Sequence[Any], reason: str) -> None:
             runner = process.runner
@@ -204,23 +244,18 @@ def register(app: Celery) -> None:
         ) -> None:
             reason = f"{type(exc).__name__}: {exc}"
             if isinstance(exc, TRANSIENT):
-                reason = f"still failing after {self.max_retries} retries: {reason}"
+                reason = (
+                    f"still failing after {self.request.retries} retries over "
+                    f"{self._failing_for():.0f} s: {reason}"
+                )
             self._fail(args, reason)
 
-    retry = {
-        "base": IngestTask,
-        "bind": True,
-        "autoretry_for": TRANSIENT,
-        "retry_backoff": True,
-        "retry_backoff_max": settings.retry_backoff_max_seconds,
-        "retry_jitter": True,
-        "max_retries": settings.max_retries,
-    }
+    options = {"base": IngestTask, "bind": True}
 
     # Each stage queues its batch for the next one before its progress is
     # recorded (``handoff``): progress then counts only work that outlives
     # this process.
-    @app.task(name=ENRICH, **retry)  # type: ignore[untyped-decorator]
+    @app.task(name=ENRICH, **options)  # type: ignore[untyped-decorator]
     def enrich(self: Task, job_id: str, tenant: str, batch: Batch) -> None:
         process.runner.enrich(
             job_id,
@@ -229,7 +264,7 @@ def register(app: Celery) -> None:
             handoff=lambda records: app.send_task(EMBED, args=[job_id, tenant, records]),
         )
 
-    @app.task(name=EMBED, **retry)  # type: ignore[untyped-decorator]
+    @app.task(name=EMBED, **options)  # type: ignore[untyped-decorator]
     def embed(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
         process.runner.embed(
             job_id,
@@ -237,7 +272,7 @@ def register(app: Celery) -> None:
             handoff=lambda embedded: app.send_task(INDEX, args=[job_id, tenant, embedded]),
         )
 
-    @app.task(name=INDEX, **retry)  # type: ignore[untyped-decorator]
+    @app.task(name=INDEX, **options)  # type: ignore[untyped-decorator]
     def index(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
         process.run(process.runner.index(job_id, tenant, records))
 

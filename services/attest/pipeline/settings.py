@@ -27,6 +27,14 @@ class PipelineSettings(ServiceSettings):
     retry_backoff_max_seconds: int = Field(
         default=60, ge=1, description="Longest wait between retries of a transient failure."
     )
+    retry_window_seconds: float = Field(
+        default=600.0,
+        ge=0,
+        description="An ingest batch whose store stays unavailable or overloaded is retried "
+        "for at least this long (and at least max_retries times) from its first such "
+        "failure before its documents are reported as failed: long enough for a store's "
+        "node to restart.",
+    )
     max_deliveries: int = Field(
         default=5,
         ge=1,
