@@ -206,7 +206,8 @@ class CountingEncoder:
 
 def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
     from attest.ingest.settings import EnrichSettings
-    from attest.ingest.stages import Embedding, Enricher, decode_vector, passage_text
+    from attest.ingest.stages import Embedding, Enricher, decode_vector
+    from attest.semantic.models import passage_text
 
     enricher = Enricher(EnrichSettings())
     short = article_from_raw_json(

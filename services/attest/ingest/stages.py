@@ -33,6 +33,7 @@ from attest.ingest.passages import split_passages
 from attest.ingest.settings import EnrichSettings
 from attest.ingest.summary import extractive_summary
 from attest.knowledge.linking import EntityLinker, KeyphraseExtractor
+from attest.semantic.models import passage_text
 
 Vector = npt.NDArray[np.float32]
 Record = dict[str, Any]
@@ -51,10 +52,6 @@ def decode_vector(text: str) -> Vector:
 
 def article_text(title: str, summary: str, body: str) -> str:
     return f"{title}\n{summary or body[:ARTICLE_FALLBACK_CHARS]}".strip()
-
-
-def passage_text(title: str, text: str) -> str:
-    return f"{title}\n{text}" if title else text
 
 
 # -- enrich ------------------------------------------------------------------------
