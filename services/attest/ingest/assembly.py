@@ -132,6 +132,9 @@ async def assemble(
         if settings.mode == "inline":
             embedding = Embedding.build(semantic.embedder, semantic.graph)
 
+    from attest.ingest.knowledge import facts_hook
+
+    sinks.knowledge = facts_hook(settings.client)
     dispatcher: Dispatcher
     inline: InlineDispatcher | None = None
     if settings.mode == "celery":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from attest.common.v1 import common_pb2
 from attest.core.auth import tenant_metadata
@@ -27,6 +27,9 @@ from attest.semantic.index import SemanticIndex
 from attest.semantic.models import PassageIn as SemanticPassage
 from attest.semantic.models import SemanticDoc
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+if TYPE_CHECKING:
+    from attest.ingest.knowledge import FactsHook
 
 LEXICAL = "attest.lexical.v1.LexicalService"
 SEMANTIC = "attest.semantic.v1.SemanticService"
@@ -93,6 +96,8 @@ class GrpcSinks:
         )
         self.lexical = lexical_pb2_grpc.LexicalServiceStub(self._lexical_channel)
         self.semantic = semantic_pb2_grpc.SemanticServiceStub(self._semantic_channel)
+        # Personal-knowledge facts of what is indexed (attest.ingest.knowledge).
+        self.knowledge: FactsHook | None = None
 
     async def index(self, tenant: str, records: Sequence[Record]) -> None:
         if not records:
@@ -119,6 +124,8 @@ class GrpcSinks:
             embedding_model=records[0]["embedding_model"],
         )
         await _call("semantic", lambda: self.semantic.Index(semantic_request, metadata=metadata))
+        if self.knowledge is not None:
+            await self.knowledge.index(tenant, records)
 
     async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
         metadata = tenant_metadata(tenant)
@@ -136,10 +143,14 @@ class GrpcSinks:
                     semantic_pb2.DeleteRequest(doc_ids=ids), metadata=metadata
                 ),
             )
+        if self.knowledge is not None:
+            await self.knowledge.delete(tenant, doc_ids)
 
     async def close(self) -> None:
         await self._lexical_channel.close()
         await self._semantic_channel.close()
+        if self.knowledge is not None:
+            await self.knowledge.close()
 
 
 class LocalSinks:
@@ -148,6 +159,8 @@ class LocalSinks:
     def __init__(self, lexical: LexicalBackend, semantic: SemanticIndex) -> None:
         self.lexical = lexical
         self.semantic = semantic
+        # Personal-knowledge facts of what is indexed (attest.ingest.knowledge).
+        self.knowledge: FactsHook | None = None
 
     async def index(self, tenant: str, records: Sequence[Record]) -> None:
         if not records:
@@ -186,12 +199,18 @@ class LocalSinks:
             )
         await self.lexical.index(tenant, lexical_docs, refresh=False)
         await self.semantic.index(tenant, semantic_docs)
+        if self.knowledge is not None:
+            await self.knowledge.index(tenant, records)
 
     async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
         if doc_ids:
             await self.lexical.delete(tenant, list(doc_ids))
             await self.semantic.delete(tenant, list(doc_ids))
+            if self.knowledge is not None:
+                await self.knowledge.delete(tenant, doc_ids)
 
     async def close(self) -> None:
         await self.lexical.close()
         await self.semantic.close()
+        if self.knowledge is not None:
+            await self.knowledge.close()

@@ -110,10 +110,22 @@ def format_triple(triple: Any) -> str:
     return f"({triple.subject.name}, {triple.relation}, {obj})"
 
 
+def format_provenance(part: Any) -> str:
+    """Where a personal fact was stated ("" for the ESG graph's facts)."""
+    if not part.source_doc_id:
+        return ""
+    p = part.provenance
+    return f"  [{part.source_doc_id} passage {p.passage_index} chars {p.start_char}-{p.end_char}]"
+
+
 def format_fact(fact: Any) -> str:
     if fact.HasField("triple"):
-        return format_triple(fact.triple)
-    return f"{fact.description.entity.name}: {fact.description.text}"
+        return format_triple(fact.triple) + format_provenance(fact.triple)
+    if fact.HasField("aspect_fact"):
+        a = fact.aspect_fact
+        return f"{a.entity.name} ({a.aspect}): {a.value}" + format_provenance(a)
+    d = fact.description
+    return f"{d.entity.name}: {d.text}" + format_provenance(d)
 
 
 def format_entity(entity: Any) -> str:
@@ -160,7 +172,8 @@ def format_search(response: Any) -> list[str]:
 
 @click.group()
 def kb() -> None:
-    """Knowledge-base operations over the ESG graph: link, info, find, rel, search."""
+    """Knowledge-base operations over the ESG graph and your documents' facts: link, info,
+    find, rel, facts, search."""
 
 
 @kb.command()
@@ -252,6 +265,32 @@ def rel(
             click.echo(f"{a} and {b} are not connected within {max_hops} hop(s)")
         for i, path in enumerate(response.paths, 1):
             click.echo(f"path {i}: " + " ; ".join(format_triple(t) for t in path.triples))
+
+    _run(address, timeout, body)
+
+
+@kb.command()
+@click.argument("doc_id")
+@_address_options
+def facts(doc_id: str, address: str | None, timeout: float) -> None:
+    """The personal facts stored from DOC_ID, by form, with their provenance."""
+
+    async def body(client: _Client) -> None:
+        response = await client.call(
+            "GetDocumentFacts", pb.GetDocumentFactsRequest(source_doc_id=doc_id)
+        )
+        forms = (
+            ("descriptions", response.descriptions),
+            ("triples", response.triples),
+            ("aspect facts", response.aspect_facts),
+        )
+        click.echo(f"{doc_id}: " + ", ".join(f"{len(items)} {name}" for name, items in forms))
+        for d in response.descriptions:
+            click.echo(f"description: {d.entity.name}: {d.text}{format_provenance(d)}")
+        for t in response.triples:
+            click.echo(f"triple: {format_triple(t)}{format_provenance(t)}")
+        for a in response.aspect_facts:
+            click.echo(f"aspect: {a.entity.name} ({a.aspect}): {a.value}{format_provenance(a)}")
 
     _run(address, timeout, body)
 

@@ -524,7 +524,7 @@ def rank_facts(
     facts: Sequence[Fact], query: str, encode: Callable[[Sequence[str]], Any], top_k: int
 ) -> list[Fact]:
     """The facts re-scored by the cosine similarity of their text to the query, best first."""
-    if not facts:
+    if not facts or top_k < 1:
         return []
     vectors = np.asarray(encode([query, *(f.text() for f in facts)]), dtype=np.float32)
     sims = vectors[1:] @ vectors[0]

@@ -317,10 +317,11 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
                 )
                 planner, reason = knowledge_pb2.PLANNER_RULES, NO_LLM_PLANNER
             run = Interpreter(kb, plan_limits).run(planned)
-            found: dict[str, Fact] = {}
-            for fact in [*run.facts, *retrieved]:
-                found.setdefault(fact.key(), fact)
-            ranked = rank_facts(list(found.values()), query, esg.encode, top_k)
+            # The program's facts answer the question; what retrieval adds comes after them.
+            programmed = rank_facts(run.facts, query, esg.encode, top_k)
+            seen = {f.key() for f in programmed}
+            extra = [f for f in retrieved if f.key() not in seen]
+            ranked = programmed + rank_facts(extra, query, esg.encode, top_k - len(programmed))
             return convert.run_to_proto(run, ranked, planner, reason)
 
         return await asyncio.to_thread(search)

@@ -1054,9 +1054,9 @@ class SearchResponse(_message.Message):
     """
     @_builtins.property
     def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Fact]:
-        """Facts found by the program and, when the personal base is searched, the
-        personal facts whose text best matches the query by BM25 and by vector
-        similarity; ranked by similarity to the query, best first.
+        """Facts found by the program, then (when the personal base is searched)
+        the personal facts whose text best matches the query by BM25 and by
+        vector similarity; each group ranked by similarity to the query.
         """
 
     @_builtins.property
