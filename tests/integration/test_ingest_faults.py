@@ -3,6 +3,7 @@ in the middle of a job."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import redis
 
 from attest.ingest.state import PREFIX
 from attest.ingest.v1 import ingest_pb2
+from attest.pipeline.ingest import EMBED, ENRICH, INDEX
 from tests.conftest import require_server
 from tests.integration.ingest_stack import (
     REUTERS,
@@ -120,6 +122,61 @@ def test_kill_9_of_workers_mid_job(stack: Stack):
     _assert_complete(stack, job_id)
     # The pool process's task, and what the text worker held (one running task
     # and at most one prefetched), came back; nothing else was delivered twice.
+    assert _redeliveries(stack) <= 3
+
+
+def _held(stack: Stack, task: str) -> int:
+    """Deliveries of ``task`` that a worker holds unacknowledged (running or
+    reserved): kombu keeps them in the broker's "unacked" hash until the ack."""
+    broker = redis.Redis.from_url(stack.broker)
+    try:
+        entries = broker.hvals("unacked")
+    finally:
+        broker.close()
+    return sum(1 for e in entries if json.loads(e)[0]["headers"]["task"] == task)
+
+
+def _kill_holding(stack: Stack, name: str, task: str, timeout: float = 300) -> None:
+    """SIGKILL worker ``name`` while it holds a ``task`` delivery.
+
+    The worker is frozen (SIGSTOP) first and the delivery checked again, so
+    the kill cannot land just after the task finished; a worker that finished
+    in between is thawed and waited for again.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, f"{name} never held a {task} task"
+        if _held(stack, task):
+            pids = [stack.procs[name].pid, *stack.children(name)]
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            if _held(stack, task):
+                _kill_worker(stack, name)
+                return
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        time.sleep(0.001)
+
+
+@pytest.mark.timeout(1200)
+def test_kill_9_of_each_worker_kind_mid_job(stack: Stack):
+    """Enrich, embed and index on workers of their own; each kind is killed
+    (SIGKILL, main process and pool) while it holds a task of the job, and a
+    replacement started: every document is stored exactly once."""
+    stack.configure(visibility_timeout=15)
+    stack.start(split_text=True)
+    job_id = _start_job(stack)
+    for name, task in (
+        ("worker-enrich", ENRICH),
+        ("worker-embed", EMBED),
+        ("worker-index", INDEX),
+    ):
+        before = _progress(stack, job_id).progress
+        _kill_holding(stack, name, task)
+        assert before.indexed < DOCS, f"the job finished before {name} was killed"
+        stack.start_worker(name, task.rsplit(".", 1)[1])
+    _assert_complete(stack, job_id)
+    # Only what the killed workers held came back (one delivery each at most).
     assert _redeliveries(stack) <= 3
 
 
