@@ -19,7 +19,7 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from attest.core.auth import new_api_key
+from attest.core.auth import new_api_key, tenant_metadata
 from attest.core.server import running
 from attest.core.settings import AuthSettings, ClientIdentity, ClientSettings, ServerSettings
 from attest.ingest.documents import Article
@@ -50,7 +50,7 @@ class Stack:
     def client(self, tenant: str) -> ClientSettings:
         return ClientSettings(identity=ClientIdentity(token=self.keys[tenant]))
 
-    def metadata(self, tenant: str) -> tuple[tuple[str, str]]:
+    def metadata(self, tenant: str) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.keys[tenant]}"),)
 
 
@@ -87,10 +87,14 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         yield Stack(f"127.0.0.1:{port}", keys, demo_records())
 
 
-async def call(stack: Stack, tenant: str, method: str, request: object) -> object:
+async def call(
+    stack: Stack, key: str, method: str, request: object, *, tenant: str | None = None
+) -> object:
+    """An RPC with ``key``'s API key, acting for ``tenant`` (a service key may name one)."""
+    metadata = stack.metadata(key) + (tenant_metadata(tenant) if tenant else ())
     async with grpc.aio.insecure_channel(stack.address) as channel:
         stub = knowledge_pb2_grpc.KnowledgeServiceStub(channel)
-        return await getattr(stub, method)(request, metadata=stack.metadata(tenant), timeout=60)
+        return await getattr(stub, method)(request, metadata=metadata, timeout=60)
 
 
 async def test_demo_corpus_round_trip(stack: Stack) -> None:
@@ -168,3 +172,63 @@ async def test_demo_corpus_round_trip(stack: Stack) -> None:
     names = {t.subject.name for t in facts.triples}  # type: ignore[attr-defined]
     assert "Talia Quorn" in names
     assert "Rosalind Achebe-Fry" not in names
+
+
+async def test_inline_ingestion_stores_and_deletes_facts(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ingest assembly with ATTEST_INGEST_KNOWLEDGE_ADDRESS: the index stage sends each
+    document's facts, a delete removes them (tenant initech, named by acme's service key)."""
+    from attest.ingest.assembly import assemble
+    from attest.ingest.documents import article_from_raw_json
+    from attest.ingest.jobs import Item
+    from attest.ingest.settings import IngestSettings
+
+    monkeypatch.setenv("ATTEST_INGEST_KNOWLEDGE_ADDRESS", stack.address)
+    lines = CORPUS.read_bytes().splitlines()
+    wanted = {"esg-003", "esg-014", "esg-025"}
+    items = [
+        Item(f"demo:{n}", article_from_raw_json(line))
+        for n, line in enumerate(lines)
+        if json.loads(line)["id"] in wanted
+    ]
+    assembly = await assemble(
+        IngestSettings(data_dir=tmp_path, client=stack.client("acme")), startup_check=False
+    )
+    try:
+        assert assembly.inline is not None
+        snapshot = assembly.core.ingest("initech", items)
+        await assembly.inline.drain()
+        assert assembly.core.job("initech", snapshot.job_id).state == "DONE"
+        stored = await call(
+            stack,
+            "acme",
+            "GetDocumentFacts",
+            pb.GetDocumentFactsRequest(source_doc_id="esg-003"),
+            tenant="initech",
+        )
+        assert stored.descriptions[0].text == "the country's fourth-largest lender by assets"  # type: ignore[attr-defined]
+        elsewhere = await call(
+            stack, "globex", "GetDocumentFacts", pb.GetDocumentFactsRequest(source_doc_id="esg-003")
+        )
+        assert list(elsewhere.descriptions) == []  # type: ignore[attr-defined]
+        found = await call(
+            stack,
+            "acme",
+            "Search",
+            pb.SearchRequest(query="Who chairs Marrowgate Bank?", top_k=3),
+            tenant="initech",
+        )
+        top = found.facts[0].triple  # type: ignore[attr-defined]
+        assert (top.subject.name, top.source_doc_id in wanted) == ("Rosalind Achebe-Fry", True)
+        await assembly.core.delete("initech", doc_ids=sorted(wanted))
+        gone = await call(
+            stack,
+            "acme",
+            "Search",
+            pb.SearchRequest(query="Who chairs Marrowgate Bank?", top_k=3),
+            tenant="initech",
+        )
+        assert list(gone.facts) == []  # type: ignore[attr-defined]
+    finally:
+        await assembly.close()
