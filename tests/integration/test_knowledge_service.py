@@ -337,3 +337,40 @@ async def test_cli_against_the_server(stub, server_address) -> None:  # type: ig
         "1.000 (Greenhouse gas emission, measured_as, Carbon dioxide equivalent)",
         "1.000 (Greenhouse gas emission, measured_as, Emissions intensity)",
     ]
+
+
+async def test_cli_prints_a_documents_facts_with_provenance(stub, server_address) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from attest.knowledge.kb_commands import kb
+
+    await stub.Store(
+        pb.StoreRequest(
+            source_doc_id="memo-7",
+            descriptions=[
+                pb.Description(
+                    entity=pb.EntityRef(name="Dovecote Mills"),
+                    text="a flour miller",
+                    provenance=pb.Provenance(passage_index=0, start_char=0, end_char=31),
+                )
+            ],
+            triples=[
+                pb.Triple(
+                    subject=pb.EntityRef(name="Tom Ferris"),
+                    relation="president of",
+                    object_entity=pb.EntityRef(name="Dovecote Mills"),
+                    provenance=pb.Provenance(passage_index=1, start_char=40, end_char=84),
+                )
+            ],
+        )
+    )
+    result = await asyncio.to_thread(
+        CliRunner().invoke, kb, ["facts", "memo-7", "--address", server_address]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "memo-7: 1 descriptions, 1 triples, 0 aspect facts",
+        "description: Dovecote Mills: a flour miller  [memo-7 passage 0 chars 0-31]",
+        "triple: (Tom Ferris, president of, Dovecote Mills)  [memo-7 passage 1 chars 40-84]",
+    ]
+    await stub.Store(pb.StoreRequest(source_doc_id="memo-7"))
