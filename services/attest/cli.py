@@ -222,6 +222,10 @@ def serve(
         os.environ["ATTEST_DATA_DIR"] = str(data_dir)
     if embedded and service != "all":
         raise click.UsageError("--embedded applies to `serve all`")
+    from attest.core import tracing
+
+    # Before the servicers exist: a Celery app they create is traced too.
+    tracing.configure(service)
     from pydantic import ValidationError
 
     from attest.core.server import StartupRefused, authenticated
@@ -308,11 +312,13 @@ _register_groups()
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
 def worker(queues: str, concurrency: int) -> None:
     """Run a Celery worker for pipeline queues (settings from ATTEST_PIPELINE_*)."""
+    from attest.core import tracing
     from attest.pipeline.app import create_app
     from attest.pipeline.settings import PipelineSettings
 
     settings = PipelineSettings()
     configure_logging(settings.logging)
+    tracing.configure("worker")
     app = create_app(settings)
     app.worker_main(
         ["worker", "--queues", queues, "--concurrency", str(concurrency), "--loglevel", "INFO"]

@@ -7,7 +7,7 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from attest.core import context
+from attest.core import context, tracing
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from attest.core.interceptors import ThrottledFailureLog, check_size, status_code
 from attest.lexical.settings import LexicalSettings
@@ -94,3 +94,39 @@ def test_a_burst_of_the_same_failure_is_logged_once_a_second_with_the_count(capl
         f"{ask} failed: INVALID_ARGUMENT question: empty",
         f"{ask} failed: RESOURCE_EXHAUSTED at capacity (128 more RESOURCE_EXHAUSTED since the last line)",
     ]
+
+
+def test_tracing_is_off_without_an_endpoint_and_the_request_id_rides_in_task_headers(
+    monkeypatch,
+):
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    assert tracing.endpoint() is None
+    assert tracing.configure("test") is False
+    carrier: dict[str, str] = {}
+    with tracing.client_span("/x.v1.X/Y") as span:
+        tracing.inject(carrier)
+        assert not span.is_recording()
+    assert carrier == {}
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317")
+    assert tracing.endpoint() == "http://collector:4317"
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert tracing.endpoint() is None
+
+    class Task:
+        class request:
+            pass
+
+    headers: dict[str, str] = {}
+    token = context.request_id_var.set("req-1")
+    try:
+        tracing._publish_request_id(headers=headers)
+    finally:
+        context.request_id_var.reset(token)
+    assert headers == {tracing.REQUEST_ID_HEADER: "req-1"}
+    Task.request.attest_request_id = "req-1"  # type: ignore[attr-defined]
+    tracing._adopt_request_id(task=Task)
+    assert context.request_id_var.get() == "req-1"
+    del Task.request.attest_request_id  # type: ignore[attr-defined]
+    tracing._adopt_request_id(task=Task)
+    assert context.request_id_var.get() is None

@@ -22,6 +22,7 @@ callee's stores are kept per tenant.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from attest.core import tracing
 from attest.core.auth import AUTHORIZATION_KEY, TENANT_KEY
 from attest.core.context import budget, identity_var, request_id_var, tenant_var
 from attest.core.interceptors import REQUEST_ID_KEY
@@ -115,6 +117,11 @@ def _merge_metadata(metadata: Any, token: str | None) -> grpc.aio.Metadata:
     # client has no tenant to name, and a callee honours the name from a service only.
     if identity_var.get() is not None and not merged.get_all(TENANT_KEY):
         merged.add(TENANT_KEY, tenant_var.get())
+    trace_context: dict[str, str] = {}
+    tracing.inject(trace_context)
+    for key, value in trace_context.items():
+        if not merged.get_all(key):
+            merged.add(key, value)
     return merged
 
 
@@ -147,7 +154,25 @@ class _UnaryUnary(_Propagation, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
-        return await continuation(self._details(client_call_details), request)
+        method = client_call_details.method
+        if isinstance(method, bytes):
+            method = method.decode("utf-8", "replace")
+        with tracing.client_span(method) as span:
+            call = await continuation(self._details(client_call_details), request)
+            if not span.is_recording():
+                return call
+            # The span lasts until the response (or error) arrives; the caller
+            # awaits the same finished call afterwards.
+            code = "OK"
+            try:
+                await call
+            except grpc.aio.AioRpcError as err:
+                code = err.code().name
+            except asyncio.CancelledError:
+                tracing.end_client_span(span, "CANCELLED")
+                raise
+            tracing.end_client_span(span, code)
+            return call
 
 
 class _UnaryStream(_Propagation, grpc.aio.UnaryStreamClientInterceptor):

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import Message
 
-from attest.core import metrics
+from attest.core import metrics, tracing
 from attest.core.auth import (
     DEV_IDENTITY,
     Authenticator,
@@ -349,10 +349,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         per_method.started.inc()
         per_method.in_flight.inc()
         try:
-            yield outcome
-        except asyncio.CancelledError:
-            outcome[0] = "CANCELLED"
-            raise
+            with tracing.server_span(method, metadata) as span:
+                try:
+                    yield outcome
+                except asyncio.CancelledError:
+                    outcome[0] = "CANCELLED"
+                    raise
+                finally:
+                    tracing.end_server_span(span, outcome[0], request_id, tenant_var.get())
         finally:
             per_method.in_flight.dec()
             metrics.RPC_HANDLED.labels(method, outcome[0]).inc()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from attest.core import tracing
 from attest.pipeline.settings import PipelineSettings
 
 QUEUE_INDEX = "index"
@@ -59,6 +60,8 @@ def create_app(settings: PipelineSettings) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.conf["attest_settings"] = settings
+    # Trace context and the request id travel in each task's headers.
+    tracing.instrument_celery()
     from attest.pipeline import answer, ingest, tasks
 
     tasks.register(app)
