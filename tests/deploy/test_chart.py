@@ -388,3 +388,33 @@ def test_pods_run_as_non_root_with_a_read_only_root(values: str) -> None:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_tracing_is_off_by_default_and_reaches_every_process_when_configured() -> None:
+    off = rendered("default")
+    deployments = sorted(off.names("Deployment"))
+    for name in deployments:
+        assert not [k for k in off.env(name) if k.startswith("OTEL_")], name
+    endpoint = "http://otel-collector.observability:4317"
+    on = rendered("default", f"tracing.otlpEndpoint={endpoint}")
+    for name in deployments:
+        env = on.env(name)
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == {
+            "name": "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "value": endpoint,
+        }
+        assert env["OTEL_TRACES_SAMPLER"]["value"] == "parentbased_traceidratio"
+        assert env["OTEL_TRACES_SAMPLER_ARG"]["value"] == "0.1"
+    # Every process that exports may reach the collector's port, and only then.
+    for policy in on.names("NetworkPolicy") - {f"{RELEASE}-attest-default-deny"}:
+        ports = {
+            p["port"] for r in on.get("NetworkPolicy", policy)["spec"]["egress"] for p in r["ports"]
+        }
+        before = {
+            p["port"]
+            for r in off.get("NetworkPolicy", policy)["spec"]["egress"]
+            for p in r["ports"]
+        }
+        assert ports == before | {4317}, policy
+    with pytest.raises(RenderError, match="otlpEndpoint"):
+        render("default", "tracing.otlpEndpoint=collector:4317")

@@ -98,6 +98,25 @@ pydantic-settings parses). Input: dict "prefix" "ATTEST_X_" "settings" map.
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+{{- with .Values.tracing }}
+{{- if .otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .otlpEndpoint | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampler | default "parentbased_traceidratio" | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerArg | default "0.1" | quote }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: "k8s.pod.name=$(POD_NAME)"
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Egress to the trace collector, while tracing is on. Input: the chart context. */}}
+{{- define "attest.tracingEgress" -}}
+{{- if .Values.tracing.otlpEndpoint }}
+{{- include "attest.backendEgress" (dict "root" . "backend" "tracing") }}
+{{- end }}
 {{- end -}}
 
 {{/* Celery broker and result backend of the pipeline, under a prefix. */}}
@@ -485,6 +504,9 @@ spec:
     {{- end }}
     {{- range .backends }}
     {{- include "attest.backendEgress" (dict "root" $root "backend" .) | nindent 4 }}
+    {{- end }}
+    {{- with (include "attest.tracingEgress" $root) }}
+    {{- . | nindent 4 }}
     {{- end }}
 {{- end }}
 {{- end -}}
