@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -315,6 +316,49 @@ def test_opensearch_restart_mid_job(tmp_path: Path, stack: Stack, how: str):
             f"{how}: node down {outage:.1f} s (restart {restart:.1f} s), "
             f"{_retries(stack)} task retries"
         )
+    finally:
+        stack.stop()
+        node.stop()
+
+
+@pytest.mark.timeout(900)
+def test_a_store_down_past_the_retry_window_fails_its_documents(tmp_path: Path, stack: Stack):
+    """Retrying is bounded: with the node gone for good, the index task gives up
+    once it has retried ``max_retries`` times over ``retry_window_seconds``, and
+    every document of the job is reported failed with the reason."""
+    node = OpenSearchNode(tmp_path / "opensearch")
+    node.start()
+    try:
+        stack.opensearch = node.url
+        stack.configure()
+        stack.env["ATTEST_PIPELINE_MAX_RETRIES"] = "2"
+        stack.env["ATTEST_PIPELINE_RETRY_WINDOW_SECONDS"] = "8"
+        stack.start()
+        node.stop()
+        docs = 10
+        began = time.monotonic()
+        job_id = _start_job(stack, docs)
+        job = wait_until(
+            lambda: (j := _progress(stack, job_id)).state == ingest_pb2.JOB_STATE_DONE and j,
+            600,
+            "the job did not finish",
+        )
+        took = time.monotonic() - began
+        p = job.progress
+        assert (p.received, p.indexed, p.failed) == (docs, 0, docs), job
+        failures = stack.ingest.GetJob(
+            ingest_pb2.GetJobRequest(job_id=job_id, failures_limit=100), timeout=30
+        ).job.failures
+        assert len(failures) == docs
+        for f in failures:
+            assert f.stage == ingest_pb2.STAGE_INDEX, f
+            assert "opensearch" in f.reason, f.reason
+            found = re.search(r"still failing after (\d+) retries over (\d+) s", f.reason)
+            assert found is not None, f.reason
+            assert int(found[1]) >= 2, f.reason
+            assert int(found[2]) >= 8, f.reason
+        assert _retries(stack) >= 2
+        print(f"gave up after {took:.1f} s: {failures[0].reason}")
     finally:
         stack.stop()
         node.stop()
