@@ -219,7 +219,7 @@ class AnswerPipeline:
             )
             return
 
-        async for event in self._generate(plan, clock, sources, degradations):
+        async for event in self._generate(plan, clock, sources, degradations, question):
             yield event
 
     # -- retrieval -------------------------------------------------------------------------
@@ -561,6 +561,7 @@ class AnswerPipeline:
         clock: _Clock,
         sources: list[answer_pb2.AnswerSource],
         degradations: list[answer_pb2.Degradation],
+        question: _QuestionVector | None = None,
     ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
         request = generate_pb2.AnswerRequest(
             question=plan.question,
@@ -575,6 +576,9 @@ class AnswerPipeline:
             research_top_k=plan.research_top_k,
             mode=plan.generation_mode,
         )
+        if question is not None:  # generate does not embed the question again
+            request.embedding_model = question.model
+            request.question_vector.values.extend(question.vector.values)
         timeout = clock.timeout(self.settings.timeouts.generate, "generating the answer")
         final: generate_pb2.AnswerFinal | None = None
         async for event in self.backends.generate(request, timeout):

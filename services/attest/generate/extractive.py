@@ -71,6 +71,7 @@ from attest.generate.text import (
     strip_dateline,
     tokens,
 )
+from attest.generate.vectors import TextVectors
 from attest.semantic.embedding import Embedder
 
 Matrix = npt.NDArray[np.float32]
@@ -154,16 +155,38 @@ class ExtractiveEngine:
         # One encode as well: the first one pays torch's lazy set-up (seconds).
         self.embedder.encode(["warm up"])
 
+    def vectors(self, given: TextVectors | None = None) -> TextVectors:
+        """``given``, or a memo of this call's own (a step called on its own)."""
+        return given if given is not None else TextVectors(self.embedder)
+
+    async def prepare(self, question: str, sources: Sequence[Source], vectors: TextVectors) -> None:
+        """Embeds the question and every source's sentences in one call, in
+        source order, before the summaries (which run concurrently) and the
+        answer read them: one batch instead of one per source and step, and a
+        vector that does not depend on which summary thread came first."""
+        texts = [question] + [
+            part for s in sources for part in fragments(s.text, self.settings.min_fragment_words)
+        ]
+        await asyncio.to_thread(vectors.encode, texts)
+
     # -- summaries -----------------------------------------------------------------
 
-    async def summarize(self, source: Source, query: str, max_sentences: int) -> str:
-        return await asyncio.to_thread(self._summarize, source.text, query, max_sentences)
+    async def summarize(
+        self,
+        source: Source,
+        query: str,
+        max_sentences: int,
+        vectors: TextVectors | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            self._summarize, source.text, query, max_sentences, self.vectors(vectors)
+        )
 
-    def _summarize(self, text: str, query: str, max_sentences: int) -> str:
+    def _summarize(self, text: str, query: str, max_sentences: int, memo: TextVectors) -> str:
         parts = fragments(text, self.settings.min_fragment_words)
         if len(parts) <= max_sentences:
             return " ".join(parts)
-        vectors = self.embedder.encode([*parts, query] if query else parts)
+        vectors = memo.encode([*parts, query] if query else parts)
         if query:
             relevance = vectors[:-1] @ vectors[-1]
             vectors = vectors[:-1]
@@ -178,17 +201,23 @@ class ExtractiveEngine:
     # -- answer ----------------------------------------------------------------------
 
     async def answer(
-        self, question: str, sources: Sequence[Source], max_sentences: int
+        self,
+        question: str,
+        sources: Sequence[Source],
+        max_sentences: int,
+        vectors: TextVectors | None = None,
     ) -> list[Candidate]:
         """Answer sentences taken from the sources; empty when none is relevant."""
-        return await asyncio.to_thread(self._answer, question, sources, max_sentences)
+        return await asyncio.to_thread(
+            self._answer, question, sources, max_sentences, self.vectors(vectors)
+        )
 
     def candidates(
         self, question: str, sources: Sequence[Source], count: int
     ) -> list[tuple[Candidate, float]]:
         """The ``count`` best answer candidates and their scores before the
         judge and the selection (for batch work such as fitting the judge)."""
-        ranked = self._rank(question, sources)
+        ranked = self._rank(question, sources, self.vectors())
         if ranked is None:
             return []
         cands, score = ranked[0], ranked[1]
@@ -196,7 +225,7 @@ class ExtractiveEngine:
         return [(cands[i], float(score[i])) for i in top]
 
     def _rank(
-        self, question: str, sources: Sequence[Source]
+        self, question: str, sources: Sequence[Source], memo: TextVectors
     ) -> (
         tuple[list[Candidate], Matrix, Matrix, Matrix, list[Fact | None], str, frozenset[str]]
         | None
@@ -214,7 +243,7 @@ class ExtractiveEngine:
         ]
         if not cands:
             return None
-        vectors = self.embedder.encode([question, *(c.text for c in cands)])
+        vectors = memo.encode([question, *(c.text for c in cands)])
         relevance = vectors[1:] @ vectors[0]
         if float(relevance.max()) < self.settings.min_relevance:
             return None
@@ -274,12 +303,12 @@ class ExtractiveEngine:
         return cands, np.asarray(score, dtype=np.float32), relevance, vectors, primary, kind, common
 
     def _answer(
-        self, question: str, sources: Sequence[Source], max_sentences: int
+        self, question: str, sources: Sequence[Source], max_sentences: int, memo: TextVectors
     ) -> list[Candidate]:
         decided = self._decide(question, sources)
         if decided is not None:
             return decided[:max_sentences]
-        ranked = self._rank(question, sources)
+        ranked = self._rank(question, sources, memo)
         if ranked is None:
             return []
         cands, score, relevance, vectors, primary, kind, common = ranked
@@ -335,11 +364,17 @@ class ExtractiveEngine:
     # -- citations ---------------------------------------------------------------------
 
     async def judged(
-        self, question: str, sentences: Sequence[str], sources: Sequence[str]
+        self,
+        question: str,
+        sentences: Sequence[str],
+        sources: Sequence[str],
+        vectors: TextVectors | None = None,
     ) -> npt.NDArray[np.float64]:
         """The support judge's probability that each source (columns) supports
         each sentence (rows) as an answer to ``question`` (``judge``)."""
-        return await asyncio.to_thread(self.judge.judge, question, sentences, sources)
+        return await asyncio.to_thread(
+            self.judge.judge, question, sentences, sources, self.vectors(vectors)
+        )
 
     async def cite(
         self,
@@ -348,6 +383,7 @@ class ExtractiveEngine:
         sources: Sequence[Source],
         max_citations: int,
         allowed: Sequence[int] | None = None,
+        vectors: TextVectors | None = None,
     ) -> list[list[Proposal]]:
         """Proposals per sentence (0-based source indices into ``sources``),
         among the ``allowed`` sources (all by default).
@@ -357,7 +393,7 @@ class ExtractiveEngine:
         the question. The judge always sees every source, since how many of
         them agree with a sentence is part of the rating; ``allowed`` only
         limits which of them may be cited (a re-search cites what it found)."""
-        support = await self.judged(question, sentences, [s.text for s in sources])
+        support = await self.judged(question, sentences, [s.text for s in sources], vectors)
         candidates = list(range(len(sources))) if allowed is None else list(allowed)
         out: list[list[Proposal]] = []
         for i in range(len(sentences)):

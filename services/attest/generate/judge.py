@@ -75,6 +75,7 @@ from attest.generate.text import (
     split_sentences,
     strip_dateline,
 )
+from attest.generate.vectors import TextVectors
 from attest.semantic.embedding import Embedder
 
 Matrix = npt.NDArray[np.float64]
@@ -268,9 +269,14 @@ class SupportJudge:
         self.answer_floor = answer_floor
 
     def features(
-        self, question: str, sentences: Sequence[str], sources: Sequence[str]
+        self,
+        question: str,
+        sentences: Sequence[str],
+        sources: Sequence[str],
+        vectors: TextVectors | None = None,
     ) -> npt.NDArray[np.float64]:
-        """Features of every pair: shape (sentences, sources, len(FEATURES))."""
+        """Features of every pair: shape (sentences, sources, len(FEATURES));
+        texts ``vectors`` already holds are not embedded again."""
         n, m = len(sentences), len(sources)
         out = np.zeros((n, m, len(FEATURES)), dtype=np.float64)
         if not n or not m:
@@ -278,8 +284,9 @@ class SupportJudge:
         parts = [split_sentences(strip_dateline(s)) or [s] for s in sources]
         flat = [p for ps in parts for p in ps]
         owner = np.repeat(np.arange(m), [len(p) for p in parts])
-        vectors = self.embedder.encode([question or " ", *sentences, *flat])
-        q_vec, s_vecs, p_vecs = vectors[0], vectors[1 : n + 1], vectors[n + 1 :]
+        memo = vectors if vectors is not None else TextVectors(self.embedder)
+        encoded = memo.encode([question or " ", *sentences, *flat])
+        q_vec, s_vecs, p_vecs = encoded[0], encoded[1 : n + 1], encoded[n + 1 :]
         sims = s_vecs @ p_vecs.T  # sentence × source sentence
         q_sims = p_vecs @ q_vec
         floor = self.cosine_floor
@@ -398,13 +405,17 @@ class SupportJudge:
         return out
 
     def judge(
-        self, question: str, sentences: Sequence[str], sources: Sequence[str]
+        self,
+        question: str,
+        sentences: Sequence[str],
+        sources: Sequence[str],
+        vectors: TextVectors | None = None,
     ) -> npt.NDArray[np.float64]:
         """Confidence in [0, 1] of each source (columns) for each sentence (rows):
         support × answer, 0 throughout when no sentence reaches
         ``answer_floor`` (see the module docstring); the support alone when
         there is no question."""
-        x = self.features(question, sentences, sources)
+        x = self.features(question, sentences, sources, vectors)
         if not x.size:
             return np.zeros((len(sentences), len(sources)))
         support = self.models.support.score(support_features(x))

@@ -51,10 +51,13 @@ from attest.generate.models import (
     SummaryEvent,
 )
 from attest.generate.text import answer_type, split_sentences
+from attest.generate.vectors import TextVectors
 
 log = logging.getLogger(__name__)
 
-# Re-search: (query, top_k) → sources found, best first.
+# Re-search: (query, top_k) → sources found, best first. A search made for one
+# answer may read the query's vector from that answer's ``AnswerOptions.vectors``
+# (the support judge embedded the sentence) instead of having it embedded again.
 SearchFn = Callable[[str, int], Awaitable[Sequence[Source]]]
 
 
@@ -92,6 +95,12 @@ class AnswerOptions:
     research_top_k: int = 3
     max_sentences: int = 10
     mode: Mode | None = None
+    # The question's embedding when the caller has one with the generator's
+    # model (the answer service's, for retrieval): the answer does not embed it.
+    question_vector: Sequence[float] | None = None
+    # The answer's embeddings (``TextVectors``), when the caller wants to read
+    # them too (its re-search does); by default the answer keeps its own.
+    vectors: TextVectors | None = None
 
 
 @dataclass(slots=True)
@@ -188,7 +197,9 @@ class Generator:
 
     # -- summarize ------------------------------------------------------------------
 
-    async def _summarize_one(self, run: _Run, source: Source, query: str, n: int) -> str:
+    async def _summarize_one(
+        self, run: _Run, source: Source, query: str, n: int, vectors: TextVectors
+    ) -> str:
         if source.summary:
             return source.summary
         if (
@@ -206,15 +217,17 @@ class Generator:
                 )
                 if text.strip() and not self._echo(text):
                     return text.strip()
-                return await self.extractive.summarize(source, query, n)
+                return await self.extractive.summarize(source, query, n, vectors)
             except Unavailable as exc:
                 self._degrade(run, exc)
-        return await self.extractive.summarize(source, query, n)
+        return await self.extractive.summarize(source, query, n, vectors)
 
     async def _summarize_many(
-        self, run: _Run, sources: Sequence[Source], query: str, n: int
+        self, run: _Run, sources: Sequence[Source], query: str, n: int, vectors: TextVectors
     ) -> list[str]:
-        return list(await asyncio.gather(*(self._summarize_one(run, s, query, n) for s in sources)))
+        return list(
+            await asyncio.gather(*(self._summarize_one(run, s, query, n, vectors) for s in sources))
+        )
 
     async def summarize(
         self,
@@ -224,7 +237,9 @@ class Generator:
         mode: Mode | None = None,
     ) -> tuple[list[str], Mode, str, int]:
         run = self._start(mode)
-        summaries = await self._summarize_many(run, sources, query, max_sentences)
+        summaries = await self._summarize_many(
+            run, sources, query, max_sentences, self.extractive.vectors()
+        )
         return summaries, run.mode, run.degraded_reason, run.llm_calls
 
     # -- cite -------------------------------------------------------------------------
@@ -302,6 +317,7 @@ class Generator:
         sources: Sequence[Source],
         allowed: Sequence[int],
         max_citations: int,
+        vectors: TextVectors,
     ) -> list[tuple[Citation, ...]]:
         """Validated citations per sentence, among the sources ``allowed`` (global
         indices). Every source is judged alike, the one a sentence was taken from too."""
@@ -319,13 +335,15 @@ class Generator:
                 ]
                 if self.settings.llm_citation_rating == "combine":
                     cited = await self._rate_with_judge(
-                        run, question, sentences, sources, cited, allowed, max_citations
+                        run, question, sentences, sources, cited, allowed, max_citations, vectors
                     )
                 return cited
             except Unavailable as exc:
                 self._degrade(run, exc)
         position = {g: k for k, g in enumerate(allowed)}
-        raw = await self.extractive.cite(question, sentences, sources, max_citations, allowed)
+        raw = await self.extractive.cite(
+            question, sentences, sources, max_citations, allowed, vectors
+        )
         return [
             self._validate(
                 run,
@@ -348,6 +366,7 @@ class Generator:
         cited: list[tuple[Citation, ...]],
         allowed: Sequence[int],
         max_citations: int,
+        vectors: TextVectors,
     ) -> list[tuple[Citation, ...]]:
         """The model's citations re-rated with the support judge (``combine``),
         and the judge's own among the ``allowed`` sources.
@@ -359,7 +378,9 @@ class Generator:
         alone decides whether it is cited too: the judge measures support, the
         model may lower a rating but is never the only gate."""
         # Judged against every source: how many of them agree is part of the rating.
-        support = await self.extractive.judged(question, sentences, [s.text for s in sources])
+        support = await self.extractive.judged(
+            question, sentences, [s.text for s in sources], vectors
+        )
         margin = self.settings.disagreement_margin
         floor = self.settings.min_citation_confidence
         out: list[tuple[Citation, ...]] = []
@@ -392,7 +413,13 @@ class Generator:
     ) -> CiteResult:
         run = self._start(mode)
         cited = await self._cite(
-            run, question, sentences, sources, list(range(len(sources))), max_citations
+            run,
+            question,
+            sentences,
+            sources,
+            list(range(len(sources))),
+            max_citations,
+            self.extractive.vectors(),
         )
         out = tuple(
             Sentence(i, s, c) for i, (s, c) in enumerate(zip(sentences, cited, strict=True))
@@ -473,11 +500,19 @@ class Generator:
         began = time.perf_counter()
         run = self._start(opts.mode)
         sources = list(sources)
+        # Every step of this answer reads its embeddings from here, so each
+        # text (the question, a source's sentence, an answer sentence) is
+        # embedded once, and the question not at all when the caller has it.
+        vectors = self.extractive.vectors(opts.vectors)
+        if opts.question_vector is not None:
+            vectors.put(question, opts.question_vector)
 
         # 1. Summaries, emitted in source order once all are done (they run concurrently).
         with _Timer(run, Step.SUMMARIZE):
+            if run.mode is Mode.EXTRACTIVE:
+                await self.extractive.prepare(question, sources, vectors)
             summaries = await self._summarize_many(
-                run, sources, question, self.settings.summary_sentences
+                run, sources, question, self.settings.summary_sentences, vectors
             )
         for i, summary in enumerate(summaries):
             sources[i] = replace(sources[i], summary=summary)
@@ -502,7 +537,9 @@ class Generator:
                     self._degrade(run, exc)
                     texts = []
             if run.mode is Mode.EXTRACTIVE:
-                picked = await self.extractive.answer(question, sources, opts.max_sentences)
+                picked = await self.extractive.answer(
+                    question, sources, opts.max_sentences, vectors
+                )
                 texts = [c.text for c in picked]
                 insufficient = not picked
 
@@ -521,6 +558,7 @@ class Generator:
                     sources,
                     list(range(len(sources))),
                     self.settings.max_citations,
+                    vectors,
                 )
             for i, (text, citations) in enumerate(zip(texts, cited, strict=True)):
                 sentence = Sentence(i, text, citations)
@@ -537,7 +575,7 @@ class Generator:
             for sentence in sorted(weak, key=lambda s: s.index):
                 with _Timer(run, Step.RESEARCH):
                     revision = await self._research(
-                        run, question, sentence, sources, opts.research_top_k, search
+                        run, question, sentence, sources, opts.research_top_k, search, vectors
                     )
                 if revision is None:
                     continue
@@ -640,6 +678,7 @@ class Generator:
         sources: list[Source],
         top_k: int,
         search: SearchFn,
+        vectors: TextVectors,
     ) -> RevisionEvent | None:
         try:
             found = list(await search(sentence.text, top_k))[:top_k]
@@ -650,8 +689,10 @@ class Generator:
         known = {s.key: i for i, s in enumerate(sources)}
         first_added = len(sources)
         fresh = [s for s in dict((s.key, s) for s in found).values() if s.key not in known]
+        if run.mode is Mode.EXTRACTIVE and fresh:
+            await self.extractive.prepare(question, fresh, vectors)
         summaries = await self._summarize_many(
-            run, fresh, question, self.settings.summary_sentences
+            run, fresh, question, self.settings.summary_sentences, vectors
         )
         added = [replace(s, summary=m) for s, m in zip(fresh, summaries, strict=True)]
         sources.extend(added)
@@ -661,7 +702,13 @@ class Generator:
         citations: tuple[Citation, ...] = ()
         if allowed:
             (citations,) = await self._cite(
-                run, question, [sentence.text], sources, allowed, self.settings.max_citations
+                run,
+                question,
+                [sentence.text],
+                sources,
+                allowed,
+                self.settings.max_citations,
+                vectors,
             )
         merged: dict[int, Citation] = {c.source_index: c for c in sentence.citations}
         for c in citations:

@@ -31,6 +31,7 @@ from attest.generate.models import (
 from attest.generate.pipeline import AnswerOptions, Generator, SearchFn
 from attest.generate.settings import GenerateLimits, GenerateSettings, build_generator
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+from attest.generate.vectors import TextVectors
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -236,7 +237,13 @@ class Researcher:
             self._channels.append(channel)
             self._semantic = semantic_pb2_grpc.SemanticServiceStub(channel)
 
-    def search_fn(self, options: common_pb2.RetrievalOptions) -> SearchFn:
+    def search_fn(
+        self, options: common_pb2.RetrievalOptions, vectors: TextVectors | None = None
+    ) -> SearchFn:
+        """The re-search of one answer. A query whose vector the answer's
+        ``vectors`` hold (the support judge embedded the sentence) goes to the
+        semantic service with that vector, which then does not embed it again;
+        pass ``vectors`` only when that service embeds with the same model."""
         from attest.lexical.v1 import lexical_pb2
         from attest.semantic.v1 import semantic_pb2
 
@@ -246,6 +253,8 @@ class Researcher:
         timeout = self._settings.research.timeout_seconds
 
         async def search(query: str, top_k: int) -> list[Source]:
+            vector = vectors.get(query) if vectors is not None else None
+            query_vector = None if vector is None else semantic_pb2.Vector(values=vector.tolist())
             calls = []
             if self._lexical is not None:
                 calls.append(
@@ -264,6 +273,7 @@ class Researcher:
                     self._semantic.Search(
                         semantic_pb2.SearchRequest(
                             query=query,
+                            query_vector=query_vector,
                             top_k=per,
                             filters=filters,
                             level=semantic_pb2.SEARCH_LEVEL_PASSAGE,
@@ -420,15 +430,30 @@ class GenerateServicer(generate_pb2_grpc.GenerateServiceServicer):
         _range(researches, 0, 20, "max_researches")
         _range(request.research_top_k, 0, 20, "research_top_k")
         _range(request.max_sentences, 0, 50, "max_sentences")
+        # Vectors from the caller's model are this service's own only when the
+        # names agree (SemanticService.Embed and this embedder name models alike).
+        same_model = bool(request.embedding_model) and (
+            request.embedding_model == self.generator.extractive.embedder.name
+        )
+        question_vector = (
+            list(request.question_vector.values)
+            if same_model and request.question_vector.values
+            else None
+        )
+        vectors = self.generator.extractive.vectors()
         options = AnswerOptions(
             confidence_threshold=threshold,
             max_researches=researches,
             research_top_k=request.research_top_k or 3,
             max_sentences=request.max_sentences or 10,
             mode=_mode(request.mode),
+            question_vector=question_vector,
+            vectors=vectors,
         )
         search = self._search
         if search is None and self._researcher.enabled:
-            search = self._researcher.search_fn(request.research)
+            # The semantic service embeds like this one (same model): a searched
+            # sentence goes with the vector the answer already has.
+            search = self._researcher.search_fn(request.research, vectors if same_model else None)
         async for event in self.generator.answer(question, sources, options, search):
             yield event_to_proto(event)

@@ -438,6 +438,8 @@ class AnswerRequest(_message.Message):
     RESEARCH_TOP_K_FIELD_NUMBER: _builtins.int
     MAX_SENTENCES_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    EMBEDDING_MODEL_FIELD_NUMBER: _builtins.int
+    QUESTION_VECTOR_FIELD_NUMBER: _builtins.int
     question: _builtins.str
     """The question, 1-4,096 characters."""
     confidence_threshold: _builtins.int
@@ -452,6 +454,14 @@ class AnswerRequest(_message.Message):
     """Maximum number of sentences in the answer, 1-50; 0 means 10."""
     mode: Global___GenerationMode.ValueType
     """Generation mode requested."""
+    embedding_model: _builtins.str
+    """Name of the model that produced `question_vector`, as the semantic service
+    reports it (SemanticService.Embed's embedding_model). The vector is used
+    only when this names the generate service's own embedding model, and then
+    the sentences a re-search looks for are sent to the semantic service as
+    vectors too (SearchRequest.query_vector), since both services embed alike;
+    any other name: the vector is ignored and every text is embedded here.
+    """
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Source]:
         """Sources to answer from, 1-100, each `text` 1-100,000 characters. Their
@@ -465,6 +475,15 @@ class AnswerRequest(_message.Message):
         lexical and semantic services, in the caller's tenant).
         """
 
+    @_builtins.property
+    def question_vector(self) -> Global___QuestionVector:
+        """Embedding of `question` (SemanticService.Embed), which the caller already
+        has from retrieval: the answer does not embed the question again. Unset or
+        empty: the question is embedded here. With a matching `embedding_model`, a
+        vector of another dimension, non-finite or all zero is rejected with
+        INVALID_ARGUMENT.
+        """
+
     def __init__(
         self,
         *,
@@ -476,10 +495,12 @@ class AnswerRequest(_message.Message):
         research_top_k: _builtins.int = ...,
         max_sentences: _builtins.int = ...,
         mode: Global___GenerationMode.ValueType = ...,
+        embedding_model: _builtins.str = ...,
+        question_vector: Global___QuestionVector | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "max_researches", b"max_researches", "research", b"research"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "max_researches", b"max_researches", "question_vector", b"question_vector", "research", b"research"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "max_researches", b"max_researches", "max_sentences", b"max_sentences", "mode", b"mode", "question", b"question", "research", b"research", "research_top_k", b"research_top_k", "sources", b"sources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold", "_max_researches", b"_max_researches", "confidence_threshold", b"confidence_threshold", "embedding_model", b"embedding_model", "max_researches", b"max_researches", "max_sentences", b"max_sentences", "mode", b"mode", "question", b"question", "question_vector", b"question_vector", "research", b"research", "research_top_k", b"research_top_k", "sources", b"sources"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__confidence_threshold: _TypeAlias = _typing.Literal["confidence_threshold"]  # noqa: Y015
     _WhichOneofArgType__confidence_threshold: _TypeAlias = _typing.Literal["_confidence_threshold", b"_confidence_threshold"]  # noqa: Y015
@@ -491,6 +512,32 @@ class AnswerRequest(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_researches) -> _WhichOneofReturnType__max_researches | None: ...
 
 Global___AnswerRequest: _TypeAlias = AnswerRequest  # noqa: Y015
+
+@_typing.final
+class QuestionVector(_message.Message):
+    """An embedding of the question."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Components; the length must equal the embedding model's dimension (384 for
+        all-MiniLM-L6-v2); the vector need not be unit length.
+        """
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QuestionVector: _TypeAlias = QuestionVector  # noqa: Y015
 
 @_typing.final
 class StepTiming(_message.Message):
