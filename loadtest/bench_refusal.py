@@ -1,0 +1,148 @@
+"""The floor of a refusal: how fast a full answer service says RESOURCE_EXHAUSTED.
+
+Issue 17 asks that every refused ``Ask`` be refused within 100 ms. This
+benchmark isolates the cost of refusing from everything else a loaded
+``serve all`` does: one ``attest serve answer`` process with one answer slot
+and no queue (``ATTEST_ANSWER_LIMITS__MAX_IN_FLIGHT=1``, ``MAX_WAITING=0``),
+whose downstream addresses point at a socket that accepts and never answers,
+so the first question holds the slot for as long as the benchmark runs.
+Then, ``--rounds`` times, ``--burst`` clients ask at once from one asyncio
+client process, and every call's latency is recorded as its client saw it
+(so it includes the client's own per-call work for the calls sent before it).
+
+    uv run python loadtest/bench_refusal.py --burst 64 --burst 128
+
+Prints, per burst size, the median and slowest refusal of each round and
+how many took longer than 100 ms; writes loadtest/reports/refusal.json.
+A benchmark command, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadtest.grpc_load import free_port  # noqa: E402
+
+REPORT = ROOT / "loadtest" / "reports" / "refusal.json"
+TARGET_S = 0.1
+
+
+async def _burst(stub: Any, size: int) -> list[tuple[float, str]]:
+    import grpc
+
+    from attest.answer.v1 import answer_pb2
+
+    async def one() -> tuple[float, str]:
+        began = time.perf_counter()
+        try:
+            await stub.Ask(answer_pb2.AskRequest(question="what did the port charge?"), timeout=30)
+            code = "OK"
+        except grpc.aio.AioRpcError as err:
+            code = err.code().name
+        return time.perf_counter() - began, code
+
+    return list(await asyncio.gather(*(one() for _ in range(size))))
+
+
+async def measure(address: str, bursts: list[int], rounds: int) -> dict[str, Any]:
+    import grpc
+
+    from attest.answer.v1 import answer_pb2, answer_pb2_grpc
+
+    results: dict[str, Any] = {}
+    async with grpc.aio.insecure_channel(address) as channel:
+        await asyncio.wait_for(channel.channel_ready(), 300)
+        stub = answer_pb2_grpc.AnswerServiceStub(channel)
+        holder = asyncio.ensure_future(
+            stub.Ask(answer_pb2.AskRequest(question="hold the only slot"), timeout=3600)
+        )
+        await asyncio.sleep(2.0)
+        try:
+            for size in bursts:
+                per_round = []
+                for _ in range(rounds):
+                    calls = await _burst(stub, size)
+                    latencies = sorted(s for s, _ in calls)
+                    per_round.append(
+                        {
+                            "codes": sorted({c for _, c in calls}),
+                            "p50_ms": round(statistics.median(latencies) * 1000, 1),
+                            "max_ms": round(latencies[-1] * 1000, 1),
+                            "over_target": sum(s > TARGET_S for s in latencies),
+                        }
+                    )
+                    await asyncio.sleep(0.5)
+                results[str(size)] = per_round
+        finally:
+            holder.cancel()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--burst", type=int, action="append", help="repeatable; 64 128")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--output", type=Path, default=REPORT)
+    args = parser.parse_args()
+    bursts = args.burst or [64, 128]
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(1024)
+    dead_end = f"127.0.0.1:{hole.getsockname()[1]}"
+    port = free_port()
+    env = {
+        **os.environ,
+        "ATTEST_ANSWER_LEXICAL_ADDRESS": dead_end,
+        "ATTEST_ANSWER_SEMANTIC_ADDRESS": dead_end,
+        "ATTEST_ANSWER_RERANK_ADDRESS": dead_end,
+        "ATTEST_ANSWER_GENERATE_ADDRESS": dead_end,
+        "ATTEST_ANSWER_LIMITS__MAX_IN_FLIGHT": "1",
+        "ATTEST_ANSWER_LIMITS__MAX_WAITING": "0",
+        "ATTEST_ANSWER_TIMEOUTS__RETRIEVE": "600",
+    }
+    cmd = [sys.executable, "-m", "attest.cli", "serve", "answer", "--insecure-dev"]
+    server = subprocess.Popen(
+        [*cmd, "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        results = asyncio.run(measure(f"127.0.0.1:{port}", bursts, args.rounds))
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        hole.close()
+    for size, rounds in results.items():
+        print(
+            f"{size} at once: median refusal per round "
+            f"{[r['p50_ms'] for r in rounds]} ms; slowest {[r['max_ms'] for r in rounds]} ms; "
+            f"over {TARGET_S * 1000:.0f} ms {sum(r['over_target'] for r in rounds)} "
+            f"of {int(size) * len(rounds)}; codes {sorted({c for r in rounds for c in r['codes']})}"
+        )
+    report = {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_1m": os.getloadavg()[0],
+        "rounds": args.rounds,
+        "bursts": results,
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
