@@ -99,9 +99,19 @@ class CombinedKnowledgeBase:
         )
 
     def _owners(self, entity: Sequence[str]) -> list[KnowledgeBase]:
-        """The base that holds an id among the aliases first, then the others."""
+        """The bases to ask about an entity, the one holding an id among the aliases first.
+
+        When an alias is an id, the other bases are asked only if one of the
+        entity's names is exactly one of theirs (a namesake): linking a personal
+        name by embedding to some graph topic would add an unrelated entity's facts.
+        """
         owners = [b for b in self.bases if any(b.entity(a) is not None for a in entity)]
-        return owners + [b for b in self.bases if b not in owners]
+        if not owners:
+            return list(self.bases)
+        names = self._aliases(entity)
+        return owners + [
+            b for b in self.bases if b not in owners and any(b.exact(n) for n in names)
+        ]
 
     def find_entity_or_value(
         self, entity: Sequence[str], relation: Sequence[str], *, top_k: int = 10
@@ -138,7 +148,8 @@ class CombinedKnowledgeBase:
         max_paths: int = 10,
     ) -> Relationship:
         found: list[Relationship] = []
-        for base in self.bases:
+        both = [b for b in self._owners(first) if b in self._owners(second)]
+        for base in both:
             try:
                 found.append(
                     base.find_relationship(

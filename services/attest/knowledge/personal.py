@@ -223,6 +223,7 @@ class TenantFacts:
     documents: dict[str, _Document] = field(default_factory=dict)
     _by_entity: dict[str, list[PersonalFact]] | None = None
     _names: dict[str, str] | None = None
+    _name_matrix: tuple[list[str], dict[str, int], Vectors] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def replace(self, doc_id: str, facts: list[PersonalFact], vectors: Vectors) -> None:
@@ -233,6 +234,7 @@ class TenantFacts:
                 self.documents.pop(doc_id, None)
             self._by_entity = None
             self._names = None
+            self._name_matrix = None
 
     def _index(self) -> tuple[dict[str, list[PersonalFact]], dict[str, str]]:
         with self.lock:
@@ -254,6 +256,20 @@ class TenantFacts:
     def names(self) -> dict[str, str]:
         """Entity id -> name, for every entity a fact mentions."""
         return self._index()[1]
+
+    def name_matrix(
+        self, embed: Callable[[Sequence[str]], Vectors]
+    ) -> tuple[list[str], dict[str, int], Vectors]:
+        """Entity ids, their rows and the embeddings of their names (kept until a write)."""
+        matrix = self._name_matrix
+        if matrix is None:
+            names = self.names
+            ids = list(names)
+            matrix = (ids, {i: n for n, i in enumerate(ids)}, embed([names[i] for i in ids]))
+            with self.lock:
+                if self._names is names:
+                    self._name_matrix = matrix
+        return matrix
 
     def document_facts(self, doc_id: str) -> list[PersonalFact]:
         doc = self.documents.get(doc_id)
@@ -512,12 +528,11 @@ class PersonalKnowledgeBase:
         if not aliases or not names:
             return Linking(mention, (), None)
         chosen: list[str] = []
-        ids = list(names)
-        vectors = self._name_vectors([names[i] for i in ids])
+        ids, row_of, vectors = self.facts.name_matrix(self._name_vectors)
         sims = (self.encode(aliases) @ vectors.T).max(axis=0)
         for alias in aliases:
             for entity in self._prefixed(alias):
-                score = min(float(sims[ids.index(entity.id)]), 1.0)
+                score = min(float(sims[row_of[entity.id]]), 1.0)
                 best.setdefault(entity.id, Candidate(entity, "embedding", score, entity.name))
                 chosen.append(entity.id)
         for row in np.argsort(-sims)[: top_k * 4]:
