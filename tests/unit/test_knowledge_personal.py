@@ -236,3 +236,21 @@ async def test_combined_base_answers_from_both_bases(store: PersonalStore) -> No
 async def new_view(store: PersonalStore):  # type: ignore[no-untyped-def]
     await store.put("other", "x", [aspect("Quaystone Telecom", "whistleblowing", "Quaystone.")])
     return await store.view("other")
+
+
+async def test_a_lookup_by_id_asks_other_bases_only_about_exact_namesakes(
+    store: PersonalStore,
+) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    await store.put("near", "n1", [aspect("Marrowgate Banks", "branches", "Near-namesake.")])
+    await store.put("same", "s1", [aspect("Marrowgate Bank", "branches", "Exact namesake.")])
+    acme = PersonalKnowledgeBase(await store.view("acme"), trigrams)
+    near = PersonalKnowledgeBase(await store.view("near"), trigrams, link_threshold=0.5)
+    same = PersonalKnowledgeBase(await store.view("same"), trigrams)
+    bank = personal_entity_id("Marrowgate Bank")
+    assert near.entity_linking(["Marrowgate Bank"]).chosen is not None  # it would link
+    info = CombinedKnowledgeBase([acme, near, same]).get_entity_info([bank])
+    assert [a.value for a in info.aspect_facts] == [
+        "Marrowgate Bank will end coal lending by 2030.",
+        "Exact namesake.",
+    ]
