@@ -500,6 +500,11 @@ def main() -> int:
         type=Path,
         help="a data directory that already holds the --docs articles (copied, not ingested)",
     )
+    parser.add_argument(
+        "--keep-data-dir",
+        type=Path,
+        help="where to keep a copy of the data directory this run ingests (for --data-dir)",
+    )
     args = parser.parse_args()
     # A stopped benchmark stops the servers and the worker it started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -512,6 +517,8 @@ def main() -> int:
             parser.error(f"--baseline {args.baseline} has no .venv (run `uv sync` there)")
     if args.data_dir is not None and not args.data_dir.is_dir():
         parser.error(f"--data-dir {args.data_dir} is not a directory")
+    if args.keep_data_dir is not None and args.keep_data_dir.exists():
+        parser.error(f"--keep-data-dir {args.keep_data_dir} exists already")
     clients = args.clients or [1, 8, 32]
     lines = reuters_lines(args.docs)
     articles = load_articles(REUTERS, args.docs)
@@ -550,6 +557,13 @@ def main() -> int:
                     f"in {loaded['seconds']:.0f} s",
                     file=sys.stderr,
                 )
+                if args.keep_data_dir is not None:
+                    # Copied while nothing has it open.
+                    stop(server)
+                    shutil.copytree(data, args.keep_data_dir)
+                    server, address = start_server(sys.executable, ROOT, data, env, log)
+                    if args.baseline is None:
+                        wait_serving(address, server, 900, log)
             else:
                 loaded = counted(address, args.data_dir)
             if args.baseline is not None and baseline_python is not None:
