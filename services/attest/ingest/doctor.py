@@ -234,7 +234,8 @@ async def check(
         try:
             registry = await asyncio.to_thread(store.registry_all, tenant)
             pending = await asyncio.to_thread(store.pending, tenant)
-            sources = await asyncio.to_thread(store.sources, tenant, sorted(registry))
+            # Ids only: the texts are read when a repair needs them.
+            sources = await asyncio.to_thread(store.source_ids, tenant)
         except Exception as err:
             raise StoreUnreachable("registry", f"{type(err).__name__}: {err}") from err
         if tenant == DEFAULT_TENANT and default_shapes is not None:

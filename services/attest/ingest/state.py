@@ -865,6 +865,10 @@ class JobStore:
         texts = self.kv.hmget(self._sources(tenant), list(doc_ids))
         return {d: t for d, t in zip(doc_ids, texts, strict=True) if t}
 
+    def source_ids(self, tenant: str) -> list[str]:
+        """Ids of the documents whose source is stored (their ids only, not the text)."""
+        return self.kv.hkeys(self._sources(tenant))
+
     def registry_all(self, tenant: str) -> dict[str, RegistryEntry]:
         return {
             d: RegistryEntry.from_json(t)
