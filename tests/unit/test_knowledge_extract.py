@@ -80,3 +80,15 @@ def test_role_and_name_helpers() -> None:
 def test_no_organization_no_triple() -> None:
     facts, _ = extract("Chief executive Piet Annerl said so.", ())
     assert facts == []
+
+
+def test_a_name_holding_another_organization_counts_as_that_one() -> None:
+    # A recognizer may return "Shareholders of Orlen Vask Bank" as an organization.
+    facts, _ = extract(
+        organizations=("Shareholders of Orlen Vask Bank", "Orlen Vask Bank", "Dovecote Mills")
+    )
+    entities = {f.entity.name for f in facts if isinstance(f, AspectFact)}
+    assert entities == {"Orlen Vask Bank", "Dovecote Mills", "Water withdrawal"}
+    for a in facts:
+        if isinstance(a, AspectFact):
+            assert not set(a.aspect.casefold().split()) & set(a.entity.name.casefold().split())

@@ -213,9 +213,9 @@ class Extractor:
         """The sentence's best keyphrase that does not repeat the entity's name."""
         own = {w.casefold() for w in re.findall(r"\w+", entity)}
         for phrase in self.keyphrases.extract(sentence, max_phrases=8):
-            words = {w.casefold() for w in re.findall(r"\w+", phrase)}
-            if words and not words <= own and not (words & own and len(words) <= 2):
-                return phrase[:256]
+            words = [w for w in re.findall(r"[\w'’-]+", phrase) if w.casefold() not in own]
+            if words:
+                return " ".join(words)[:256]
         return "mention"
 
     def _roles(
@@ -333,11 +333,7 @@ class _Names:
             return None
         # A name holding another one ("Shareholders of Marrowgate Bank") counts
         # as a mention of the inner organization.
-        inner = {
-            o: next((p for p in self.organizations if p != o and p in o), o)
-            for o in self.organizations
-        }
-        counts = Counter(inner[self.forms[m.group()]] for m in self._org.finditer(body))
+        counts = Counter(self.inner(self.forms[m.group()]) for m in self._org.finditer(body))
         if not counts:
             return self.organizations[0] if self.organizations else None
         top = max(counts.values())
@@ -351,15 +347,20 @@ class _Names:
         last = None
         for m in self._org.finditer(body, 0, at):
             last = self.forms[m.group()]
-        if last is None:
-            return None
-        return next((p for p in self.organizations if p != last and p in last), last)
+        return None if last is None else self.inner(last)
+
+    def inner(self, organization: str) -> str:
+        """The organization a longer name holds ("Shareholders of Marrowgate Bank" holds
+        "Marrowgate Bank"), or the name itself."""
+        return next(
+            (p for p in self.organizations if p != organization and p in organization), organization
+        )
 
     def mentioned(self, sentence: str) -> list[str]:
         found: dict[str, None] = {}
         if self._org is not None:
             for m in self._org.finditer(sentence):
-                found.setdefault(self.forms[m.group()], None)
+                found.setdefault(self.inner(self.forms[m.group()]), None)
         for name, pattern in self._entity:
             if pattern.search(sentence):
                 found.setdefault(name, None)
