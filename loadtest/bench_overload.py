@@ -468,6 +468,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--data-dir", type=Path, help="kept between runs (default: temporary)")
     parser.add_argument("--output", type=Path, default=REPORT)
+    parser.add_argument(
+        "--answer-process",
+        action="store_true",
+        help="ask an answer service in a process of its own (as deployed: a pod per service) "
+        "that calls the other services in serve all, instead of serve all's own",
+    )
     args = parser.parse_args()
     args.burst = args.burst or [64, 128]
     # A stopped benchmark stops the server it started.
@@ -493,8 +499,30 @@ def main() -> int:
                     f"in {loaded['seconds']:.0f} s",
                     file=sys.stderr,
                 )
-            report = asyncio.run(measure(address, questions, args))
+            target, answer = address, None
+            if args.answer_process:
+                answer_port = free_port()
+                target = f"127.0.0.1:{answer_port}"
+                downstream = ("LEXICAL", "SEMANTIC", "RERANK", "GENERATE")
+                answer_env = env | {f"ATTEST_ANSWER_{s}_ADDRESS": address for s in downstream}
+                answer_log = Path(tmp) / "answer.log"
+                answer_cmd = [sys.executable, "-m", "attest.cli", "serve", "answer"]
+                answer = subprocess.Popen(
+                    [*answer_cmd, "--insecure-dev", "--port", str(answer_port)],
+                    env=answer_env,
+                    stdout=answer_log.open("wb"),
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                if answer is not None:
+                    wait_serving(target, answer, 300, Path(tmp) / "answer.log")
+                report = asyncio.run(measure(target, questions, args))
+            finally:
+                if answer is not None:
+                    answer.terminate()
+                    answer.wait(timeout=60)
             report["ingest"] = loaded
+            report["topology"] = "answer process" if args.answer_process else "serve all"
         finally:
             server.terminate()
             try:
