@@ -130,3 +130,34 @@ def test_tracing_is_off_without_an_endpoint_and_the_request_id_rides_in_task_hea
     del Task.request.attest_request_id  # type: ignore[attr-defined]
     tracing._adopt_request_id(task=Task)
     assert context.request_id_var.get() is None
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 5])
+def test_every_allowed_number_of_attempts_gives_a_service_config_grpc_accepts(attempts):
+    import json
+    from concurrent import futures
+
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from attest.core.channels import service_config
+    from attest.core.settings import ClientSettings
+
+    config = service_config(
+        [("grpc.health.v1.Health", "Check")], ClientSettings(max_attempts=attempts)
+    )
+    policies = [m["retryPolicy"]["maxAttempts"] for m in config["methodConfig"]]
+    assert policies == ([] if attempts == 1 else [attempts])
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        options = [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]
+        with grpc.insecure_channel(f"127.0.0.1:{port}", options=options) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        server.stop(None)

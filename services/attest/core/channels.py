@@ -67,7 +67,9 @@ def service_config(
 ) -> dict[str, Any]:
     """gRPC service config retrying ``(service, method)`` pairs on transient codes."""
     method_config: list[dict[str, Any]] = []
-    if idempotent:
+    # One attempt means no retries: gRPC refuses a retry policy of fewer than
+    # two attempts (the whole service config with it), so none is sent.
+    if idempotent and settings.max_attempts > 1:
         method_config.append(
             {
                 "name": [{"service": service, "method": method} for service, method in idempotent],

@@ -206,7 +206,13 @@ class ClientSettings(StrictModel):
     timeout_seconds: float = Field(default=5.0, gt=0)
     keepalive_seconds: float = Field(default=30.0, gt=0)
     keepalive_timeout_seconds: float = Field(default=10.0, gt=0)
-    max_attempts: int = Field(default=4, ge=1, le=5)
+    max_attempts: int = Field(
+        default=4,
+        ge=1,
+        le=5,
+        description="Attempts of an idempotent call on UNAVAILABLE or RESOURCE_EXHAUSTED "
+        "(1: no retries; gRPC allows at most 5).",
+    )
     max_message_bytes: int = Field(default=64 * MiB, ge=1024)
     identity: ClientIdentity = Field(
         default=ClientIdentity(),
