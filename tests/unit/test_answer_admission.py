@@ -115,6 +115,7 @@ async def test_a_busy_reranker_holds_up_only_reranking() -> None:
     )
     request = answer_pb2.AskRequest(question="q", options=bm25_only())
     context: Any = None
+    before = _answer_metrics()
     first = asyncio.create_task(servicer.Ask(request, context))
     await until(lambda: servicer.backends.rerank_limiter.running == 1)
     # The reranker's one slot is taken and it has no queue: the next answer
@@ -129,6 +130,34 @@ async def test_a_busy_reranker_holds_up_only_reranking() -> None:
     fake.rerank_gate.set()
     assert not (await first).answer.degradations
     assert all(limiter.running == 0 for limiter in servicer.backends.limiters())
+    # Both answers are in the answer metrics; the skipped rerank is a degradation.
+    after = _answer_metrics()
+    assert {k: after[k] - before[k] for k in after} == {
+        "answered": 2,
+        "insufficient": 0,
+        "answers_timed": 2,
+        "bm25_timed": 2,
+        "rerank_timed": 1,  # the shed one skipped the stage
+        "rerank_degraded": 1,
+        "bm25_degraded": 0,
+    }
+
+
+def _answer_metrics() -> dict[str, float]:
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    return {
+        "answered": value("attest_answers_total", outcome="answered"),
+        "insufficient": value("attest_answers_total", outcome="insufficient"),
+        "answers_timed": value("attest_answer_seconds_count"),
+        "bm25_timed": value("attest_answer_stage_seconds_count", stage="retrieve_bm25"),
+        "rerank_timed": value("attest_answer_stage_seconds_count", stage="rerank"),
+        "rerank_degraded": value("attest_answer_degradations_total", stage="rerank"),
+        "bm25_degraded": value("attest_answer_degradations_total", stage="retrieve_bm25"),
+    }
 
 
 async def test_a_downstream_slot_wait_counts_against_the_stage_timeout() -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from google.protobuf.duration_pb2 import Duration
+from prometheus_client import Counter, Histogram
 
 from attest.answer.fusion import Ranked, fuse_with
 from attest.answer.options import Plan
@@ -156,6 +157,49 @@ class _Clock:
 
     def record(self, stage: answer_pb2.Stage.ValueType, seconds: float) -> None:
         self.timings.append((stage, seconds))
+
+
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+STAGE_SECONDS = Histogram(
+    "attest_answer_stage_seconds",
+    "Time an answer spent in each stage (retrieve_bm25, retrieve_dense, retrieve_kg, fuse, "
+    "rerank, generate, ...), answers that completed.",
+    ["stage"],
+    buckets=_SECONDS,
+)
+ANSWER_SECONDS = Histogram(
+    "attest_answer_seconds",
+    "Time from admission to the final answer, answers that completed.",
+    buckets=_SECONDS,
+)
+ANSWERS = Counter(
+    "attest_answers_total",
+    "Answers completed, by outcome: answered, or insufficient (the corpus does not say).",
+    ["outcome"],
+)
+DEGRADATIONS = Counter(
+    "attest_answer_degradations_total",
+    "Stages that an answer skipped or ran degraded (timeout, service down, shed), by stage.",
+    ["stage"],
+)
+
+
+def _stage_label(stage: answer_pb2.Stage.ValueType) -> str:
+    return answer_pb2.Stage.Name(stage).removeprefix("STAGE_").lower()
+
+
+def _record_metrics(
+    timings: Sequence[tuple[answer_pb2.Stage.ValueType, float]],
+    total_seconds: float,
+    degradations: Sequence[answer_pb2.Degradation],
+    insufficient: bool,
+) -> None:
+    for stage, seconds in timings:
+        STAGE_SECONDS.labels(_stage_label(stage)).observe(seconds)
+    for degradation in degradations:
+        DEGRADATIONS.labels(_stage_label(degradation.stage)).inc()
+    ANSWER_SECONDS.observe(total_seconds)
+    ANSWERS.labels("insufficient" if insufficient else "answered").inc()
 
 
 def _duration(seconds: float) -> Duration:
@@ -642,6 +686,8 @@ class AnswerPipeline:
     ) -> answer_pb2.Answer:
         order = {stage: n for n, stage in enumerate(answer_pb2.Stage.values())}
         timings = sorted(clock.timings, key=lambda t: order[t[0]])
+        total = time.perf_counter() - clock.started
+        _record_metrics(timings, total, degradations, insufficient)
         return answer_pb2.Answer(
             text=text,
             sentences=sentences,
@@ -651,7 +697,7 @@ class AnswerPipeline:
                 answer_pb2.StageTiming(stage=stage, duration=_duration(seconds))
                 for stage, seconds in timings
             ],
-            total=_duration(time.perf_counter() - clock.started),
+            total=_duration(total),
             degradations=degradations,
         )
 
