@@ -91,6 +91,7 @@ async def test_one_poison_item_fails_alone_and_the_state_survives_shutdown(
     # The poison item sits in the middle of a batch of the pipeline.
     lines.insert(17, poison)
     assembly = await assemble(IngestSettings(data_dir=tmp_path, batch_size=31))
+    before = _stage_items()
     try:
         assert assembly.inline is not None
         runner = assembly.inline.runner
@@ -109,6 +110,16 @@ async def test_one_poison_item_fails_alone_and_the_state_survives_shutdown(
         if stage == "EMBED":
             # Halved down to the poison item: about 2·log2(31) calls, not one per item.
             assert 2 <= encoder.calls <= 14
+        # The stage metrics count what left each stage.
+        after = _stage_items()
+        entered = 31 if stage == "EMBED" else 30
+        assert {k: after[k] - before[k] for k in after} == {
+            ("enrich", "ok"): entered,
+            ("embed", "ok"): 30,
+            ("embed", "failed"): entered - 30,
+            ("index", "ok"): 30,
+            ("index", "failed"): 0,
+        }
         sinks = assembly.core.sinks
         assert isinstance(sinks, LocalSinks)
         assert (await sinks.lexical.stats(TENANT)).documents == 30
@@ -142,3 +153,21 @@ async def test_one_poison_item_fails_alone_and_the_state_survives_shutdown(
         ingest_command, ["failures", job.job_id, "--data-dir", str(tmp_path), "--json"]
     )
     assert [json.loads(line)["code"] for line in listed.output.splitlines()] == [code]
+
+
+def _stage_items() -> dict[tuple[str, str], float]:
+    from prometheus_client import REGISTRY
+
+    return {
+        (stage, outcome): REGISTRY.get_sample_value(
+            "attest_ingest_stage_items_total", {"stage": stage, "outcome": outcome}
+        )
+        or 0.0
+        for stage, outcome in (
+            ("enrich", "ok"),
+            ("embed", "ok"),
+            ("embed", "failed"),
+            ("index", "ok"),
+            ("index", "failed"),
+        )
+    }

@@ -18,10 +18,13 @@ import contextvars
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from prometheus_client import Counter, Histogram
 
 from attest.core.common import Filters
 from attest.core.errors import (
@@ -74,6 +77,26 @@ class _Intake:
 
 
 # -- the stage executor ---------------------------------------------------------
+
+
+STAGE_SECONDS = Histogram(
+    "attest_ingest_stage_seconds",
+    "Time one batch spent in an ingest stage (enrich, embed, index).",
+    ["stage"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+STAGE_ITEMS = Counter(
+    "attest_ingest_stage_items_total",
+    "Items that left an ingest stage, by stage and outcome (ok, failed).",
+    ["stage", "outcome"],
+)
+
+
+def _stage_done(stage: str, began: float, ok: int, failed: int) -> None:
+    STAGE_SECONDS.labels(stage).observe(time.perf_counter() - began)
+    STAGE_ITEMS.labels(stage, "ok").inc(ok)
+    if failed:
+        STAGE_ITEMS.labels(stage, "failed").inc(failed)
 
 
 class StageRunner:
@@ -192,6 +215,7 @@ class StageRunner:
     ) -> list[Record]:
         """Enrich a batch. ``handoff`` gets the records (when there are any) before the
         progress is recorded: see ``embed``."""
+        began = time.perf_counter()
         indexes = [int(i) for i, _ in batch]
         kinds = {int(i): str(k) for i, k in batch}
         texts = self.store.items(job_id, indexes)
@@ -247,6 +271,7 @@ class StageRunner:
         if out and handoff is not None:
             handoff(out)
         self.store.mark(job_id, "enriched", [r["item"] for r in out])
+        _stage_done("enrich", began, len(out), len(indexes) - len(out))
         return out
 
     def embed(
@@ -261,6 +286,7 @@ class StageRunner:
         exist only in this process: the Celery task queues the index task there, and
         a worker that dies before that leaves the items unmarked and its task is
         delivered again."""
+        began = time.perf_counter()
         embedding = self.embedding
         good: list[Record] = []
         for r in records:
@@ -279,6 +305,7 @@ class StageRunner:
         if out and handoff is not None:
             handoff(out)
         self.store.mark(job_id, "embedded", [r["item"] for r in out])
+        _stage_done("embed", began, len(out), len(records) - len(out))
         return out
 
     def _embed_isolated(
@@ -352,6 +379,7 @@ class StageRunner:
                     code.value,
                     reason,
                 )
+                STAGE_ITEMS.labels("index", "failed").inc()
                 return
             log.warning(
                 "a batch of %d items of job %s failed to index (%s); indexing its halves apart",
@@ -364,6 +392,7 @@ class StageRunner:
             await self.index(job_id, tenant, records[half:])
 
     async def _index_batch(self, job_id: str, tenant: str, records: Sequence[Record]) -> None:
+        began = time.perf_counter()
         ids = [r["article"]["id"] for r in records]
         await asyncio.to_thread(self.store.registry_begin, job_id, tenant, ids)
         await self.sinks.index(tenant, records)
@@ -376,6 +405,7 @@ class StageRunner:
         }
         items = {int(r["item"]): (str(r["kind"]), len(r["passages"])) for r in records}
         await asyncio.to_thread(self.store.registry_commit, job_id, tenant, entries, sources, items)
+        _stage_done("index", began, len(records), 0)
 
 
 # -- the inline dispatcher --------------------------------------------------------
