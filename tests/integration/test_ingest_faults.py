@@ -268,14 +268,23 @@ def _ping(port: int) -> bool:
         return False
 
 
-def _retries(stack: Stack) -> int:
-    """Retries (after a transient failure) over every task of the job."""
+def _retried(stack: Stack) -> dict[str, int]:
+    """Task id -> retries after a transient failure, for each task that retried."""
     state = redis.Redis.from_url(stack.state)
     try:
         keys = [k.decode() for k in state.scan_iter(f"{PREFIX}delivery:*")]
     finally:
         state.close()
-    return sum(1 for k in keys if int(k.rsplit(":", 1)[1]) > 0)
+    out: dict[str, int] = {}
+    for key in keys:
+        task_id, retry = key.removeprefix(f"{PREFIX}delivery:").rsplit(":", 1)
+        out[task_id] = max(out.get(task_id, 0), int(retry))
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def _retries(stack: Stack) -> int:
+    """Retries (after a transient failure) over every task of the job."""
+    return sum(_retried(stack).values())
 
 
 @pytest.mark.timeout(1200)
@@ -312,9 +321,10 @@ def test_opensearch_restart_mid_job(tmp_path: Path, stack: Stack, how: str):
         restart = node.start()
         outage = time.monotonic() - down
         _assert_complete(stack, job_id, docs)
+        retried = _retried(stack)
         print(
-            f"{how}: node down {outage:.1f} s (restart {restart:.1f} s), "
-            f"{_retries(stack)} task retries"
+            f"{how}: {docs} documents, node down {outage:.1f} s (restart {restart:.1f} s), "
+            f"{len(retried)} tasks retried {sum(retried.values())} times"
         )
     finally:
         stack.stop()
