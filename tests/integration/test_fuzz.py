@@ -102,14 +102,26 @@ class Stack:
     def __post_init__(self) -> None:
         self.channel = grpc.insecure_channel(self.address)
 
-    def status(self, service: str) -> int | None:
-        try:
-            response = health_pb2_grpc.HealthStub(self.channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=5
-            )
-        except grpc.RpcError:
-            return None
-        return int(response.status)
+    def status(self, service: str, patience: float = 60.0) -> int | None:
+        """``service``'s health status; None when the server does not know it.
+
+        A server still busy with what the fuzzing started (ingest jobs, work
+        past its caller's deadline) on a loaded machine can answer late: a
+        check that times out or finds no connection is tried again for
+        ``patience`` seconds instead of being read as an unknown service (which
+        dropped its methods from the fuzzing) or as one not serving.
+        """
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        give_up = time.monotonic() + patience
+        while True:
+            try:
+                response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            except grpc.RpcError as err:
+                if err.code() == grpc.StatusCode.NOT_FOUND or time.monotonic() >= give_up:
+                    return None
+                time.sleep(0.5)
+                continue
+            return int(response.status)
 
 
 def stack_command(backend: str, port: int, data_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -141,7 +153,10 @@ def stack(
     s = Stack(request.param, f"127.0.0.1:{port}", process, log)
     try:
         wait_until(
-            lambda: s.status("attest.answer.v1.AnswerService") == 1 or process.poll() is not None,
+            lambda: (
+                s.status("attest.answer.v1.AnswerService", patience=0) == 1
+                or process.poll() is not None
+            ),
             600,
             "serve all",
         )
