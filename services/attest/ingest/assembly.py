@@ -134,7 +134,8 @@ async def assemble(
 
     from attest.ingest.knowledge import facts_hook
 
-    sinks.knowledge = facts_hook(settings.client)
+    if sinks.knowledge is None:
+        sinks.knowledge = facts_hook(settings.client)
     dispatcher: Dispatcher
     inline: InlineDispatcher | None = None
     if settings.mode == "celery":

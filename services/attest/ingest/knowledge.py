@@ -10,9 +10,8 @@ document had; ``FactsHook.delete`` stores an empty list for each deleted
 document, which removes its facts. Store is idempotent, so a retried index
 stage stores the same facts again.
 
-Extraction runs inline in the index stage of ingest's inline mode (the
-embedded stores or the stores' services); it has no queue of its own yet, and
-the Celery workers' sinks do not send facts.
+Extraction runs in the index stage, inline or in the Celery index task
+(whose sinks read the same variable); it has no queue of its own.
 """
 
 from __future__ import annotations

@@ -96,8 +96,12 @@ class GrpcSinks:
         )
         self.lexical = lexical_pb2_grpc.LexicalServiceStub(self._lexical_channel)
         self.semantic = semantic_pb2_grpc.SemanticServiceStub(self._semantic_channel)
-        # Personal-knowledge facts of what is indexed (attest.ingest.knowledge).
-        self.knowledge: FactsHook | None = None
+        # Personal-knowledge facts of what is indexed (attest.ingest.knowledge),
+        # when ATTEST_INGEST_KNOWLEDGE_ADDRESS is set: here, so that the Celery
+        # workers' index tasks send them too.
+        from attest.ingest.knowledge import facts_hook
+
+        self.knowledge: FactsHook | None = facts_hook(client)
 
     async def index(self, tenant: str, records: Sequence[Record]) -> None:
         if not records:
