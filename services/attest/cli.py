@@ -310,16 +310,42 @@ _register_groups()
     "answer (queued answer jobs).",
 )
 @click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
-def worker(queues: str, concurrency: int) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port: the pool processes' values summed, and "
+    "attest_pipeline_queue_depth of every queue.",
+)
+def worker(queues: str, concurrency: int, metrics_port: int | None) -> None:
     """Run a Celery worker for pipeline queues (settings from ATTEST_PIPELINE_*)."""
+    from attest.pipeline import metrics
+
+    if metrics_port is not None and not os.environ.get(metrics.MULTIPROC_DIR):
+        # prometheus_client picks its multiprocess mode when first imported
+        # (already done here): start again with the directory set.
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="attest-worker-metrics-")
+        os.environ[metrics.MULTIPROC_DIR] = os.environ[metrics.OWNED_DIR] = folder
+        os.execv(sys.executable, [sys.executable, "-m", "attest.cli", *sys.argv[1:]])  # noqa: S606
+    from celery import signals
+
+    from attest.answer.jobs import QUEUE as ANSWER_QUEUE
     from attest.core import tracing
-    from attest.pipeline.app import create_app
+    from attest.pipeline.app import QUEUES, create_app
     from attest.pipeline.settings import PipelineSettings
 
     settings = PipelineSettings()
     configure_logging(settings.logging)
     tracing.configure("worker")
     app = create_app(settings)
+    if metrics_port is not None:
+        metrics.remove_owned_dir_at_exit()
+        metrics.serve(metrics_port, settings.broker_url.get_secret_value(), [*QUEUES, ANSWER_QUEUE])
+        signals.worker_process_shutdown.connect(
+            lambda pid=None, **_: metrics.mark_process_dead(pid or os.getpid()), weak=False
+        )
     app.worker_main(
         ["worker", "--queues", queues, "--concurrency", str(concurrency), "--loglevel", "INFO"]
     )
