@@ -418,3 +418,23 @@ def test_tracing_is_off_by_default_and_reaches_every_process_when_configured() -
         assert ports == before | {4317}, policy
     with pytest.raises(RenderError, match="otlpEndpoint"):
         render("default", "tracing.otlpEndpoint=collector:4317")
+
+
+def test_workers_serve_metrics_where_the_scrapers_may_reach_them() -> None:
+    out = rendered("default")
+    workers = [n for n in out.names("Deployment") if "-worker-" in n]
+    assert workers
+    for name in workers:
+        container = out.container(name)
+        assert container["args"][-2:] == ["--metrics-port", "9090"]
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+        pod = out.get("Deployment", name)["spec"]["template"]["metadata"]
+        assert pod["annotations"]["prometheus.io/port"] == "9090"
+        policy = out.get("NetworkPolicy", name)["spec"]
+        assert policy["ingress"] == [
+            {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [{"namespaceSelector": {}}]}
+        ]
+    off = rendered("default", "metrics.enabled=false")
+    for name in workers:
+        assert "--metrics-port" not in off.container(name)["args"]
+        assert off.get("NetworkPolicy", name)["spec"]["ingress"] == []
