@@ -787,16 +787,21 @@ def fuzzer(
 
 def print_table(backend: str, outcomes: Sequence[Outcome], elapsed: float) -> None:
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    seconds: collections.Counter[str] = collections.Counter()
     for o in outcomes:
-        counts[o.method.split("/")[1].rsplit(".", 1)[-1]][o.code] += 1
+        service = o.method.split("/")[1].rsplit(".", 1)[-1]
+        counts[service][o.code] += 1
+        seconds[service] += o.seconds
     codes = sorted({c for per in counts.values() for c in per})
     width = max(len(backend), *(len(s) for s in counts)) + 2
     cell = max(len(c) for c in codes) + 2
-    lines = [backend.ljust(width) + "".join(c.rjust(cell) for c in codes) + "total".rjust(8)]
+    header = "".join(c.rjust(cell) for c in codes) + "total".rjust(8) + "seconds".rjust(10)
+    lines = [backend.ljust(width) + header]
     for service in sorted(counts):
         per = counts[service]
         cells = "".join(str(per.get(c, 0)).rjust(cell) for c in codes)
-        lines.append(service.ljust(width) + cells + str(sum(per.values())).rjust(8))
+        total = str(sum(per.values())).rjust(8) + f"{seconds[service]:10.1f}"
+        lines.append(service.ljust(width) + cells + total)
     slowest = max(outcomes, key=lambda o: o.seconds)
     lines.append(
         f"{len(outcomes)} calls in {elapsed:.1f} s; slowest {slowest.method} "
