@@ -122,8 +122,14 @@ def test_fusion_methods_map_to_settings() -> None:
         got = fusion(method)
         assert got.method == name
         if configured.method == "linear":
-            # equal weights over the retrievers the model uses
-            used = {r for r in ("bm25", "dense", "kg", "kg_enhanced") if configured.weight(r)}
+            # equal weights over the retrievers the model uses (the knowledge
+            # retriever, never fitted, among them: see FusionSettings.features_of)
+            used = {
+                r
+                for r in ("bm25", "dense", "kg", "kg_enhanced", "knowledge")
+                if configured.weight(r)
+            }
+            assert "knowledge" in used
             assert dict(got.weights) == dict.fromkeys(used, 1.0)
             assert got.weight("kg") == (1.0 if "kg" in used else 0.0)
         else:

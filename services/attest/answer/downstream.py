@@ -19,6 +19,7 @@ from attest.core.channels import create_channel
 from attest.core.context import tenant_var
 from attest.core.errors import AttestError, DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+from attest.knowledge.v1 import knowledge_pb2, knowledge_pb2_grpc
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.rerank.v1 import rerank_pb2, rerank_pb2_grpc
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
@@ -28,6 +29,7 @@ T = TypeVar("T")
 LEXICAL = "attest.lexical.v1.LexicalService"
 SEMANTIC = "attest.semantic.v1.SemanticService"
 RERANK = "attest.rerank.v1.RerankService"
+KNOWLEDGE = "attest.knowledge.v1.KnowledgeService"
 
 
 def translate(service: str, err: grpc.aio.AioRpcError) -> AttestError:
@@ -48,7 +50,7 @@ async def _call(service: str, call: Awaitable[T]) -> T:
 
 
 class GrpcBackends:
-    """Stubs of the four services the answer pipeline calls; channels open on first use.
+    """Stubs of the services the answer pipeline calls; channels open on first use.
 
     Every call names the tenant it acts for: ``tenant`` (a queued job's), else
     the tenant of the request being served, so that lexical and semantic search,
@@ -79,6 +81,7 @@ class GrpcBackends:
             (SEMANTIC, "Embed"),
             (SEMANTIC, "GetVectors"),
             (RERANK, "Rerank"),
+            (KNOWLEDGE, "Search"),
         ]
 
     async def lexical_search(
@@ -139,6 +142,17 @@ class GrpcBackends:
         )
         return await _call(
             "rerank", stub.Rerank(request, timeout=seconds, metadata=self._metadata())
+        )
+
+    async def knowledge_search(
+        self, request: knowledge_pb2.SearchRequest, seconds: float
+    ) -> knowledge_pb2.SearchResponse:
+        address = self._settings.knowledge_address
+        if address is None:
+            raise Unavailable("no knowledge service is configured (knowledge_address)")
+        stub = knowledge_pb2_grpc.KnowledgeServiceStub(self._channel(address, self._read_only()))
+        return await _call(
+            "knowledge", stub.Search(request, timeout=seconds, metadata=self._metadata())
         )
 
     async def generate(

@@ -48,7 +48,12 @@ FEATURES = ("rank", "score", "found")
 RRF_K = 60
 DEFAULT_SETTINGS_PATH = Path(__file__).with_name("fusion.json")
 # The retrievers a settings file may name.
-RETRIEVER_NAMES = ("bm25", "dense", "kg", "kg_enhanced")
+RETRIEVER_NAMES = ("bm25", "dense", "kg", "kg_enhanced", "knowledge")
+# The retrievers ``attest eval tune-fusion`` fits: a linear model without
+# features for one of them gave it no weight. Any other retriever (the
+# knowledge retriever) was never part of a fit: without features of its own
+# it takes the mean of the fitted retrievers' features (see ``features_of``).
+FITTED_RETRIEVERS = ("bm25", "dense", "kg", "kg_enhanced")
 # Larger weights only overflow: scores are sums of weight x score in [0, 1].
 MAX_WEIGHT = 1e6
 
@@ -113,10 +118,28 @@ class FusionSettings:
         if self.method == "linear" and not self.features:
             raise FusionSettingsError("the linear method needs fitted features")
 
+    def features_of(self, name: str) -> Mapping[str, float]:
+        """A linear model's feature weights of one retriever.
+
+        A retriever the fit considered (``FITTED_RETRIEVERS``) and left out
+        has none. One no fit considered and the file does not name (the
+        knowledge retriever) takes the mean, per feature, of the retrievers
+        with features: it counts like a typical fitted retriever rather than
+        not at all, until a fit over judged queries gives it weights.
+        """
+        if name in self.features or name in FITTED_RETRIEVERS:
+            return self.features.get(name, {})
+        fitted = [f for f in self.features.values() if any(f.values())]
+        if not fitted:
+            return {}
+        return {
+            feature: sum(f.get(feature, 0.0) for f in fitted) / len(fitted) for feature in FEATURES
+        }
+
     def weight(self, name: str) -> float:
         """How much a retriever counts; a linear model counts those it has features for."""
         if self.method == "linear":
-            return 1.0 if any(self.features.get(name, {}).values()) else 0.0
+            return 1.0 if any(self.features_of(name).values()) else 0.0
         return float(self.weights.get(name, self.default_weight))
 
     def describe(self) -> dict[str, Any]:
@@ -241,7 +264,7 @@ def _distribution_scores(ranked: Ranked) -> dict[Hashable, float]:
 
 def _linear_scores(ranked: Ranked, settings: FusionSettings) -> dict[Hashable, float]:
     """The linear model's part for one list: its features of each key, weighted."""
-    w = settings.features.get(ranked.name, {})
+    w = settings.features_of(ranked.name)
     rank = _rrf_scores(ranked, settings.rrf_k)
     score = _distribution_scores(ranked)
     k = settings.rrf_k

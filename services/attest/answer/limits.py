@@ -21,6 +21,7 @@ from attest.answer.settings import AnswerLimits, DownstreamLimit
 from attest.core.admission import Limiter
 from attest.core.errors import DeadlineExceeded, ResourceExhausted, Unavailable
 from attest.generate.v1 import generate_pb2
+from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
 from attest.semantic.v1 import semantic_pb2
@@ -58,6 +59,7 @@ class LimitedBackends:
         self.explain_limiter = _limiter("explain", d.explain, cap)
         self.rerank_limiter = _limiter("rerank", d.rerank, cap)
         self.generate_limiter = _limiter("generate", d.generate, cap)
+        self.knowledge_limiter = _limiter("knowledge", d.knowledge, cap)
 
     def limiters(self) -> list[Limiter]:
         return [
@@ -66,6 +68,7 @@ class LimitedBackends:
             self.explain_limiter,
             self.rerank_limiter,
             self.generate_limiter,
+            self.knowledge_limiter,
         ]
 
     async def lexical_search(
@@ -103,6 +106,12 @@ class LimitedBackends:
     ) -> rerank_pb2.RerankResponse:
         async with _admitted(self.rerank_limiter, seconds) as left:
             return await self.inner.rerank(request, left)
+
+    async def knowledge_search(
+        self, request: knowledge_pb2.SearchRequest, seconds: float
+    ) -> knowledge_pb2.SearchResponse:
+        async with _admitted(self.knowledge_limiter, seconds) as left:
+            return await self.inner.knowledge_search(request, left)
 
     async def generate(
         self, request: generate_pb2.AnswerRequest, seconds: float

@@ -24,6 +24,18 @@ DEFAULT_RETRIEVERS = (
     common_pb2.RETRIEVER_DENSE,
     common_pb2.RETRIEVER_KG_ENHANCED,
 )
+# The retrievers served by the semantic service.
+SEMANTIC_RETRIEVERS = frozenset(
+    {common_pb2.RETRIEVER_DENSE, common_pb2.RETRIEVER_KG, common_pb2.RETRIEVER_KG_ENHANCED}
+)
+
+
+def default_retrievers(settings: AnswerSettings) -> tuple[common_pb2.Retriever.ValueType, ...]:
+    """What an empty list of retrievers means: BM25, dense and KG_ENHANCED, and the
+    knowledge retriever where a knowledge service is configured."""
+    if settings.knowledge_address is None:
+        return DEFAULT_RETRIEVERS
+    return (*DEFAULT_RETRIEVERS, common_pb2.RETRIEVER_KNOWLEDGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +62,7 @@ class Plan:
 
     @property
     def semantic_retrievers(self) -> tuple[common_pb2.Retriever.ValueType, ...]:
-        return tuple(r for r in self.retrievers if r != common_pb2.RETRIEVER_BM25)
+        return tuple(r for r in self.retrievers if r in SEMANTIC_RETRIEVERS)
 
 
 def _range(value: int, low: int, high: int, field: str) -> None:
@@ -101,12 +113,18 @@ def validate(
         )
 
     retrieval = options.retrieval
-    retrievers = tuple(retrieval.retrievers) or DEFAULT_RETRIEVERS
+    retrievers = tuple(retrieval.retrievers) or default_retrievers(settings)
     seen: set[int] = set()
     for i, r in enumerate(retrievers):
         field = f"options.retrieval.retrievers[{i}]"
         if r not in common_pb2.Retriever.values() or r == common_pb2.RETRIEVER_UNSPECIFIED:
             raise InvalidArgument(f"unknown or unspecified retriever {r}", field=field)
+        if r == common_pb2.RETRIEVER_KNOWLEDGE and settings.knowledge_address is None:
+            raise InvalidArgument(
+                "RETRIEVER_KNOWLEDGE is not available: this server has no knowledge service "
+                "(ATTEST_ANSWER_KNOWLEDGE_ADDRESS is unset)",
+                field=field,
+            )
         if r in seen:
             raise InvalidArgument(
                 f"{common_pb2.Retriever.Name(r)} is listed twice", field="options.retrieval"

@@ -1,6 +1,7 @@
 """The answer pipeline, defined once for Ask, AskStream and queued jobs.
 
-retrieve (BM25 ∥ dense ∥ KG path scores, each with its own timeout) → fuse
+retrieve (BM25 ∥ dense ∥ KG path scores ∥ personal knowledge facts, each with
+its own timeout) → fuse
 (RRF or weighted) → rerank documents and their passages → generate (summaries,
 answer, a 0-10 confidence per citation, re-search of weak sentences through
 the same retrievers) → final answer with per-stage timings.
@@ -31,6 +32,7 @@ from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate.v1 import generate_pb2
+from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
 from attest.semantic.v1 import semantic_pb2
@@ -45,7 +47,12 @@ RETRIEVER_NAMES = {
     common_pb2.RETRIEVER_DENSE: "dense",
     common_pb2.RETRIEVER_KG: "kg",
     common_pb2.RETRIEVER_KG_ENHANCED: "kg_enhanced",
+    common_pb2.RETRIEVER_KNOWLEDGE: "knowledge",
 }
+# The lists a semantic service answered (its stored vectors can then be fetched).
+_SEMANTIC_NAMES = frozenset({"dense", "kg", "kg_enhanced"})
+# Passage hits searched when looking up the passage a knowledge fact came from.
+FACT_PASSAGE_LOOKUP_TOP_K = 50
 # Passages per document handed to the reranker (its default per-document limit).
 RERANK_PASSAGES = 8
 
@@ -87,6 +94,10 @@ class Backends(Protocol):
     def generate(
         self, request: generate_pb2.AnswerRequest, seconds: float
     ) -> AsyncIterator[generate_pb2.AnswerResponse]: ...
+
+    async def knowledge_search(
+        self, request: knowledge_pb2.SearchRequest, seconds: float
+    ) -> knowledge_pb2.SearchResponse: ...
 
 
 @dataclass
@@ -236,7 +247,7 @@ class AnswerPipeline:
         kept = [c for c in kept if c.passage_list()]
 
         # Stored vectors are fetched only from a semantic service that just answered.
-        semantic_answered = any(r.name != RETRIEVER_NAMES[common_pb2.RETRIEVER_BM25] for r in lists)
+        semantic_answered = any(r.name in _SEMANTIC_NAMES for r in lists)
         sources = await self._rerank(
             plan, clock, kept, degradations, question, stored_vectors=semantic_answered
         )
@@ -393,10 +404,75 @@ class AnswerPipeline:
                 RETRIEVER_NAMES[retriever], [(h.doc_id, h.score) for h in responses[0].hits]
             )
 
+        async def knowledge() -> Ranked:
+            # The personal base only: a fact of the ESG graph has no document
+            # to cite. Each fact stands for the passage it was extracted from.
+            limit = clock.timeout(timeout, "knowledge retrieval")
+            until = time.monotonic() + limit
+            response = await self.backends.knowledge_search(
+                knowledge_pb2.SearchRequest(
+                    query=plan.question,
+                    top_k=min(self.settings.knowledge_top_k, plan.top_k_per_retriever),
+                    knowledge_bases=[knowledge_pb2.KNOWLEDGE_BASE_PERSONAL],
+                ),
+                limit,
+            )
+            found = fact_passages(response.facts)
+            if not found:
+                return Ranked("knowledge", [])
+            # The passage's own text, looked up through the lexical service
+            # under the same tenant and filters as BM25: the generator cites
+            # the passage, never the fact's wording, and a passage outside the
+            # filters (or no longer indexed) is not found and not used.
+            left = until - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded("the knowledge retrieval's time went to the search")
+            lookups = await asyncio.gather(
+                *(
+                    self.backends.lexical_search(
+                        lexical_pb2.SearchRequest(
+                            query=statement,
+                            top_k=FACT_PASSAGE_LOOKUP_TOP_K,
+                            filters=plan.filters,
+                            level=lexical_pb2.SEARCH_LEVEL_PASSAGE,
+                        ),
+                        clock.timeout(left, "looking up the passages of knowledge facts"),
+                    )
+                    for (_, _), (statement, _) in found.items()
+                )
+            )
+            items: list[tuple[str, float]] = []
+            scored: set[str] = set()
+            for rank, (((doc_id, index), (_, score)), looked_up) in enumerate(
+                zip(found.items(), lookups, strict=True)
+            ):
+                hit = next(
+                    (h for h in looked_up.hits if h.doc_id == doc_id and h.passage_index == index),
+                    None,
+                )
+                if hit is None or not hit.text.strip():
+                    log.info("passage %s#%d of a knowledge fact not found; skipped", doc_id, index)
+                    continue
+                c = candidate(doc_id)
+                c.add_passage(index, hit.text, rank)
+                c.title = c.title or hit.title
+                c.source_url = c.source_url or hit.source_url
+                if c.published_at is None and hit.HasField("published_at"):
+                    c.published_at = hit.published_at
+                if doc_id not in scored:
+                    scored.add(doc_id)
+                    items.append((doc_id, score))
+            return Ranked("knowledge", items)
+
         jobs: list[tuple[answer_pb2.Stage.ValueType, str, Awaitable[Ranked]]] = []
         for r in plan.retrievers:
             if r == common_pb2.RETRIEVER_BM25:
                 jobs.append((answer_pb2.STAGE_RETRIEVE_BM25, "lexical", bm25()))
+            elif r == common_pb2.RETRIEVER_KNOWLEDGE:
+                # The answer's stages have no knowledge stage of their own: its
+                # time and its degradation are reported under STAGE_RETRIEVE_KG,
+                # the reason naming the knowledge service.
+                jobs.append((answer_pb2.STAGE_RETRIEVE_KG, "knowledge", knowledge()))
             elif r == common_pb2.RETRIEVER_DENSE:
                 jobs.append((answer_pb2.STAGE_RETRIEVE_DENSE, "semantic", semantic(r)))
             else:
@@ -700,6 +776,53 @@ class AnswerPipeline:
             total=_duration(total),
             degradations=degradations,
         )
+
+
+def fact_provenance(fact: knowledge_pb2.Fact) -> tuple[str, int] | None:
+    """(document id, passage index) a personal fact was extracted from, or None
+    for a fact without a passage (an ESG graph fact, a fact stored without one)."""
+    kind = fact.WhichOneof("fact")
+    if kind is None:
+        return None
+    inner = getattr(fact, kind)
+    if inner.knowledge_base != knowledge_pb2.KNOWLEDGE_BASE_PERSONAL or not inner.source_doc_id:
+        return None
+    if not inner.HasField("provenance") or inner.provenance.passage_index < 0:
+        return None
+    return inner.source_doc_id, inner.provenance.passage_index
+
+
+def fact_statement(fact: knowledge_pb2.Fact) -> str:
+    """A fact in words: the text its passage is looked up by."""
+    kind = fact.WhichOneof("fact")
+    if kind == "description":
+        return f"{fact.description.entity.name} {fact.description.text}"
+    if kind == "triple":
+        t = fact.triple
+        other = t.object_entity.name if t.HasField("object_entity") else t.object_value
+        return f"{t.subject.name} {t.relation} {other}"
+    if kind == "aspect_fact":
+        a = fact.aspect_fact
+        return f"{a.entity.name} {a.aspect} {a.value}"
+    return ""
+
+
+def fact_passages(
+    facts: Sequence[knowledge_pb2.Fact],
+) -> dict[tuple[str, int], tuple[str, float]]:
+    """The passages personal facts came from, in the facts' order, each once:
+    (document id, passage index) -> (the first fact's statement, the best fact score)."""
+    out: dict[tuple[str, int], tuple[str, float]] = {}
+    for fact in facts:
+        key = fact_provenance(fact)
+        statement = fact_statement(fact)[:4096]
+        if key is None or not statement.strip():
+            continue
+        if key in out:
+            out[key] = (out[key][0], max(out[key][1], fact.score))
+        else:
+            out[key] = (statement, fact.score)
+    return out
 
 
 def best_path(explained: semantic_pb2.ExplainResponse) -> common_pb2.KgPath | None:

@@ -1,7 +1,8 @@
 """Settings of the answer service (environment prefix ``ATTEST_ANSWER_``).
 
 The answer service owns no index: it calls the lexical, semantic, rerank and
-generate services, each at its own address with its own per-stage timeout.
+generate services (and, when configured, the knowledge service), each at its
+own address with its own per-stage timeout.
 Every timeout is further capped by what is left of the request's budget.
 """
 
@@ -75,6 +76,11 @@ class DownstreamLimits(StrictModel):
     )
     rerank: DownstreamLimit = DownstreamLimit(max_in_flight=4, max_waiting=16)
     generate: DownstreamLimit = DownstreamLimit(max_in_flight=4, max_waiting=16)
+    knowledge: DownstreamLimit = Field(
+        default=DownstreamLimit(max_in_flight=8, max_waiting=32),
+        description="Knowledge searches (the knowledge retriever); the lookups of their "
+        "passages are lexical searches.",
+    )
 
 
 class AnswerLimits(StrictModel):
@@ -144,6 +150,20 @@ class AnswerSettings(ServiceSettings):
     semantic_address: str = Field(default="127.0.0.1:50053", description="Semantic HOST:PORT.")
     rerank_address: str = Field(default="127.0.0.1:50056", description="Rerank HOST:PORT.")
     generate_address: str = Field(default="127.0.0.1:50057", description="Generate HOST:PORT.")
+    knowledge_address: str | None = Field(
+        default=None,
+        description="Knowledge HOST:PORT. Set: the knowledge retriever (facts of the caller's "
+        "personal knowledge base, cited as the passages they came from) is one of the default "
+        "retrievers. Unset: there is no knowledge retriever, and a request naming "
+        "RETRIEVER_KNOWLEDGE is INVALID_ARGUMENT.",
+    )
+    knowledge_top_k: int = Field(
+        default=20,
+        ge=1,
+        le=100,
+        description="Facts the knowledge retriever asks for (never more than the request's "
+        "top_k_per_retriever); each distinct passage among them costs one lexical lookup.",
+    )
     client: ClientSettings = ClientSettings(max_attempts=2)
     timeouts: StageTimeouts = StageTimeouts()
     defaults: AnswerDefaults = AnswerDefaults()
@@ -155,6 +175,11 @@ class AnswerSettings(ServiceSettings):
         "tune-fusion`); None uses the settings shipped with Attest. Used when a request leaves "
         "options.retrieval.fusion unset; WEIGHTED and DBSF take its weights, RRF is plain.",
     )
+
+    @field_validator("knowledge_address")
+    @classmethod
+    def _empty_knowledge_address_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
     @field_validator("fusion_settings")
     @classmethod

@@ -80,6 +80,13 @@ class _RetrieverEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Retriever.V
     """KG path scoring with the article headline as the article's only attribute."""
     RETRIEVER_KG_ENHANCED: _Retriever.ValueType  # 4
     """KG path scoring with headline, summary and organizations as the article's attributes."""
+    RETRIEVER_KNOWLEDGE: _Retriever.ValueType  # 5
+    """Facts of the caller's personal knowledge base found by the knowledge
+    service's Search; each fact stands for the document passage it was
+    extracted from. Available only where the server is configured with a
+    knowledge service (part of the default retrievers there); requesting it
+    elsewhere is INVALID_ARGUMENT.
+    """
 
 class Retriever(_Retriever, metaclass=_RetrieverEnumTypeWrapper):
     """A first-stage retriever."""
@@ -94,6 +101,13 @@ RETRIEVER_KG: Retriever.ValueType  # 3
 """KG path scoring with the article headline as the article's only attribute."""
 RETRIEVER_KG_ENHANCED: Retriever.ValueType  # 4
 """KG path scoring with headline, summary and organizations as the article's attributes."""
+RETRIEVER_KNOWLEDGE: Retriever.ValueType  # 5
+"""Facts of the caller's personal knowledge base found by the knowledge
+service's Search; each fact stands for the document passage it was
+extracted from. Available only where the server is configured with a
+knowledge service (part of the default retrievers there); requesting it
+elsewhere is INVALID_ARGUMENT.
+"""
 Global___Retriever: _TypeAlias = Retriever  # noqa: Y015
 
 class _FusionMethod:
@@ -634,7 +648,8 @@ class RetrievalOptions(_message.Message):
     @_builtins.property
     def retrievers(self) -> _containers.RepeatedScalarFieldContainer[Global___Retriever.ValueType]:
         """Retrievers to run in parallel, each at most once. Empty means the server
-        default: BM25, dense and KG_ENHANCED.
+        default: BM25, dense and KG_ENHANCED, and KNOWLEDGE where the server has
+        a knowledge service.
         """
 
     @_builtins.property
