@@ -100,8 +100,9 @@ def _knowledge() -> tuple[Servicer, ServerSettings, LoggingSettings]:
 
 
 SERVICES["knowledge"] = _knowledge
-# Served on their own, not by `serve all`: answers do not call the knowledge
-# service yet, and `all` should not pay for loading what nothing uses.
+# Served by `serve all` only with --knowledge: the knowledge service loads its
+# own encoder and graph, and with it ingestion extracts facts and answers gain
+# a retriever, so `all` runs it only when asked.
 STANDALONE = frozenset({"knowledge"})
 
 
@@ -113,15 +114,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _one_process(port: int | None, embedded: bool, secured: bool) -> tuple[int, dict[str, Any]]:
+def _one_process(
+    port: int | None, embedded: bool, secured: bool, knowledge: bool = False
+) -> tuple[int, dict[str, Any]]:
     """Point every service of ``serve all`` at this process; returns the port to listen
     on and the server settings that go with it.
 
     Each service then reaches the others through this process (ingest writes
     through the in-process lexical and semantic services instead of opening
     the stores a second time), and with ``embedded`` every store is embedded.
-    With authentication (``secured``) they meet on a second, internal listener
-    on loopback, under a service key made for this process only.
+    With ``knowledge`` ingestion sends facts to the knowledge service here and
+    answers use it as a retriever. With authentication (``secured``) they meet
+    on a second, internal listener on loopback, under a service key made for
+    this process only.
     """
     from attest.answer.settings import AnswerSettings
 
@@ -160,6 +165,9 @@ def _one_process(port: int | None, embedded: bool, secured: bool) -> tuple[int, 
         "ATTEST_INGEST_SEMANTIC_ADDRESS",
     ):
         os.environ[name] = here
+    if knowledge:
+        os.environ["ATTEST_ANSWER_KNOWLEDGE_ADDRESS"] = here
+        os.environ["ATTEST_INGEST_KNOWLEDGE_ADDRESS"] = here
     if embedded:
         os.environ["ATTEST_LEXICAL_BACKEND"] = "tantivy"
         os.environ["ATTEST_SEMANTIC_STORE"] = "edge"
@@ -184,6 +192,13 @@ def main() -> None:
     help="With `all`: embedded backends (tantivy, Qdrant engine, inline ingestion).",
 )
 @click.option(
+    "--knowledge",
+    "with_knowledge",
+    is_flag=True,
+    help="With `all`: run the knowledge service too; ingestion extracts facts into the "
+    "personal knowledge base and answers retrieve them (RETRIEVER_KNOWLEDGE).",
+)
+@click.option(
     "--insecure-dev",
     is_flag=True,
     help="No authentication (every caller is tenant `default` with every scope); binds "
@@ -203,6 +218,7 @@ def serve(
     port: int | None,
     data_dir: Path | None,
     embedded: bool,
+    with_knowledge: bool,
     insecure_dev: bool,
     model: str,
 ) -> None:
@@ -222,6 +238,8 @@ def serve(
         os.environ["ATTEST_DATA_DIR"] = str(data_dir)
     if embedded and service != "all":
         raise click.UsageError("--embedded applies to `serve all`")
+    if with_knowledge and service != "all":
+        raise click.UsageError("--knowledge applies to `serve all`")
     from attest.core import tracing
 
     # Before the servicers exist: a Celery app they create is traced too.
@@ -239,9 +257,12 @@ def serve(
             # dev mode on loopback; a deployment runs each service on its own.
             secured = authenticated(AnswerSettings().server)
             insecure_dev = insecure_dev or not secured
-            port, overrides = _one_process(port, embedded, secured and not insecure_dev)
+            port, overrides = _one_process(
+                port, embedded, secured and not insecure_dev, with_knowledge
+            )
+        standalone = STANDALONE - {"knowledge"} if with_knowledge else STANDALONE
         names = (
-            [name for name in SERVICES if name not in STANDALONE] if service == "all" else [service]
+            [name for name in SERVICES if name not in standalone] if service == "all" else [service]
         )
         built = [SERVICES[name]() for name in names]
     except ValidationError as exc:
