@@ -5,7 +5,8 @@ knowledge service's Search returns personal facts with their provenance
 (and an ESG graph fact, which has no document); the lexical service holds
 the passages the facts were extracted from. The passage a fact points at
 goes through fusion, reranking and generation like any other and is cited
-with its document id and passage index; a knowledge service that is down,
+with its document id and passage index, the fact it came from attached as
+its provenance (and printed by `attest ask`); a knowledge service that is down,
 slow or shed costs the answer that retriever only. A loopback gRPC server
 checks that the knowledge search carries the caller's tenant.
 """
@@ -19,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
+from attest.answer.commands import render_answer
 from attest.answer.downstream import GrpcBackends
 from attest.answer.fusion import load_fusion_settings
 from attest.answer.limits import LimitedBackends
@@ -226,6 +228,22 @@ async def test_a_passage_only_the_knowledge_retriever_finds_is_cited() -> None:
     cited = answer.sources[citation.source_index].source
     assert (cited.doc_id, cited.passage_index, cited.text) == ("esg-014", 2, PASSAGE)
     assert cited.title == "Marrowgate"
+    # The fact that led there is the source's provenance, with its offsets.
+    (fact,) = cited.facts
+    assert (fact.statement, fact.start_char, fact.end_char) == (
+        "Rosalind Achebe-Fry chair of Marrowgate Bank",
+        40,
+        96,
+    )
+    assert fact.score == pytest.approx(0.8)
+    # `attest ask` prints it under the cited source.
+    lines = list(render_answer(answer))
+    at = lines.index(f"  [{citation.source_index + 1}] esg-014 passage 2  Marrowgate")
+    assert lines[at + 1] == (
+        "      fact: Rosalind Achebe-Fry chair of Marrowgate Bank (characters 40-96)"
+    )
+    # Sources no fact led to carry none.
+    assert all(not s.source.facts for s in answer.sources if s.source.doc_id != "esg-014")
     # Fused by the shipped linear model, which has no fitted weight for it.
     assert answer.sources[citation.source_index].fused_score > 0
 

@@ -116,6 +116,8 @@ class _Candidate:
     fused: float | None = None
     # passage index -> (text, best retrieval rank)
     passages: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # passage index -> the personal facts that led the knowledge retriever to it
+    facts: dict[int, list[common_pb2.SourceFact]] = field(default_factory=dict)
 
     def add_passage(self, index: int, text: str, rank: int) -> None:
         if text.strip() and (index not in self.passages or self.passages[index][1] > rank):
@@ -418,6 +420,7 @@ class AnswerPipeline:
                 limit,
             )
             found = fact_passages(response.facts)
+            provenance = facts_by_passage(response.facts)
             if not found:
                 return Ranked("knowledge", [])
             # The passage's own text, looked up through the lexical service
@@ -455,6 +458,7 @@ class AnswerPipeline:
                     continue
                 c = candidate(doc_id)
                 c.add_passage(index, hit.text, rank)
+                c.facts[index] = provenance[(doc_id, index)]
                 c.title = c.title or hit.title
                 c.source_url = c.source_url or hit.source_url
                 if c.published_at is None and hit.HasField("published_at"):
@@ -509,6 +513,7 @@ class AnswerPipeline:
             title=c.title,
             text=text,
             source_url=c.source_url,
+            facts=c.facts.get(passage_index, []),
         )
         if c.published_at is not None:
             source.published_at.CopyFrom(c.published_at)  # type: ignore[arg-type]
@@ -812,16 +817,32 @@ def fact_passages(
 ) -> dict[tuple[str, int], tuple[str, float]]:
     """The passages personal facts came from, in the facts' order, each once:
     (document id, passage index) -> (the first fact's statement, the best fact score)."""
-    out: dict[tuple[str, int], tuple[str, float]] = {}
+    return {
+        key: (found[0].statement, max(f.score for f in found))
+        for key, found in facts_by_passage(facts).items()
+    }
+
+
+def facts_by_passage(
+    facts: Sequence[knowledge_pb2.Fact],
+) -> dict[tuple[str, int], list[common_pb2.SourceFact]]:
+    """Personal facts with a passage, grouped by (document id, passage index) in the
+    facts' order, each as a source's provenance."""
+    out: dict[tuple[str, int], list[common_pb2.SourceFact]] = {}
     for fact in facts:
         key = fact_provenance(fact)
         statement = fact_statement(fact)[:4096]
         if key is None or not statement.strip():
             continue
-        if key in out:
-            out[key] = (out[key][0], max(out[key][1], fact.score))
-        else:
-            out[key] = (statement, fact.score)
+        provenance = getattr(fact, str(fact.WhichOneof("fact"))).provenance
+        out.setdefault(key, []).append(
+            common_pb2.SourceFact(
+                statement=statement,
+                start_char=provenance.start_char,
+                end_char=provenance.end_char,
+                score=fact.score,
+            )
+        )
     return out
 
 

@@ -372,6 +372,7 @@ class Source(_message.Message):
     SOURCE_URL_FIELD_NUMBER: _builtins.int
     PUBLISHED_AT_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
+    FACTS_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document the source comes from."""
     passage_index: _builtins.int
@@ -390,6 +391,13 @@ class Source(_message.Message):
     def published_at(self) -> _timestamp_pb2.Timestamp:
         """Publication time of the document; unset when unknown."""
 
+    @_builtins.property
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SourceFact]:
+        """Facts of the caller's personal knowledge base extracted from this passage
+        that brought the knowledge retriever to it, best first; empty for other
+        sources. Provenance for the reader: the generator ignores it.
+        """
+
     def __init__(
         self,
         *,
@@ -400,14 +408,55 @@ class Source(_message.Message):
         source_url: _builtins.str = ...,
         published_at: _timestamp_pb2.Timestamp | None = ...,
         summary: _builtins.str = ...,
+        facts: _abc.Iterable[Global___SourceFact] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "passage_index", b"passage_index", "published_at", b"published_at", "source_url", b"source_url", "summary", b"summary", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "facts", b"facts", "passage_index", b"passage_index", "published_at", b"published_at", "source_url", b"source_url", "summary", b"summary", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Source: _TypeAlias = Source  # noqa: Y015
+
+@_typing.final
+class SourceFact(_message.Message):
+    """A personal knowledge fact as the provenance of a source."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATEMENT_FIELD_NUMBER: _builtins.int
+    START_CHAR_FIELD_NUMBER: _builtins.int
+    END_CHAR_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    statement: _builtins.str
+    """The fact in words: "subject relation object", "entity aspect value" or
+    "entity description".
+    """
+    start_char: _builtins.int
+    """Start of the statement in the document's body, in characters."""
+    end_char: _builtins.int
+    """End of the statement in the document's body (exclusive); 0 with
+    start_char 0 when unknown.
+    """
+    score: _builtins.float
+    """The knowledge service's relevance of the fact to the question (cosine
+    similarity in [-1, 1]; comparable within one answer only).
+    """
+    def __init__(
+        self,
+        *,
+        statement: _builtins.str = ...,
+        start_char: _builtins.int = ...,
+        end_char: _builtins.int = ...,
+        score: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_char", b"end_char", "score", b"score", "start_char", b"start_char", "statement", b"statement"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SourceFact: _TypeAlias = SourceFact  # noqa: Y015
 
 @_typing.final
 class AnswerSentence(_message.Message):
