@@ -321,6 +321,19 @@ def test_only_personal_facts_with_a_passage_become_candidates() -> None:
     found = fact_passages([graph_fact(), chair_fact(), no_passage, again, other])
     assert list(found) == [("esg-014", 2), ("esg-025", 0)]
     assert found[("esg-014", 2)][1] == pytest.approx(0.95)
+    aspect = knowledge_pb2.Fact(
+        aspect_fact=knowledge_pb2.AspectFact(
+            entity=knowledge_pb2.EntityRef(name="Marrowgate Bank"),
+            aspect="board",
+            value="Shareholders voted to split the roles.",
+            knowledge_base=PERSONAL,
+            source_doc_id="esg-014",
+            provenance=knowledge_pb2.Provenance(passage_index=0, start_char=0, end_char=38),
+        )
+    )
+    assert fact_passages([aspect])[("esg-014", 0)][0] == (
+        "Marrowgate Bank, board: Shareholders voted to split the roles."
+    )
 
 
 def test_the_shipped_linear_fusion_weighs_knowledge_like_a_typical_fitted_retriever() -> None:

@@ -798,17 +798,18 @@ def fact_provenance(fact: knowledge_pb2.Fact) -> tuple[str, int] | None:
 
 
 def fact_statement(fact: knowledge_pb2.Fact) -> str:
-    """A fact in words: the text its passage is looked up by."""
+    """A fact in words, as shown under its source and as its passage is looked up
+    by: "subject relation object", "entity, aspect: value", "entity: description"."""
     kind = fact.WhichOneof("fact")
     if kind == "description":
-        return f"{fact.description.entity.name} {fact.description.text}"
+        return f"{fact.description.entity.name}: {fact.description.text}"
     if kind == "triple":
         t = fact.triple
         other = t.object_entity.name if t.HasField("object_entity") else t.object_value
         return f"{t.subject.name} {t.relation} {other}"
     if kind == "aspect_fact":
         a = fact.aspect_fact
-        return f"{a.entity.name} {a.aspect} {a.value}"
+        return f"{a.entity.name}, {a.aspect}: {a.value}"
     return ""
 
 

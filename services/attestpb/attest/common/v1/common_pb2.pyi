@@ -429,8 +429,8 @@ class SourceFact(_message.Message):
     END_CHAR_FIELD_NUMBER: _builtins.int
     SCORE_FIELD_NUMBER: _builtins.int
     statement: _builtins.str
-    """The fact in words: "subject relation object", "entity aspect value" or
-    "entity description".
+    """The fact in words: "subject relation object", "entity, aspect: value" or
+    "entity: description".
     """
     start_char: _builtins.int
     """Start of the statement in the document's body, in characters."""
