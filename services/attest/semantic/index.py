@@ -96,6 +96,7 @@ class SemanticIndex:
             settings.embedding_model,
             device=settings.embedding_device,
             batch_size=settings.embedding_batch_size,
+            backend=settings.embedding_backend,
         )
         self._store = store
         self._graph = graph
