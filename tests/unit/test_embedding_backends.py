@@ -75,6 +75,13 @@ def test_onnx_int8_stays_close_to_torch(cache: Path, torch_vectors: np.ndarray) 
     assert list((vectors @ torch_vectors.T).argmax(axis=1)) == list(range(len(TEXTS)))
 
 
+def test_only_int8_vectors_carry_another_model_name() -> None:
+    # Services refuse vectors whose model name differs from theirs; float32 ONNX
+    # vectors are torch's, int8 ones must not be mixed into a torch index.
+    assert Embedder(backend="onnx").name == Embedder().name == "all-MiniLM-L6-v2"
+    assert Embedder(backend="onnx-int8").name == "all-MiniLM-L6-v2+int8"
+
+
 def test_export_is_kept_in_the_cache_and_reused(cache: Path) -> None:
     model = Embedder()._model().model
     first, scratch = onnx_model_file(model, "onnx")

@@ -271,7 +271,11 @@ class Embedder:
 
     @property
     def name(self) -> str:
-        return "all-MiniLM-L6-v2" if self.model_name == PACKAGED_MINILM else self.model_name
+        base = "all-MiniLM-L6-v2" if self.model_name == PACKAGED_MINILM else self.model_name
+        # The name is what services compare before taking each other's vectors
+        # (IndexRequest.embedding_model and the like): float32 ONNX gives torch's
+        # vectors, int8 does not, so only int8 is a model of its own.
+        return f"{base}+int8" if self.backend == "onnx-int8" else base
 
     def warm_up(self) -> None:
         self._model()
