@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from attest.core.errors import FailedPrecondition
+from attest.ingest.settings import IngestSettings
 from attest.semantic.embedding import Embedder, onnx_model_file
 from attest.semantic.index import SemanticIndex
 from attest.semantic.settings import SemanticSettings
@@ -117,3 +118,9 @@ def test_semantic_settings_choose_the_backend(
     monkeypatch.setenv("ATTEST_SEMANTIC_EMBEDDING_BACKEND", "openvino")
     with pytest.raises(ValueError, match="embedding_backend"):
         SemanticSettings(data_dir=tmp_path)
+
+
+def test_ingest_embeds_with_the_configured_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert IngestSettings().embed.backend == "torch"
+    monkeypatch.setenv("ATTEST_INGEST_EMBED__BACKEND", "onnx-int8")
+    assert IngestSettings().embed.backend == "onnx-int8"

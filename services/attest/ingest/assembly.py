@@ -150,7 +150,7 @@ async def assemble(
             from attest.semantic.embedding import Embedder
 
             e = settings.embed
-            encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size)
+            encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size, backend=e.backend)
             await asyncio.to_thread(encoder.warm_up)
             graph = await asyncio.to_thread(load_graph, e.graph_path)
             embedding = Embedding.build(encoder, graph)

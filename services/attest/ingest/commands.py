@@ -428,7 +428,7 @@ async def run_doctor_services(
         from attest.semantic.embedding import Embedder
 
         e = settings.embed
-        encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size)
+        encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size, backend=e.backend)
         return Embedding.build(encoder, load_graph(e.graph_path))
 
     def runner() -> StageRunner:

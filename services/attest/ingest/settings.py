@@ -15,7 +15,7 @@ from attest.core.settings import (
     StrictModel,
     service_config,
 )
-from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM
+from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM, Backend
 
 
 class EnrichSettings(StrictModel):
@@ -48,6 +48,11 @@ class EmbedSettings(StrictModel):
     model: str = PACKAGED_MINILM
     device: str = "cpu"
     batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
+    backend: Backend = Field(
+        default="torch",
+        description="torch, onnx or onnx-int8: the semantic service's embedding_backend "
+        "(it refuses int8 vectors into a torch index and the other way round).",
+    )
     graph_path: Path | None = Field(
         default=None, description="ESG graph YAML; None uses the one shipped with Attest."
     )

@@ -79,7 +79,7 @@ class _Process:
         from attest.semantic.embedding import Embedder
 
         e = self.settings.embed
-        encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size)
+        encoder = Embedder(e.model, device=e.device, batch_size=e.batch_size, backend=e.backend)
         encoder.warm_up()
         return Embedding.build(encoder, load_graph(e.graph_path))
 
