@@ -1,8 +1,8 @@
 """The ONNX Runtime embedding backends against torch, on the packaged MiniLM.
 
-Exports the model once into a temporary cache directory (about 4 s for the
-float32 file and 3 s for the int8 one on 2 CPUs; the module takes about 15 s
-with the model's load).
+Exports the model once into a temporary cache directory (a few seconds for
+the float32 file and for the int8 one); the module took 23-30 s on 2 shared
+CPUs, the model's load included.
 """
 
 from __future__ import annotations
