@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
+import grpc
 import pytest
 from pydantic import ValidationError
 
 from attest.core import context, tracing
+from attest.core.channels import _Token, _UnaryUnary
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
-from attest.core.interceptors import ThrottledFailureLog, check_size, status_code
+from attest.core.interceptors import (
+    ServerInterceptor,
+    ThrottledFailureLog,
+    check_size,
+    status_code,
+)
+from attest.core.settings import ClientIdentity
 from attest.lexical.settings import LexicalSettings
 from attest.lexical.v1 import lexical_pb2
 
@@ -130,6 +140,58 @@ def test_tracing_is_off_without_an_endpoint_and_the_request_id_rides_in_task_hea
     del Task.request.attest_request_id  # type: ignore[attr-defined]
     tracing._adopt_request_id(task=Task)
     assert context.request_id_var.get() is None
+
+
+def test_with_tracing_off_a_call_makes_no_span_and_carries_no_trace_context(monkeypatch):
+    """Off, the server scope and the client interceptor skip tracing entirely;
+    configured, they open the spans and pass the caller's trace on as before."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    method = "/attest.x.v1.X/Y"
+    calls: list[str] = []
+
+    def recorded(name: str) -> Any:
+        real = getattr(tracing, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("server_span", "client_span", "inject"):
+        monkeypatch.setattr(tracing, name, recorded(name))
+
+    class Context:
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return (("traceparent", traceparent),)
+
+        def time_remaining(self) -> float | None:
+            return None
+
+        def set_trailing_metadata(self, _: Any) -> None:
+            pass
+
+    async def continuation(details: Any, _request: Any) -> Any:
+        return details
+
+    def served_call_sends() -> dict[str, str]:
+        """The metadata of a call made while serving a call that carries ``traceparent``."""
+        server = ServerInterceptor(max_message_bytes=1024)
+        client = _UnaryUnary(5.0, _Token(ClientIdentity()))
+        details = grpc.aio.ClientCallDetails(method, None, None, None, None)
+        with server._scope(method, Context()):  # type: ignore[arg-type]
+            sent = asyncio.run(client.intercept_unary_unary(continuation, details, None))
+        return dict(sent.metadata)
+
+    monkeypatch.setattr(tracing, "_configured", None)
+    assert not tracing.enabled()
+    assert "traceparent" not in served_call_sends()
+    assert calls == []
+
+    monkeypatch.setattr(tracing, "_configured", "attest-test")
+    assert tracing.enabled()
+    assert served_call_sends()["traceparent"] == traceparent
+    assert calls == ["server_span", "client_span", "inject"]
 
 
 @pytest.mark.parametrize("attempts", [1, 2, 5])

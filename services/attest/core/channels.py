@@ -119,11 +119,12 @@ def _merge_metadata(metadata: Any, token: str | None) -> grpc.aio.Metadata:
     # client has no tenant to name, and a callee honours the name from a service only.
     if identity_var.get() is not None and not merged.get_all(TENANT_KEY):
         merged.add(TENANT_KEY, tenant_var.get())
-    trace_context: dict[str, str] = {}
-    tracing.inject(trace_context)
-    for key, value in trace_context.items():
-        if not merged.get_all(key):
-            merged.add(key, value)
+    if tracing.enabled():
+        trace_context: dict[str, str] = {}
+        tracing.inject(trace_context)
+        for key, value in trace_context.items():
+            if not merged.get_all(key):
+                merged.add(key, value)
     return merged
 
 
@@ -156,6 +157,8 @@ class _UnaryUnary(_Propagation, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(
         self, continuation: Callable[..., Any], client_call_details: Any, request: Any
     ) -> Any:
+        if not tracing.enabled():
+            return await continuation(self._details(client_call_details), request)
         method = client_call_details.method
         if isinstance(method, bytes):
             method = method.decode("utf-8", "replace")

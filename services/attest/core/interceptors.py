@@ -60,6 +60,9 @@ _INTERNAL_MESSAGE = "internal error; see the server log for the request id"
 Handler = Callable[..., Any]
 Deserializer = Callable[[bytes], Any]
 
+# Stands in for the SERVER span while tracing is off (reusable: it holds no state).
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+
 
 class Undecodable:
     """Stands in for a request message whose bytes could not be decoded."""
@@ -348,15 +351,17 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         per_method = metrics.for_method(method)
         per_method.started.inc()
         per_method.in_flight.inc()
+        traced = tracing.enabled()
         try:
-            with tracing.server_span(method, metadata) as span:
+            with tracing.server_span(method, metadata) if traced else _NO_SPAN as span:
                 try:
                     yield outcome
                 except asyncio.CancelledError:
                     outcome[0] = "CANCELLED"
                     raise
                 finally:
-                    tracing.end_server_span(span, outcome[0], request_id, tenant_var.get())
+                    if span is not None:
+                        tracing.end_server_span(span, outcome[0], request_id, tenant_var.get())
         finally:
             per_method.in_flight.dec()
             metrics.RPC_HANDLED.labels(method, outcome[0]).inc()

@@ -8,8 +8,11 @@ endpoint is plaintext, ``https://`` uses TLS), and optionally
 / ``OTEL_TRACES_SAMPLER_ARG`` (default: every trace, or the caller's
 decision when a parent is sampled) and ``OTEL_SDK_DISABLED=true``. Spans go
 to the collector over OTLP/gRPC in batches from a background thread; a
-collector that is down loses spans, never requests. Without an endpoint the
-API's no-op tracer is used, so a span costs a few microseconds.
+collector that is down loses spans, never requests. Without an endpoint
+nothing is traced: the interceptors ask ``enabled()`` first and then neither
+build a span nor read or write trace context, so tracing off costs one check
+per call (a call's incoming ``traceparent`` is not passed on either; a process
+that should carry traces configures an endpoint).
 
 What is traced:
 
@@ -98,6 +101,15 @@ def configure(service: str) -> bool:
         _configured = name
         log.info("tracing: spans of %s go to %s", name, target)
         return True
+
+
+def enabled() -> bool:
+    """Whether ``configure`` installed the exporting provider in this process.
+
+    The per-call check of the interceptors: without it every RPC would build
+    a no-op span and extract and inject an empty context.
+    """
+    return _configured is not None
 
 
 def flush(timeout_seconds: float = 5.0) -> None:
