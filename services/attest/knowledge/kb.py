@@ -32,7 +32,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -330,6 +330,32 @@ class KnowledgeBase(Protocol):
         """How two entities are related."""
 
 
+def link_exactly(
+    exact: Callable[[str], list[KbEntity]],
+    aliases: Sequence[str],
+    top_k: int,
+    order: Callable[[Candidate], Any],
+) -> tuple[list[str], Linking | None]:
+    """The start of every base's ``entity_linking``: the non-blank aliases and, when
+    they settle the linking without embeddings, that linking.
+
+    They settle it when none is left (nothing chosen) or when one matches an
+    entity by ``exact``: the entity the caller named, so embeddings would add
+    nothing. The exact candidates come in ``order``, the first one chosen.
+    """
+    aliases = [a for a in aliases if a.strip()]
+    if not aliases:
+        return aliases, Linking("", (), None)
+    best: dict[str, Candidate] = {}
+    for alias in aliases:
+        for entity in exact(alias):
+            best.setdefault(entity.id, Candidate(entity, "exact", 1.0, alias))
+    if not best:
+        return aliases, None
+    ranked = sorted(best.values(), key=order)[:top_k]
+    return aliases, Linking(aliases[0], tuple(ranked), ranked[0].entity.id)
+
+
 # ------------------------------------------------------- the ESG graph base
 
 # Phrases for each (relation, direction) of the ESG graph's edges, which all
@@ -532,18 +558,11 @@ class EsgKnowledgeBase:
     def entity_linking(
         self, aliases: Sequence[str], context: str = "", *, top_k: int = 5
     ) -> Linking:
-        aliases = [a for a in aliases if a.strip()]
-        mention = aliases[0] if aliases else ""
+        aliases, settled = link_exactly(self.exact, aliases, top_k, lambda c: c.entity.id)
+        if settled is not None:
+            return settled
+        mention = aliases[0]
         best: dict[str, Candidate] = {}
-        for alias in aliases:
-            for entity in self.exact(alias):
-                best.setdefault(entity.id, Candidate(entity, "exact", 1.0, alias))
-        if best:
-            # An exact match is the entity the caller named; embeddings add nothing.
-            ranked = sorted(best.values(), key=lambda c: c.entity.id)
-            return Linking(mention, tuple(ranked[:top_k]), ranked[0].entity.id)
-        if not aliases:
-            return Linking(mention, (), None)
         self.warm_up()
         assert self._rows is not None
         sims = self.encode(aliases) @ self._rows.T  # aliases x rows

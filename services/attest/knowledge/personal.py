@@ -68,6 +68,7 @@ from attest.knowledge.kb import (
     UnknownEntity,
     Vectors,
     content_words,
+    link_exactly,
 )
 from attest.lexical.backends import LexicalBackend
 from attest.lexical.models import DocumentIn, Level, PassageIn, SearchQuery
@@ -515,18 +516,14 @@ class PersonalKnowledgeBase:
     def entity_linking(
         self, aliases: Sequence[str], context: str = "", *, top_k: int = 5
     ) -> Linking:
-        aliases = [a for a in aliases if a.strip()]
-        mention = aliases[0] if aliases else ""
-        best: dict[str, Candidate] = {}
-        for alias in aliases:
-            for entity in self.exact(alias):
-                best.setdefault(entity.id, Candidate(entity, "exact", 1.0, alias))
-        if best:
-            ranked = sorted(best.values(), key=lambda c: c.entity.name)[:top_k]
-            return Linking(mention, tuple(ranked), ranked[0].entity.id)
+        aliases, settled = link_exactly(self.exact, aliases, top_k, lambda c: c.entity.name)
+        if settled is not None:
+            return settled
+        mention = aliases[0]
         names = self.facts.names
-        if not aliases or not names:
+        if not names:
             return Linking(mention, (), None)
+        best: dict[str, Candidate] = {}
         chosen: list[str] = []
         ids, row_of, vectors = self.facts.name_matrix(self._name_vectors)
         sims = (self.encode(aliases) @ vectors.T).max(axis=0)
