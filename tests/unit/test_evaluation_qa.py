@@ -23,6 +23,7 @@ from attest.evaluation.qa import (
     Answered,
     QAItem,
     QAPassage,
+    RevisionLog,
     answer_item,
     answer_right,
     auroc,
@@ -232,6 +233,44 @@ def test_research_rate_and_revisions_that_raise_precision() -> None:
     assert result["revised_precision_before"] == pytest.approx(1 / 3)
     assert result["revised_precision_after"] == pytest.approx(2 / 3)
     assert (result["researches_per_answer"], result["researches_max"]) == (2 / 3, 2)
+
+
+def test_withdrawals_are_counted_apart_from_re_searches() -> None:
+    items = [_item("1"), _item("2"), _item("3")]
+    answers = [
+        # A right sentence withdrawn (its gold citation lost) and an uncited one.
+        _answer("Ann Lee won.", (("1-p0", 9),), withdrawals=(("1-p0", "1-n0"), ())),
+        # A wrong sentence withdrawn after a re-search that found nothing.
+        _answer(
+            "Ann Lee won.",
+            (("2-p0", 9),),
+            revisions=((("2-n0",), ("2-n0",)),),
+            withdrawals=(("2-n0",),),
+            researches=1,
+        ),
+        _answer("Ann Lee won.", (("3-p0", 9),)),
+    ]
+    result = score(items, answers)
+    assert result["research_rate"] == pytest.approx(1 / 3)
+    assert result["revisions"] == 1
+    assert result["revisions_leaving_uncited"] == 0.0
+    assert result["withdrawal_rate"] == pytest.approx(2 / 3)
+    assert result["withdrawn_sentences"] == 3
+    assert result["withdrawn_sentences_cited"] == pytest.approx(2 / 3)
+    # Withdrawn citations: 1-p0 (gold), 1-n0, 2-n0 → 1 of 3.
+    assert result["withdrawn_precision"] == pytest.approx(1 / 3)
+    assert _row(table(result), "withdrawn sentences") == ["3"]
+
+
+def test_revision_log_keeps_withdrawals_out_of_revisions() -> None:
+    log = RevisionLog()
+    log.sentence(0, ("a",))
+    log.sentence(1, ("b",))
+    log.revision(0, ("a", "c"))
+    log.revision(0, (), removed=True)
+    log.revision(1, (), removed=True)
+    assert log.revisions == [(("a",), ("a", "c"))]
+    assert log.withdrawals == [("a", "c"), ("b",)]
 
 
 def test_without_revisions_their_shares_are_undefined() -> None:

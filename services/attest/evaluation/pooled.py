@@ -14,6 +14,7 @@ citations the sentence had before it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -76,12 +77,15 @@ async def ask_streamed(
         if kind == "sentence":
             log.sentence(event.sentence.index, _cited(event.sentence))
         elif kind == "revision":
-            log.revision(event.revision.sentence_index, _cited(event.revision.sentence))
+            revision = event.revision
+            log.revision(revision.sentence_index, _cited(revision.sentence), revision.removed)
         elif kind == "final":
             final = event.final
     if final is None:
         raise RuntimeError(f"no final answer to {question!r}")
-    return answered_from_proto(final, tuple(log.revisions))
+    return replace(
+        answered_from_proto(final, tuple(log.revisions)), withdrawals=tuple(log.withdrawals)
+    )
 
 
 def _cited(sentence: common_pb2.AnswerSentence) -> tuple[str, ...]:

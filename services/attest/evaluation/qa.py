@@ -42,13 +42,17 @@ Metrics (micro-averaged unless said otherwise):
   citation of a gold passage has a higher confidence than a citation of a
   non-gold one, ties counted one half (Mann–Whitney); undefined when either
   kind is absent. Beside it the mean confidence of each kind;
-* re-search rate: the share of answers with at least one revision; the
-  share of revisions that raised (lowered) the precision of the revised
-  sentence's citations (gold share of its distinct cited passages, 0 when it
-  cites none), the share that left the sentence citing nothing (withdrawn or
-  unsupported), and the precision of the revised sentences' citations before
-  and after (pooled over them: a withdrawn sentence's citations leave the
-  "after" side);
+* re-search rate: the share of answers with at least one revision by a
+  search; the share of those revisions that raised (lowered) the precision of
+  the revised sentence's citations (gold share of its distinct cited passages,
+  0 when it cites none), the share that left the sentence citing nothing, and
+  the precision of the revised sentences' citations before and after (pooled
+  over them);
+* withdrawals, counted apart from re-searches (a withdrawn sentence leaves
+  the answer, it is not revised): the share of answers with a sentence
+  withdrawn, how many sentences were, the share of them that had citations,
+  and the precision of those citations (a withdrawal of gold citations loses
+  a right answer; of non-gold ones, a wrong one);
 * re-searches per answer (sentences re-searched, as the answer reports them)
   and LLM calls per answer: mean and maximum;
 * retrieval recall@k (pooled only): gold passages among the first k sources
@@ -375,8 +379,11 @@ class Answered:
     insufficient: bool
     # Document ids retrieved for the question, best first (pooled mode only).
     retrieved: tuple[str, ...] | None = None
-    # Per revision: the document ids the sentence cited before and after it.
+    # Per re-search revision: the document ids the sentence cited before and after it.
     revisions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    # Per withdrawn sentence: the document ids it cited before it was withdrawn
+    # (a withdrawal is not a re-search: the sentence leaves the answer).
+    withdrawals: tuple[tuple[str, ...], ...] = ()
     # Sentences re-searched, as the answer reports them.
     researches: int = 0
     # The text of each sentence, in the order of ``sentences``.
@@ -409,17 +416,21 @@ class Answered:
 
 
 class RevisionLog:
-    """The citations of each sentence as streamed, and every revision's
-    citations before and after."""
+    """The citations of each sentence as streamed, every re-search revision's
+    citations before and after, and what each withdrawn sentence cited."""
 
     def __init__(self) -> None:
         self._current: dict[int, tuple[str, ...]] = {}
         self.revisions: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        self.withdrawals: list[tuple[str, ...]] = []
 
     def sentence(self, index: int, cited: tuple[str, ...]) -> None:
         self._current[index] = cited
 
-    def revision(self, index: int, cited: tuple[str, ...]) -> None:
+    def revision(self, index: int, cited: tuple[str, ...], removed: bool = False) -> None:
+        if removed:
+            self.withdrawals.append(self._current.pop(index, ()))
+            return
         self.revisions.append((self._current.get(index, ()), cited))
         self._current[index] = cited
 
@@ -434,11 +445,15 @@ async def answer_item(generator: Generator, item: QAItem, mode: Mode | None) -> 
         if isinstance(event, SentenceEvent):
             log.sentence(event.sentence.index, _cited(event.sentence.citations))
         elif isinstance(event, RevisionEvent):
-            log.revision(event.sentence_index, _cited(event.sentence.citations))
+            log.revision(event.sentence_index, _cited(event.sentence.citations), event.removed)
         elif isinstance(event, FinalEvent):
             final = event
     assert final is not None
-    answered = replace(Answered.from_final(final), revisions=tuple(log.revisions))
+    answered = replace(
+        Answered.from_final(final),
+        revisions=tuple(log.revisions),
+        withdrawals=tuple(log.withdrawals),
+    )
     if llm is not None and before is not None:
         # Answers run one at a time, so the client's counters move for this one only.
         answered = replace(
@@ -490,6 +505,7 @@ def score(
     researches: list[int] = []
     revised_answers = revisions = raised = lowered = uncited = 0
     before_gold = before_cited = after_gold = after_cited = 0
+    withdrawn_answers = withdrawn = withdrawn_cited = withdrawn_gold = withdrawn_pairs = 0
     insufficient = 0
     retrieved_gold: dict[int, int] = {}
     ks = RECALL_KS if sources_kept is None else _recall_ks(sources_kept)
@@ -537,6 +553,12 @@ def score(
             before_cited += len(before)
             after_gold += sum(d in gold for d in after)
             after_cited += len(after)
+        withdrawn_answers += bool(answer.withdrawals)
+        for dropped in answer.withdrawals:
+            withdrawn += 1
+            withdrawn_cited += bool(dropped)
+            withdrawn_gold += sum(d in gold for d in dropped)
+            withdrawn_pairs += len(dropped)
         if answer.retrieved is not None:
             for k in ks:
                 retrieved_gold[k] = retrieved_gold.get(k, 0) + len(set(answer.retrieved[:k]) & gold)
@@ -569,6 +591,10 @@ def score(
         "revisions_leaving_uncited": _share(uncited, revisions),
         "revised_precision_before": _share(before_gold, before_cited),
         "revised_precision_after": _share(after_gold, after_cited),
+        "withdrawal_rate": withdrawn_answers / n if n else 0.0,
+        "withdrawn_sentences": withdrawn,
+        "withdrawn_sentences_cited": _share(withdrawn_cited, withdrawn),
+        "withdrawn_precision": _share(withdrawn_gold, withdrawn_pairs),
         "researches_per_answer": statistics.fmean(researches) if researches else 0.0,
         "researches_max": max(researches, default=0),
         "llm_calls_per_answer": statistics.fmean(calls) if calls else 0.0,
@@ -643,6 +669,7 @@ def per_question(items: Sequence[QAItem], answers: Sequence[Answered]) -> list[d
                 else [],
                 "confidences": [[c for _, c in cs] for cs, _ in answer.sentences],
                 "revisions": len(answer.revisions),
+                "withdrawn": len(answer.withdrawals),
                 "researches": answer.researches,
                 "answer": answer.text,
             }
@@ -709,7 +736,7 @@ ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
         "mean confidence, correct / incorrect",
         _pair("mean_confidence_correct", "mean_confidence_incorrect", 2),
     ),
-    ("re-search rate (answers revised)", _num("research_rate")),
+    ("re-search rate (answers revised by a search)", _num("research_rate")),
     ("revisions", _count("revisions")),
     (
         "revisions raising / lowering precision",
@@ -720,6 +747,10 @@ ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
         "precision of revised sentences, before / after",
         _pair("revised_precision_before", "revised_precision_after"),
     ),
+    ("withdrawal rate (answers with a sentence withdrawn)", _num("withdrawal_rate")),
+    ("withdrawn sentences", _count("withdrawn_sentences")),
+    ("withdrawn sentences that had citations", _num("withdrawn_sentences_cited")),
+    ("precision of withdrawn sentences' citations", _num("withdrawn_precision")),
     (
         "re-searches per answer (mean / max)",
         lambda m: f"{m['researches_per_answer']:.2f} / {int(m['researches_max'])}",
