@@ -66,6 +66,8 @@ step "lint and types"
 ruff check services tests loadtest
 ruff format --check services tests loadtest
 mypy
+# The package layering ([tool.importlinter] in pyproject.toml): an upward import fails here.
+lint-imports
 (cd protos && buf lint)
 
 step "generated stubs are current"

@@ -440,9 +440,9 @@ def eval_ir(
     concurrency: int,
 ) -> None:
     """Index a BEIR data set through the service API; print nDCG@10, MRR@10, Recall@100."""
-    from attest.answer.fusion import FusionSettingsError, load_fusion_settings
     from attest.evaluation.ir import DatasetError, load_dataset
     from attest.evaluation.runner import BackendName, default_cache_dir, run_ir_eval
+    from attest.retrieval.fusion import FusionSettingsError, load_fusion_settings
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     try:

@@ -22,7 +22,6 @@ import pytest
 
 from attest.answer.commands import render_answer
 from attest.answer.downstream import GrpcBackends
-from attest.answer.fusion import load_fusion_settings
 from attest.answer.limits import LimitedBackends
 from attest.answer.options import DEFAULT_RETRIEVERS, validate
 from attest.answer.pipeline import AnswerPipeline, collect, fact_passages
@@ -42,6 +41,7 @@ from attest.generate.v1 import generate_pb2
 from attest.knowledge.v1 import knowledge_pb2, knowledge_pb2_grpc
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
+from attest.retrieval.fusion import load_fusion_settings
 from attest.semantic.v1 import semantic_pb2
 
 QUESTION = "Who chairs Marrowgate Bank?"

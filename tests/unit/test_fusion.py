@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attest.answer.fusion import Ranked, fuse, reciprocal_rank_fusion, weighted_score_fusion
+from attest.retrieval.fusion import Ranked, fuse, reciprocal_rank_fusion, weighted_score_fusion
 
 
 def test_rrf_matches_the_formula():
@@ -40,7 +40,7 @@ def test_empty_lists_are_harmless():
 
 
 def test_distribution_fusion_scales_by_mean_and_deviation():
-    from attest.answer.fusion import FusionSettings, fuse_with
+    from attest.retrieval.fusion import FusionSettings, fuse_with
 
     # mean 2, sd sqrt(2/3): scaled (s - (2 - 3 sd)) / (6 sd), clipped to [0, 1]
     one = Ranked("bm25", [("a", 3.0), ("b", 2.0), ("c", 1.0)])
@@ -55,7 +55,7 @@ def test_distribution_fusion_scales_by_mean_and_deviation():
 
 
 def test_weights_by_name_zero_weight_and_rescoring():
-    from attest.answer.fusion import FusionSettings, fuse_with
+    from attest.retrieval.fusion import FusionSettings, fuse_with
 
     bm25 = Ranked("bm25", [("a", 3.0), ("b", 2.0)])
     dense = Ranked("dense", [("b", 0.9), ("c", 0.8)])
@@ -76,7 +76,7 @@ def test_weights_by_name_zero_weight_and_rescoring():
 
 
 def test_settings_files_are_checked(tmp_path):
-    from attest.answer.fusion import FusionSettingsError, load_fusion_settings
+    from attest.retrieval.fusion import FusionSettingsError, load_fusion_settings
 
     shipped = load_fusion_settings()
     assert shipped.method in ("rrf", "weighted", "dbsf", "linear")
@@ -107,7 +107,7 @@ def test_settings_files_are_checked(tmp_path):
 
 
 def test_a_rescoring_list_is_used_alone_when_the_others_found_nothing():
-    from attest.answer.fusion import FusionSettings, fuse_with
+    from attest.retrieval.fusion import FusionSettings, fuse_with
 
     kg = Ranked("kg_enhanced", [("x", 0.9), ("a", 0.5)])
     boost = FusionSettings(method="rrf", rescore=("kg_enhanced",))

@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from attest.answer.fusion import FusionSettings
 from attest.evaluation.fusion_tune import (
     candidates,
     fit,
@@ -18,6 +17,7 @@ from attest.evaluation.fusion_tune import (
 )
 from attest.evaluation.ir import evaluate
 from attest.evaluation.runner import SignalLists, plain_fusions, run_of
+from attest.retrieval.fusion import FusionSettings
 
 
 def _synthetic(seed: int, n_queries: int = 40) -> tuple[SignalLists, dict[str, dict[str, int]]]:

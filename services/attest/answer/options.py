@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from attest.answer.fusion import RETRIEVER_NAMES, FusionSettings, Method
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
@@ -18,6 +17,7 @@ from attest.core.common import filters_from_proto
 from attest.core.errors import DeadlineExceeded, InvalidArgument
 from attest.core.validation import check_enum
 from attest.generate.v1 import generate_pb2
+from attest.retrieval.fusion import RETRIEVER_NAMES, FusionSettings, Method
 
 DEFAULT_RETRIEVERS = (
     common_pb2.RETRIEVER_BM25,

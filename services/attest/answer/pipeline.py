@@ -25,7 +25,6 @@ from typing import Protocol, TypeVar
 from google.protobuf.duration_pb2 import Duration
 from prometheus_client import Counter, Histogram
 
-from attest.answer.fusion import Ranked, fuse_with
 from attest.answer.options import Plan
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
@@ -35,6 +34,7 @@ from attest.generate.v1 import generate_pb2
 from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
+from attest.retrieval.fusion import Ranked, fuse_with
 from attest.semantic.v1 import semantic_pb2
 
 log = logging.getLogger(__name__)

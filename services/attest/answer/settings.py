@@ -13,7 +13,6 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from attest.answer.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
 from attest.core.settings import (
     ClientSettings,
     ServerSettings,
@@ -21,6 +20,7 @@ from attest.core.settings import (
     StrictModel,
     service_config,
 )
+from attest.retrieval.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
 
 
 class StageTimeouts(StrictModel):

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from attest.answer.fusion import (
+from attest.evaluation.runner import SignalLists
+from attest.retrieval.fusion import (
     FEATURES,
     METHODS,
     RRF_K,
@@ -46,7 +47,6 @@ from attest.answer.fusion import (
     _minmax_scores,
     _rrf_scores,
 )
-from attest.evaluation.runner import SignalLists
 
 DENSE_WEIGHTS = (0.25, 0.5, 0.7, 1.0, 1.4, 2.0, 4.0)
 KG_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1.0)

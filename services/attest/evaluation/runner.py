@@ -30,13 +30,13 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
-from attest.answer.fusion import FusionSettings, Ranked, fuse_with, load_fusion_settings
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.server import Servicer, running
 from attest.core.settings import ServerSettings
 from attest.evaluation.ir import CorpusDoc, Dataset, Run, evaluate
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
+from attest.retrieval.fusion import FusionSettings, Ranked, fuse_with, load_fusion_settings
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 
 log = logging.getLogger(__name__)

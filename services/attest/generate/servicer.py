@@ -9,7 +9,6 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from attest.answer.fusion import Ranked, reciprocal_rank_fusion
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.common import from_timestamp, to_timestamp
@@ -32,6 +31,7 @@ from attest.generate.pipeline import AnswerOptions, Generator, SearchFn
 from attest.generate.settings import GenerateLimits, GenerateSettings, build_generator
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.generate.vectors import TextVectors
+from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
 
 Context = grpc.aio.ServicerContext[Any, Any]
 

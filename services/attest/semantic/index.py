@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from attest.answer.fusion import Ranked, reciprocal_rank_fusion
 from attest.core.cache import VectorMemo
 from attest.core.errors import InvalidArgument, Unavailable
 from attest.knowledge.graph import KnowledgeGraph, load_graph
+from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
 from attest.semantic.embedding import Embedder
 from attest.semantic.kg_scoring import Article, ArticleScore, KgFilter, KgScorer, NodeScore
 from attest.semantic.models import (

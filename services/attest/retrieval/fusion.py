@@ -24,8 +24,12 @@ the others and never brings its own (the knowledge-graph signal used as a
 boost over BM25 + dense, for example).
 
 ``FusionSettings`` holds a method with its weights; the services load theirs
-from a JSON file (``fusion.json`` next to this module unless configured),
-written by ``attest eval tune-fusion`` from a development set.
+from a JSON file (the answer service's ``answer/fusion.json`` unless
+configured), written by ``attest eval tune-fusion`` from a development set.
+
+This module sits below every service (it imports nothing of Attest), so the
+answer pipeline, generate's re-search and semantic's KG fusion share it
+without importing each other.
 
 Keys are opaque hashables: document ids, or (document id, passage) pairs.
 """
@@ -46,7 +50,9 @@ METHODS: tuple[Method, ...] = ("rrf", "weighted", "dbsf", "linear")
 # The per-retriever features of the linear method.
 FEATURES = ("rank", "score", "found")
 RRF_K = 60
-DEFAULT_SETTINGS_PATH = Path(__file__).with_name("fusion.json")
+# The shipped settings are the answer service's (its ATTEST_ANSWER_FUSION_SETTINGS
+# overrides them); only the file's place is known here, nothing of the service.
+DEFAULT_SETTINGS_PATH = Path(__file__).parents[1] / "answer" / "fusion.json"
 # The retrievers a settings file may name.
 RETRIEVER_NAMES = ("bm25", "dense", "kg", "kg_enhanced", "knowledge")
 # The retrievers ``attest eval tune-fusion`` fits: a linear model without
