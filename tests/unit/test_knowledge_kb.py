@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
@@ -24,15 +23,9 @@ from attest.knowledge.kbqa import KINDS, evaluate, gold, load_items, report
 from attest.knowledge.planner import HeuristicPlanner
 from attest.knowledge.plans import OPERATIONS, Interpreter, PlanLimits, validate_program
 from attest.semantic.embedding import Embedder
+from tests.unit.plan_steps import step
 
 LIMITS = PlanLimits()
-
-
-def step(op: str, name: str | None = None, **args: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"op": op, "args": args}
-    if name is not None:
-        out["as"] = name
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,9 @@ from attest.knowledge.plans import (
     PlanLimits,
     validate_program,
 )
+from tests.unit.plan_steps import step
 
 LIMITS = PlanLimits()
-
-
-def step(op: str, name: str | None = None, **args: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"op": op, "args": args}
-    if name is not None:
-        out["as"] = name
-    return out
 
 
 def refused(program: Any) -> InvalidArgument:
