@@ -9,9 +9,12 @@ signal once per query and scores every signal and fusion from those lists,
 so a comparison indexes and embeds the corpus once.
 
 With a cache folder the indexes, the knowledge-graph links and the per-signal
-result lists are kept there, keyed by the corpus's content: a second run on
-the same data set skips linking and indexing. Services run in this process on
-port 0 unless addresses are given.
+result lists are kept there, keyed by the corpus's content, and the vector
+index and the lists of the semantic signals also by the embedder's
+fingerprint (``embedder_key``): a second run on the same data set with the
+same embedder skips linking and indexing, one with another embedding model
+or backend indexes its own vectors beside the first run's. Services run in
+this process on port 0 unless addresses are given.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm import tqdm
 
@@ -38,6 +41,9 @@ from attest.evaluation.ir import CorpusDoc, Dataset, Run, evaluate
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.retrieval.fusion import FusionSettings, Ranked, fuse_with, load_fusion_settings
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+
+if TYPE_CHECKING:
+    from attest.semantic.settings import SemanticSettings
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +119,7 @@ async def service_targets(
     semantic_address: str | None,
     data_dir: Path,
     index_name: str,
+    semantic_index_name: str | None = None,
 ) -> AsyncIterator[Targets]:
     """Addresses of the needed services: the given ones, or ones started here."""
     servicers: list[Servicer] = []
@@ -130,7 +137,11 @@ async def service_targets(
         from attest.semantic.settings import SemanticSettings
 
         servicers.append(
-            SemanticServicer(SemanticSettings(data_dir=data_dir, collection_prefix=index_name))
+            SemanticServicer(
+                SemanticSettings(
+                    data_dir=data_dir, collection_prefix=semantic_index_name or index_name
+                )
+            )
         )
     if not servicers:
         yield Targets(lexical_address, semantic_address)
@@ -163,6 +174,41 @@ def queries_key(data: Dataset) -> str:
     for qid, text in sorted(data.judged_queries().items()):
         h.update(f"{qid}\t{text}\n".encode())
     return h.hexdigest()[:12]
+
+
+def embedder_key(settings: SemanticSettings | None = None) -> str:
+    """A short hash of what the semantic service's vectors depend on.
+
+    That is the embedder of ``settings`` (by default the in-process service's,
+    from ``ATTEST_SEMANTIC_*``): its model (the packaged name, or the resolved
+    directory), backend, dimension and normalisation. The device and batch
+    size are left out: they move vectors by rounding only. The dimension
+    needs the model loaded; the service started next reuses it.
+    """
+    from attest.semantic.embedding import PACKAGED_MINILM, Embedder, resolve_model_path
+    from attest.semantic.settings import SemanticSettings
+
+    settings = settings or SemanticSettings()
+    model = settings.embedding_model
+    embedder = Embedder(model, device=settings.embedding_device, backend=settings.embedding_backend)
+    parts = {
+        "model": model if model == PACKAGED_MINILM else str(resolve_model_path(model).resolve()),
+        "backend": settings.embedding_backend,
+        "dimension": embedder.dimension,
+        # Embedder.encode returns unit vectors whatever the model's own pooling does.
+        "normalized": True,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def lists_cache_name(data: Dataset, top_k: int, embedder: str | None) -> str:
+    """The cache file of the result lists of ``data``'s judged queries.
+
+    Lists belong to the queries asked as well as to the corpus, and when
+    they hold semantic signals to the embedder (``embedder_key``) too.
+    """
+    per_embedder = f"-{embedder}" if embedder else ""
+    return f"lists-{top_k}-{queries_key(data)}{per_embedder}.json.gz"
 
 
 def default_cache_dir(data: Dataset, root: Path = Path(".attest") / "eval" / "cache") -> Path:
@@ -243,9 +289,18 @@ async def signal_lists(
     """
     cache = _Cache(cache_dir)
     timings: dict[str, float] = {}
-    # Lists belong to the queries asked as well as to the corpus.
-    lists_key = f"lists-{top_k}-{queries_key(data)}.json.gz"
+    need_lexical = "bm25" in signals
+    need_semantic = any(s != "bm25" for s in signals)
+    need_links = any(s.startswith("kg") for s in signals)
     local = address is None and semantic_address is None
+    # A store started here keeps its index in the cache; a remote one (or an
+    # OpenSearch/Elasticsearch index) is indexed on every run.
+    lexical_cached = cache.root is not None and address is None and backend == "tantivy"
+    semantic_cached = cache.root is not None and semantic_address is None
+    # Vectors belong to the embedder as well as to the corpus.
+    embedder = embedder_key() if semantic_cached and need_semantic else None
+    per_embedder = f"-{embedder}" if embedder else ""
+    lists_key = lists_cache_name(data, top_k, embedder)
     cached = cache.load_json(lists_key) if reuse_lists and local else None
     if (
         cached is not None
@@ -255,21 +310,14 @@ async def signal_lists(
         return {
             q: {s: [(d, float(v)) for d, v in by[s]] for s in signals} for q, by in cached.items()
         }, timings
-    need_lexical = "bm25" in signals
-    need_semantic = any(s != "bm25" for s in signals)
-    need_links = any(s.startswith("kg") for s in signals)
-    # A store started here keeps its index in the cache; a remote one (or an
-    # OpenSearch/Elasticsearch index) is indexed on every run.
-    lexical_cached = cache.root is not None and address is None and backend == "tantivy"
-    semantic_cached = cache.root is not None and semantic_address is None
     store_dir = cache.root / "index" if cache.root is not None else data_dir
     docs = [d for d in data.corpus() if d.title.strip() or d.text.strip()]
     index_name = f"attest-eval-{data.name.lower()}"
     index_lexical = need_lexical and not (lexical_cached and cache.has("lexical"))
     index_semantic = need_semantic and not (
         semantic_cached
-        and cache.has("semantic")
-        and (cache.has("semantic_links") or not need_links)
+        and cache.has(f"semantic{per_embedder}")
+        and (cache.has(f"semantic_links{per_embedder}") or not need_links)
     )
 
     async with service_targets(
@@ -280,6 +328,7 @@ async def signal_lists(
         semantic_address=semantic_address,
         data_dir=store_dir if (lexical_cached or semantic_cached) else data_dir,
         index_name=index_name,
+        semantic_index_name=f"{index_name}{per_embedder}",
     ) as targets:
         channels = []
         lexical = semantic = None
@@ -334,8 +383,8 @@ async def signal_lists(
                 if index_lexical and lexical_cached:
                     cache.mark("lexical")
                 if index_semantic and semantic_cached:
-                    cache.mark("semantic")
-                    cache.mark("semantic_links", need_links)
+                    cache.mark(f"semantic{per_embedder}")
+                    cache.mark(f"semantic_links{per_embedder}", need_links)
 
             queries = data.judged_queries()
             out: SignalLists = {}
