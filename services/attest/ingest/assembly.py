@@ -164,8 +164,10 @@ async def assemble(
     assembly = Assembly(core=core, inline=inline, closers=closers)
     if inline is not None and settings.state_url is None:
         assembly.resumed = await asyncio.to_thread(core.recover)
-        # Only stores opened here can be listed; behind services (`serve all`),
-        # `attest doctor --data-dir` checks them while the server is stopped.
+        # Only stores opened here are checked at start-up. Behind services with
+        # this SQLite registry (`serve all`), `attest doctor --data-dir` checks
+        # them while the server is stopped; with a Redis registry, `attest doctor
+        # --lexical-address/--semantic-address/--state-url` checks running services.
         if startup_check and isinstance(sinks, LocalSinks):
             assembly.startup_check = asyncio.get_running_loop().create_task(
                 _startup_check(assembly)
