@@ -3,8 +3,11 @@ encoder (what MiniLM links is covered by test_knowledge_kb.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,8 @@ from click.testing import CliRunner
 
 from attest.knowledge import servicer
 from attest.knowledge.kb_commands import kb
+from attest.knowledge.settings import KnowledgeSettings
+from attest.knowledge.store_lock import StoreInUse, StoreLock
 from tests.integration.test_knowledge_service import environment_slice, trigrams
 
 
@@ -28,6 +33,7 @@ class TrigramEmbedder:
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     monkeypatch.setattr(servicer, "Embedder", TrigramEmbedder)
     monkeypatch.setenv("ATTEST_KNOWLEDGE_GRAPH_PATH", str(environment_slice(tmp_path / "g.yaml")))
+    monkeypatch.setenv("ATTEST_DATA_DIR", str(tmp_path / "data"))
     return CliRunner()
 
 
@@ -87,3 +93,76 @@ def test_search_refuses_a_bad_program(cli: CliRunner) -> None:
     result = cli.invoke(kb, ["search", "q", "--program", program])
     assert result.exit_code == 1
     assert "INVALID_ARGUMENT: program.steps[0].op: 'os.system' is not an operation" in result.output
+
+
+# ------------------------------------------------- one process on the store
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[int]:
+    """Another process holding the personal base under ATTEST_DATA_DIR, as a server does."""
+    lock = tmp_path / "data" / "knowledge" / "personal.lock"
+    code = (
+        "import sys; from pathlib import Path; "
+        "from attest.knowledge.store_lock import StoreLock; "
+        f"lock = StoreLock(Path({str(lock)!r})); lock.acquire(); "
+        "print('held', flush=True); sys.stdin.read()"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == "held\n"
+    yield process.pid
+    assert process.stdin is not None
+    process.stdin.close()
+    process.wait(timeout=30)
+
+
+def test_refuses_at_once_while_a_server_holds_the_personal_base(
+    cli: CliRunner, holder: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded: list[str] = []
+    monkeypatch.setattr(servicer, "Embedder", lambda *a, **k: loaded.append("model"))
+    result = cli.invoke(kb, ["link", "GHG emissions"])
+    assert result.exit_code == 1
+    assert f"is open in process {holder} (a running knowledge server?)" in result.output
+    assert "--address HOST:PORT" in result.output
+    assert loaded == []
+
+
+def test_a_server_taking_the_base_between_check_and_open_is_refused_too(
+    cli: CliRunner, holder: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(StoreLock, "holder", lambda self: None)
+    result = cli.invoke(kb, ["link", "GHG emissions"])
+    assert result.exit_code == 1
+    assert f"is open in process {holder}" in result.output
+    assert "--address HOST:PORT" in result.output
+
+
+def test_the_graph_alone_needs_no_personal_base(
+    cli: CliRunner, holder: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTEST_KNOWLEDGE_PERSONAL__ENABLED", "false")
+    assert run(cli, "link", "GHG emissions").startswith("'GHG emissions' -> greenhouse-gas")
+
+
+def test_one_server_at_a_time_on_a_personal_base(cli: CliRunner) -> None:
+    """A second server on the same data directory is refused before its stores open,
+    and gets the base once the first has closed."""
+
+    async def scenario() -> None:
+        first = servicer.KnowledgeServicer(KnowledgeSettings())
+        second = servicer.KnowledgeServicer(KnowledgeSettings())
+        await first.warm_up()
+        try:
+            with pytest.raises(StoreInUse, match="is open in process"):
+                await second.warm_up()
+        finally:
+            await first.close()
+        await second.warm_up()
+        await second.close()
+
+    asyncio.run(scenario())
+    assert run(cli, "link", "GHG emissions").startswith("'GHG emissions' -> greenhouse-gas")

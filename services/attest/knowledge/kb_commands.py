@@ -6,6 +6,11 @@ ATTEST_KNOWLEDGE_*), or with ``--address`` against a running knowledge
 service. Both go through the same requests, so they print the same thing;
 ``search`` in this process also prints what each step found.
 
+In this process the personal base is opened too; a knowledge server running
+on the same data directory holds it (``attest.knowledge.store_lock``), so
+then the command refuses at once, pointing to ``--address``, instead of
+opening the stores a second time.
+
 The main CLI registers the group with ``main.add_command(kb)``.
 """
 
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -39,9 +45,22 @@ class _Client:
         if self.address is None:
             from attest.knowledge.servicer import KnowledgeServicer
             from attest.knowledge.settings import KnowledgeSettings
+            from attest.knowledge.store_lock import StoreInUse, personal_store_lock
 
-            self._servicer = KnowledgeServicer(KnowledgeSettings())
-            await self._servicer.warm_up()
+            settings = KnowledgeSettings()
+            # A running knowledge server on the same data directory holds the
+            # embedded personal base: say so before loading any model.
+            lock = personal_store_lock(settings)
+            pid = lock.holder() if lock is not None else None
+            if pid is not None:
+                raise click.ClickException(_in_use(settings.data_dir, pid))
+            self._servicer = KnowledgeServicer(settings)
+            try:
+                await self._servicer.warm_up()
+            except StoreInUse as err:
+                await self._servicer.close()
+                self._servicer = None
+                raise click.ClickException(_in_use(settings.data_dir, err.pid)) from err
         else:
             from attest.core.channels import create_channel
             from attest.knowledge.v1 import knowledge_pb2_grpc
@@ -80,6 +99,16 @@ class _Client:
         raise click.ClickException(
             f"no entity matches {text!r}" + (f"; nearest: {near}" if near else "")
         )
+
+
+def _in_use(data_dir: Path, pid: int | None) -> str:
+    who = f"process {pid}" if pid else "another process"
+    return (
+        f"the personal knowledge base under {data_dir} is open in {who} (a running "
+        "knowledge server?); ask that server with --address HOST:PORT (or "
+        "ATTEST_KNOWLEDGE_ADDRESS), or set ATTEST_KNOWLEDGE_PERSONAL__ENABLED=false to "
+        "use the ESG graph alone here"
+    )
 
 
 def _run(address: str | None, timeout: float, body: Callable[[_Client], Awaitable[None]]) -> None:

@@ -70,6 +70,7 @@ from attest.knowledge.kb import (
     content_words,
     link_exactly,
 )
+from attest.knowledge.store_lock import StoreLock
 from attest.lexical.backends import LexicalBackend
 from attest.lexical.models import DocumentIn, Level, PassageIn, SearchQuery
 from attest.semantic.store import ARTICLE_INDEX, Point, VectorFilter, VectorStore
@@ -298,10 +299,19 @@ class StoreResult:
 class PersonalStore:
     """Per-tenant personal facts in a lexical backend and a vector store."""
 
-    def __init__(self, lexical: LexicalBackend, vectors: VectorStore, encode: Encode) -> None:
+    def __init__(
+        self,
+        lexical: LexicalBackend,
+        vectors: VectorStore,
+        encode: Encode,
+        *,
+        lock: StoreLock | None = None,
+    ) -> None:
         self.lexical = lexical
         self.vectors = vectors
         self._encode = encode
+        # Held from before the stores open until they close (embedded stores only).
+        self._lock = lock
         self._views: dict[str, TenantFacts] = {}
         self._loading: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # One writer per tenant: two Store calls for one tenant's document must
@@ -309,12 +319,22 @@ class PersonalStore:
         self._writing: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def warm_up(self) -> None:
-        await self.lexical.warm_up()
-        await self.vectors.warm_up()
+        if self._lock is not None:
+            await asyncio.to_thread(self._lock.acquire)
+        try:
+            await self.lexical.warm_up()
+            await self.vectors.warm_up()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
-        await self.lexical.close()
-        await self.vectors.close()
+        try:
+            await self.lexical.close()
+            await self.vectors.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         if not texts:

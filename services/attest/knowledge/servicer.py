@@ -421,6 +421,7 @@ class _StoreRequest:
 
 def build_personal_store(settings: KnowledgeSettings, encode: Any) -> PersonalStore:
     """The personal store the settings describe (cheap: nothing opens before warm_up)."""
+    from attest.knowledge.store_lock import personal_store_lock
     from attest.lexical.backends import create_backend
     from attest.lexical.settings import LexicalSettings
     from attest.semantic.store import create_store
@@ -444,7 +445,7 @@ def build_personal_store(settings: KnowledgeSettings, encode: Any) -> PersonalSt
         dimension=dimension,
         timeout_seconds=p.timeout_seconds,
     )
-    return PersonalStore(lexical, vectors, encode)
+    return PersonalStore(lexical, vectors, encode, lock=personal_store_lock(settings))
 
 
 def service() -> tuple[KnowledgeServicer, ServerSettings, LoggingSettings]:
