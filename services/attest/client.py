@@ -19,24 +19,15 @@ import grpc
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.core import errors
 from attest.core.channels import create_channel
+from attest.core.rpc_errors import from_rpc
 from attest.core.settings import ClientSettings
 
-_ERRORS: dict[grpc.StatusCode, type[errors.AttestError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
-    grpc.StatusCode.NOT_FOUND: errors.NotFound,
-    grpc.StatusCode.FAILED_PRECONDITION: errors.FailedPrecondition,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
-    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: errors.DeadlineExceeded,
-    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
-}
 
-
-def error_from_rpc(err: grpc.aio.AioRpcError) -> errors.AttestError:
-    """The typed error of a failed call, carrying the server's message."""
-    kind = _ERRORS.get(err.code(), errors.Internal)
-    return kind(err.details() or err.code().name)
+def error_from_rpc(err: grpc.RpcError) -> errors.AttestError:
+    """The typed error of a failed call, carrying the server's message
+    (the table of ``attest.core.rpc_errors``; ``retry_after`` from the
+    ``retry-after`` trailer of RESOURCE_EXHAUSTED)."""
+    return from_rpc(err)
 
 
 def options(

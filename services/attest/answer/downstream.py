@@ -1,9 +1,10 @@
 """The answer pipeline's backends over gRPC, with failures translated at this edge.
 
-UNAVAILABLE, RESOURCE_EXHAUSTED and any other failure of a dependency become
-``Unavailable`` (the pipeline skips that stage), DEADLINE_EXCEEDED becomes
-``DeadlineExceeded``, INVALID_ARGUMENT becomes ``InvalidArgument`` (the
-caller's request was wrong, e.g. an unknown entity in a filter).
+A backend's failure is a dependency's (``attest.core.rpc_errors``,
+``dependency=True``): INVALID_ARGUMENT stays ``InvalidArgument`` (the
+caller's request was wrong, e.g. an unknown entity in a filter),
+DEADLINE_EXCEEDED stays ``DeadlineExceeded``, and anything else (down,
+overloaded, failing) is ``Unavailable``: the pipeline skips that stage.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from attest.answer.settings import AnswerSettings
 from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
 from attest.core.context import tenant_var
-from attest.core.errors import AttestError, DeadlineExceeded, InvalidArgument, Unavailable
+from attest.core.errors import AttestError, Unavailable
+from attest.core.rpc_errors import from_rpc
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.knowledge.v1 import knowledge_pb2, knowledge_pb2_grpc
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
@@ -33,13 +35,7 @@ KNOWLEDGE = "attest.knowledge.v1.KnowledgeService"
 
 
 def translate(service: str, err: grpc.aio.AioRpcError) -> AttestError:
-    code = err.code()
-    details = err.details() or code.name
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return DeadlineExceeded(f"{service}: {details}")
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return InvalidArgument(f"rejected by the {service} service: {details}")
-    return Unavailable(f"{code.name}: {details}")
+    return from_rpc(err, service=service, dependency=True)
 
 
 async def _call(service: str, call: Awaitable[T]) -> T:
@@ -166,10 +162,7 @@ class GrpcBackends:
             async for event in call:
                 yield event
         except grpc.aio.AioRpcError as err:
-            error = translate("generate", err)
-            if isinstance(error, Unavailable):
-                raise Unavailable(f"generate service unavailable: {error.message}") from None
-            raise error from None
+            raise translate("generate", err) from None
 
     async def close(self) -> None:
         for channel in self._channels.values():

@@ -13,7 +13,8 @@ from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.common import from_timestamp, to_timestamp
 from attest.core.context import budget
-from attest.core.errors import InvalidArgument, Unavailable
+from attest.core.errors import InvalidArgument
+from attest.core.rpc_errors import from_rpc
 from attest.generate.models import (
     Citation,
     DraftEvent,
@@ -284,7 +285,9 @@ class Researcher:
             try:
                 responses = await asyncio.gather(*calls)
             except grpc.aio.AioRpcError as exc:
-                raise Unavailable(f"re-search failed: {exc.code().name}") from None
+                # The revision is skipped, whatever the status (the generator
+                # keeps the answer without it).
+                raise from_rpc(exc, dependency=True) from None
             hits: dict[tuple[str, int], Any] = {}
             lists = []
             for n, response in enumerate(responses):

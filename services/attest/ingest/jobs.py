@@ -28,6 +28,7 @@ from prometheus_client import Counter, Histogram
 
 from attest.core.common import Filters
 from attest.core.errors import (
+    AttestError,
     DeadlineExceeded,
     InvalidArgument,
     NotFound,
@@ -261,13 +262,11 @@ class StageRunner:
             self.store.gazetteer_add(tenant, enricher.gazetteer.names())
         address = self._enrich_settings.generate_address
         if address and out:
-            import grpc
-
             try:
                 abstractive_summaries(out, address, self._enrich_settings.generate_timeout_seconds)
-            except grpc.RpcError as err:
+            except AttestError as err:
                 # Degrade: the extractive summaries stay.
-                log.warning("generate service unavailable for summaries: %s", err.code())
+                log.warning("no abstractive summaries (%s): %s", err.code, err.message)
         if out and handoff is not None:
             handoff(out)
         self.store.mark(job_id, "enriched", [r["item"] for r in out])

@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from attest.core.errors import AttestError, Unavailable
 
 if TYPE_CHECKING:
-    import grpc
-
     from attest.core.settings import ClientSettings
     from attest.ingest.sinks import LocalSinks
 
@@ -160,10 +158,15 @@ class ServiceListing(StoreListing):
     async def _rpc(self, store: str, call: Callable[[], Awaitable[T]]) -> T:
         import grpc
 
+        from attest.core.rpc_errors import from_rpc
+
         try:
             return await call()
         except grpc.aio.AioRpcError as err:
-            raise StoreUnreachable(store, _rpc_detail(err)) from err
+            # Whatever failed, the store was not read: the reason is the
+            # translator's for a dependency (a status other than UNAVAILABLE
+            # stays named in it).
+            raise StoreUnreachable(store, from_rpc(err, dependency=True).message) from err
 
     async def shapes(self, tenant: str) -> StoreShapes:
         from attest.core.auth import tenant_metadata
@@ -204,7 +207,3 @@ class ServiceListing(StoreListing):
     async def close(self) -> None:
         await self._lexical_channel.close()
         await self._semantic_channel.close()
-
-
-def _rpc_detail(err: grpc.aio.AioRpcError) -> str:
-    return f"{err.code().name}: {err.details() or ''}".rstrip(": ")

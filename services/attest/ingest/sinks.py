@@ -1,9 +1,9 @@
 """Writers to the lexical and semantic stores: over gRPC, or to cores in this process.
 
-gRPC failures are translated at this edge: UNAVAILABLE, DEADLINE_EXCEEDED
-and RESOURCE_EXHAUSTED become ``Unavailable``/``ResourceExhausted`` (the
-pipeline retries those), INVALID_ARGUMENT becomes ``InvalidArgument`` (it
-does not).
+gRPC failures are translated at this edge by ``attest.core.rpc_errors``:
+UNAVAILABLE, DEADLINE_EXCEEDED and RESOURCE_EXHAUSTED become
+``Unavailable``/``DeadlineExceeded``/``ResourceExhausted`` (the pipeline
+retries those), INVALID_ARGUMENT becomes ``InvalidArgument`` (it does not).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from attest.common.v1 import common_pb2
 from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
 from attest.core.common import to_timestamp
-from attest.core.errors import Internal, InvalidArgument, ResourceExhausted, Unavailable
+from attest.core.rpc_errors import from_rpc
 from attest.core.settings import ClientSettings
 from attest.ingest.stages import Record, decode_vector
 from attest.lexical.backends import LexicalBackend
@@ -68,15 +68,7 @@ async def _call(service: str, call: Callable[[], Awaitable[T]]) -> T:
     try:
         return await call()
     except grpc.aio.AioRpcError as err:
-        code = err.code()
-        details = err.details() or code.name
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise Unavailable(f"{service}: {details}") from err
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise ResourceExhausted(f"{service}: {details}") from err
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            raise InvalidArgument(f"rejected by the {service} service: {details}") from err
-        raise Internal(f"{service} service answered {code.name}: {details}") from err
+        raise from_rpc(err, service=service) from err
 
 
 class GrpcSinks:

@@ -96,31 +96,36 @@ class Enricher:
 
 def abstractive_summaries(records: Sequence[Record], address: str, timeout: float) -> int:
     """Replace the extractive summaries of ``records`` by the generate service's
-    (query-independent) ones; returns how many were replaced. Raises grpc.RpcError."""
+    (query-independent) ones; returns how many were replaced. A failed call
+    raises the Attest error of a failed dependency (``attest.core.rpc_errors``)."""
     import grpc
 
     from attest.common.v1 import common_pb2
+    from attest.core.rpc_errors import from_rpc
     from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 
     if not records:
         return 0
     with grpc.insecure_channel(address) as channel:
         stub = generate_pb2_grpc.GenerateServiceStub(channel)
-        response = stub.Summarize(
-            generate_pb2.SummarizeRequest(
-                sources=[
-                    common_pb2.Source(
-                        doc_id=r["article"]["id"],
-                        passage_index=-1,
-                        title=r["article"]["title"],
-                        text=r["article"]["body"][:100_000],
-                    )
-                    for r in records
-                ],
-                max_sentences=3,
-            ),
-            timeout=timeout,
-        )
+        try:
+            response = stub.Summarize(
+                generate_pb2.SummarizeRequest(
+                    sources=[
+                        common_pb2.Source(
+                            doc_id=r["article"]["id"],
+                            passage_index=-1,
+                            title=r["article"]["title"],
+                            text=r["article"]["body"][:100_000],
+                        )
+                        for r in records
+                    ],
+                    max_sentences=3,
+                ),
+                timeout=timeout,
+            )
+        except grpc.RpcError as err:
+            raise from_rpc(err, service="generate", dependency=True) from err
     replaced = 0
     for summary in response.summaries:
         if 0 <= summary.source_index < len(records) and summary.summary.strip():

@@ -113,6 +113,7 @@ def explain(
     import grpc
 
     from attest.core.channels import create_channel
+    from attest.core.rpc_errors import from_rpc
     from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
 
     request = semantic_pb2.ExplainRequest(
@@ -136,7 +137,8 @@ def explain(
     try:
         response = asyncio.run(run())
     except grpc.aio.AioRpcError as err:
-        raise click.ClickException(f"{err.code().name}: {err.details()}") from err
+        error = from_rpc(err)
+        raise click.ClickException(f"{error.code}: {error.details}") from err
     click.echo(f"Q: {question}")
     for line in format_explain(response):
         click.echo(line)

@@ -79,15 +79,18 @@ class _Client:
         import grpc
 
         from attest.core.errors import AttestError
+        from attest.core.rpc_errors import from_rpc
 
         try:
-            if self._servicer is not None:
-                return await getattr(self._servicer, method)(request, None)
-            return await getattr(self._stub, method)(request, timeout=self.timeout)
+            try:
+                if self._servicer is not None:
+                    return await getattr(self._servicer, method)(request, None)
+                return await getattr(self._stub, method)(request, timeout=self.timeout)
+            except grpc.aio.AioRpcError as err:
+                raise from_rpc(err) from err
         except AttestError as err:
+            # In process or over gRPC, the same words.
             raise click.ClickException(f"{err.code}: {err.details}") from err
-        except grpc.aio.AioRpcError as err:
-            raise click.ClickException(f"{err.code().name}: {err.details()}") from err
 
     async def entity_id(self, text: str) -> str:
         """The id of the entity ``text`` names (an id, a name, an alias or a near phrase)."""

@@ -12,13 +12,14 @@ from attest.common.v1 import common_pb2
 from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
 from attest.core.context import DEFAULT_TENANT
-from attest.core.errors import InvalidArgument, ResourceExhausted, Unavailable
+from attest.core.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
+from attest.core.rpc_errors import from_rpc
 from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
 from attest.pipeline.settings import PipelineSettings
 
 LEXICAL = "attest.lexical.v1.LexicalService"
-# Only failures that a later attempt can fix are retried.
-TRANSIENT = (Unavailable, ResourceExhausted)
+# Only failures that a later attempt can fix are retried (Index is an upsert).
+TRANSIENT = (Unavailable, ResourceExhausted, DeadlineExceeded)
 
 
 def documents_from_json(items: list[dict[str, Any]]) -> list[common_pb2.Document]:
@@ -46,13 +47,7 @@ async def index_documents_async(
             lexical_pb2.IndexRequest(documents=documents), metadata=tenant_metadata(tenant)
         )
     except grpc.aio.AioRpcError as err:
-        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise Unavailable(f"lexical service: {err.details()}") from err
-        if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-            raise ResourceExhausted(f"lexical service: {err.details()}") from err
-        if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
-            raise InvalidArgument(err.details() or "rejected by the lexical service") from err
-        raise
+        raise from_rpc(err, service="lexical") from err
     finally:
         await channel.close()
     return {"documents": response.documents, "passages": response.passages}
