@@ -30,7 +30,7 @@ from attest.generate.models import (
     Source,
     SummaryEvent,
 )
-from attest.generate.pipeline import AnswerOptions, Generator
+from attest.generate.pipeline import AnswerOptions, Generator, PipelineSettings
 from attest.generate.text import (
     answer_type,
     conflicts_with_question,
@@ -398,6 +398,39 @@ async def test_weak_extractive_sentences_are_researched_and_unsupported_ones_wit
     for s in final.sentences:
         assert s.citations
         assert all(c.confidence >= 5 for c in s.citations)
+
+
+@pytest.mark.parametrize("floor", [5, 10])
+async def test_a_source_the_re_search_finds_is_cited_only_above_its_floor(floor: int) -> None:
+    # The search finds a second copy of the emissions report under another id:
+    # it supports the sentence as well as the original does (rated about 8-9),
+    # so it is cited with the floor at 5 and left out with the floor at 10.
+    copy = Source("copy", SOURCES[0].text, 0)
+
+    async def search(query: str, top_k: int) -> list[Source]:
+        return [copy]
+
+    generator = Generator(
+        ExtractiveEngine(EMBEDDER), settings=PipelineSettings(research_min_confidence=floor)
+    )
+    events = [
+        e
+        async for e in generator.answer(
+            "How much did Norvale Copper cut its emissions?",
+            SOURCES,
+            AnswerOptions(confidence_threshold=10, max_researches=3),
+            search,
+        )
+    ]
+    revisions = [e for e in events if isinstance(e, RevisionEvent) and not e.removed]
+    assert revisions, "a threshold of 10 makes every sentence search again"
+    added = [c for r in revisions for c in r.sentence.citations if c.doc_id == "copy"]
+    assert all(c.confidence >= floor for c in added)
+    if floor == 5:
+        assert added
+        assert max(c.confidence for c in added) >= 8
+    else:
+        assert not added
 
 
 async def test_off_topic_question_says_insufficient_information() -> None:

@@ -78,6 +78,12 @@ class PipelineSettings(StrictModel):
     llm_citation_rating: Literal["combine", "model"] = "combine"
     # Citations below this confidence are not kept (in both modes).
     min_citation_confidence: int = Field(default=5, ge=1, le=10)
+    # A citation that a re-search adds must reach this confidence (never below
+    # ``min_citation_confidence``). The search looked for the sentence's own
+    # words, so what it finds resembles the sentence more than an arbitrary
+    # source does and the judge's rating of it leans high: a found source that
+    # only just clears the floor is as likely a near miss as a support.
+    research_min_confidence: int = Field(default=6, ge=1, le=10)
     # Two ratings further apart than this disagree; the lower one is kept.
     disagreement_margin: int = Field(default=3, ge=0, le=10)
     # A sentence no source supports, even after its search, is withdrawn from
@@ -710,8 +716,18 @@ class Generator:
                 self.settings.max_citations,
                 vectors,
             )
+        # Where ratings have a floor (the judge rates them): a higher one for what
+        # the search found. The model's own ratings ("model") stand as given.
+        judged = run.mode is Mode.EXTRACTIVE or self.settings.llm_citation_rating == "combine"
+        floor = (
+            max(self.settings.research_min_confidence, self.settings.min_citation_confidence)
+            if judged
+            else 0
+        )
         merged: dict[int, Citation] = {c.source_index: c for c in sentence.citations}
         for c in citations:
+            if c.confidence < floor and c.source_index not in merged:
+                continue
             if c.source_index not in merged or merged[c.source_index].confidence < c.confidence:
                 merged[c.source_index] = c
         best = sorted(merged.values(), key=lambda c: (-c.confidence, c.source_index))
