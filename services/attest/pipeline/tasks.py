@@ -22,6 +22,17 @@ LEXICAL = "attest.lexical.v1.LexicalService"
 TRANSIENT = (Unavailable, ResourceExhausted, DeadlineExceeded)
 
 
+def retries_for_window(window_seconds: float, backoff_max_seconds: int, at_least: int) -> int:
+    """Retries whose backoff (1, 2, 4, … s, capped at ``backoff_max_seconds``,
+    with full jitter: half of each on average) adds up to ``window_seconds``;
+    never fewer than ``at_least``."""
+    retries, waited = 0, 0.0
+    while waited < window_seconds:
+        waited += min(2**retries, backoff_max_seconds) / 2
+        retries += 1
+    return max(retries, at_least)
+
+
 def documents_from_json(items: list[dict[str, Any]]) -> list[common_pb2.Document]:
     """Documents in protobuf JSON form (camelCase or snake_case keys)."""
     out = []
@@ -61,9 +72,12 @@ def register(app: Celery) -> None:
         bind=True,
         autoretry_for=TRANSIENT,
         retry_backoff=True,
-        retry_backoff_max=60,
+        retry_backoff_max=settings.retry_backoff_max_seconds,
         retry_jitter=True,
-        max_retries=settings.max_retries,
+        # As long as an ingest batch keeps trying: a store's node may restart.
+        max_retries=retries_for_window(
+            settings.retry_window_seconds, settings.retry_backoff_max_seconds, settings.max_retries
+        ),
     )
     def index_documents(
         self: Task, items: list[dict[str, Any]], tenant: str = DEFAULT_TENANT
