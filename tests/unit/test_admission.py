@@ -116,6 +116,26 @@ async def test_a_wait_past_the_queue_limit_is_resource_exhausted_not_a_timeout()
         await first
 
 
+async def test_an_admitted_waiter_is_served_within_its_grace() -> None:
+    # Admitted to the queue (nothing measured yet, so no estimate refuses it),
+    # the waiter outlasts max_wait_seconds (0.05 s) but not three times that:
+    # it gets the slot instead of a late refusal; past the grace it is refused.
+    for release_after, served in ((0.09, True), (0.4, False)):
+        limiter = Limiter("answer", 1, 1, 0.05, wait_grace=3.0)
+        release = asyncio.Event()
+        first = await started(limiter, release)
+        asyncio.get_running_loop().call_later(release_after, release.set)
+        if served:
+            async with limiter.slot(10.0) as waited:
+                assert 0.05 < waited < 0.15
+        else:
+            with pytest.raises(ResourceExhausted, match="no slot freed up within"):
+                async with limiter.slot(10.0):
+                    pass
+        await first
+        assert limiter.waiting == 0
+
+
 async def test_a_wait_estimated_past_the_cap_is_refused_at_once() -> None:
     clock = Clock()
     limiter = Limiter("answer", 2, 4, 6.0, clock=clock)
@@ -208,3 +228,5 @@ def test_settings_out_of_range_are_refused() -> None:
         Limiter("x", 0, 1, 1.0)
     with pytest.raises(ValueError, match="budget_share"):
         Limiter("x", 1, 1, 1.0, budget_share=0)
+    with pytest.raises(ValueError, match="wait_grace"):
+        Limiter("x", 1, 1, 1.0, wait_grace=0.5)

@@ -57,6 +57,7 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
             # Never more than half the budget in the queue: what is left must
             # still be enough to answer, and a refusal leaves time to retry.
             budget_share=0.5,
+            wait_grace=limits.queue_grace,
         )
 
     def register(self, server: grpc.aio.Server) -> None:

@@ -116,10 +116,18 @@ class AnswerLimits(StrictModel):
         default=5.0,
         gt=0,
         le=600,
-        description="Longest wait for a slot, and never more than half the request's budget. "
-        "A request whose estimated wait (from recent answers' times) is longer is "
-        "RESOURCE_EXHAUSTED at once; one still waiting when it runs out is RESOURCE_EXHAUSTED "
-        "then. Either way the caller has time left to retry.",
+        description="Longest expected wait for a slot, and never more than half the request's "
+        "budget. A request whose estimated wait (from recent answers' times) is longer is "
+        "RESOURCE_EXHAUSTED at once, with a retry-after hint.",
+    )
+    queue_grace: float = Field(
+        default=2.0,
+        ge=1,
+        le=10,
+        description="A queued request waits up to this many times max_queue_seconds (never "
+        "past half its budget) before it is RESOURCE_EXHAUSTED: it was admitted on an "
+        "estimate, and turning it away when the estimate was a little short would waste "
+        "the wait it already spent.",
     )
     downstream: DownstreamLimits = DownstreamLimits()
 

@@ -2,15 +2,18 @@
 
 A ``Limiter`` lets ``limit`` holders run at once. A caller finding every slot
 taken waits in a queue of at most ``max_waiting``, first come first served,
-for at most ``max_wait_seconds`` (and never longer than its own budget). Load
-past that is shed early instead of being left to time out inside:
+when its wait is expected to take at most ``max_wait_seconds`` (and never
+longer than its own budget). Load past that is shed early instead of being
+left to time out inside:
 
 * the queue is full: RESOURCE_EXHAUSTED at once;
 * the wait the caller would face, estimated from how long slots have been
   held lately, is longer than it may wait: RESOURCE_EXHAUSTED at once;
-* the wait ran out anyway: RESOURCE_EXHAUSTED when the cap was the limiter's
-  own (or a share of the caller's budget), DEADLINE_EXCEEDED when it was the
-  caller's whole budget.
+* the wait ran out anyway (after ``wait_grace`` times ``max_wait_seconds``:
+  an admitted caller is not turned away because the estimate it was admitted
+  on was a little short, which would waste the wait it already spent):
+  RESOURCE_EXHAUSTED when the cap was the limiter's own (or a share of the
+  caller's budget), DEADLINE_EXCEEDED when it was the caller's whole budget.
 
 Every RESOURCE_EXHAUSTED carries ``retry_after``, the estimated seconds until
 a slot frees (the interceptor sends it as the ``retry-after`` trailer, as
@@ -52,7 +55,8 @@ class Limiter:
 
     ``name`` labels metrics and messages (``the NAME service is at capacity``),
     ``noun`` names what holds a slot (``4 answers running``). A caller waits at
-    most ``max_wait_seconds`` and at most ``budget_share`` of its budget.
+    most ``max_wait_seconds`` by estimate, at most ``wait_grace`` times that in
+    fact, and at most ``budget_share`` of its budget.
     """
 
     def __init__(
@@ -64,12 +68,19 @@ class Limiter:
         *,
         noun: str = "calls",
         budget_share: float = 1.0,
+        wait_grace: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if limit < 1 or max_waiting < 0 or max_wait_seconds <= 0 or not 0 < budget_share <= 1:
+        if (
+            limit < 1
+            or max_waiting < 0
+            or max_wait_seconds <= 0
+            or not 0 < budget_share <= 1
+            or wait_grace < 1
+        ):
             raise ValueError(
-                "a limiter needs limit >= 1, max_waiting >= 0, max_wait_seconds > 0 "
-                "and 0 < budget_share <= 1"
+                "a limiter needs limit >= 1, max_waiting >= 0, max_wait_seconds > 0, "
+                "0 < budget_share <= 1 and wait_grace >= 1"
             )
         self.name = name
         self.noun = noun
@@ -77,6 +88,7 @@ class Limiter:
         self.max_waiting = max_waiting
         self.max_wait_seconds = max_wait_seconds
         self.budget_share = budget_share
+        self.wait_grace = wait_grace
         self._clock = clock
         self._queue: collections.deque[asyncio.Future[int]] = collections.deque()
         # slot id -> when its holder got it
@@ -158,7 +170,8 @@ class Limiter:
                 f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
                 f"{position} waiting); retry later",
             )
-        cap = min(self.max_wait_seconds, budget_seconds * self.budget_share)
+        share = budget_seconds * self.budget_share
+        cap = min(self.max_wait_seconds, share)
         estimate = self.estimated_wait(position)
         if estimate is not None and estimate > cap:
             raise self._refuse(
@@ -170,6 +183,8 @@ class Limiter:
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append(waiter)
         self._waiting_gauge.set(len(self._queue))
+        # Admitted on an estimate within ``cap``; waits a little longer in fact.
+        cap = min(self.max_wait_seconds * self.wait_grace, share)
         try:
             # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
             # arrives with the slot, and a cancelled call would run on.
