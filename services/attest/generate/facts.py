@@ -31,12 +31,14 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from nltk.stem.snowball import EnglishStemmer
+from typing import Any
 
 from attest.generate.text import STOPWORDS, WORD, strip_dateline, tokens
 
-_STEM = EnglishStemmer()
+# Imported on the first stem, not with this module: importing nltk costs 2-8 s
+# (it imports most of its subpackages), which `attest serve all` paid before
+# reporting SERVING.
+_STEM: Any = None
 
 _MONTH_NUMBER = {
     name: number
@@ -171,6 +173,11 @@ def _same_amount(have: tuple[object, ...], want: tuple[object, ...]) -> bool:
 
 @functools.lru_cache(maxsize=65536)
 def stem(word: str) -> str:
+    global _STEM
+    if _STEM is None:
+        from nltk.stem.snowball import EnglishStemmer
+
+        _STEM = EnglishStemmer()
     return str(_STEM.stem(word.lower()))
 
 
