@@ -7,7 +7,10 @@ CPUs, the model's load included.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +19,16 @@ import pytest
 
 from attest.core.errors import FailedPrecondition
 from attest.ingest.settings import IngestSettings
-from attest.semantic.embedding import Embedder, onnx_model_file
+from attest.semantic.embedding import (
+    PACKAGED_MINILM,
+    Embedder,
+    _file_layout,
+    _load_exported,
+    _Loaded,
+    _onnx_dir_of,
+    onnx_model_file,
+    resolve_model_path,
+)
 from attest.semantic.index import SemanticIndex
 from attest.semantic.settings import SemanticSettings
 
@@ -124,3 +136,75 @@ def test_ingest_embeds_with_the_configured_backend(monkeypatch: pytest.MonkeyPat
     assert IngestSettings().embed.backend == "torch"
     monkeypatch.setenv("ATTEST_INGEST_EMBED__BACKEND", "onnx-int8")
     assert IngestSettings().embed.backend == "onnx-int8"
+
+
+def _fresh_exported(backend: str) -> _Loaded:
+    # What a later process finds: the export cached, the model not loaded.
+    source = resolve_model_path(PACKAGED_MINILM)
+    loaded = _load_exported(source, backend)  # type: ignore[arg-type]
+    assert loaded is not None
+    assert loaded.model is None
+    return loaded
+
+
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_a_cached_export_loads_without_sentence_transformers_and_gives_the_same_vectors(
+    cache: Path, backend: str
+) -> None:
+    first = Embedder(backend=backend)  # type: ignore[arg-type]
+    expected = first.encode(TEXTS)  # exports (or finds) the file with the model loaded
+    source = resolve_model_path(PACKAGED_MINILM)
+    directory = _onnx_dir_of(cache, source)
+    assert (directory / "tokenizer-check").read_text() == "same"
+    loaded = _fresh_exported(backend)
+    assert loaded.onnx is not None
+    assert loaded.onnx.path.parent == directory
+    assert loaded.onnx.dimension == 384
+    # tokenizer.json gave sentence-transformers' token ids, so the same feeds
+    # reach the same ONNX file.
+    vectors = loaded.onnx.encode(TEXTS, 16)
+    assert np.array_equal(vectors, expected)
+
+
+def test_the_tokenizer_check_is_what_lets_a_process_skip_the_model(cache: Path) -> None:
+    Embedder(backend="onnx").encode(TEXTS[:1])
+    check = _onnx_dir_of(cache, resolve_model_path(PACKAGED_MINILM)) / "tokenizer-check"
+    check.write_text("differs")
+    try:
+        assert _load_exported(resolve_model_path(PACKAGED_MINILM), "onnx") is None
+    finally:
+        check.write_text("same")
+
+
+def test_a_process_with_a_cached_export_imports_neither_torch_nor_transformers(
+    cache: Path,
+) -> None:
+    Embedder(backend="onnx").encode(TEXTS[:1])  # the export is in the cache
+    probe = (
+        "import sys\n"
+        "from attest.semantic.embedding import Embedder\n"
+        "e = Embedder(backend='onnx')\n"
+        "assert e.encode(['quarterly dividend']).shape == (1, 384)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers')"
+        " if m in sys.modules))\n"
+    )
+    env = {**os.environ, "ATTEST_CACHE_DIR": str(cache)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_model_directory_the_onnx_path_does_not_implement_is_not_loaded_from_files(
+    tmp_path: Path,
+) -> None:
+    source = resolve_model_path(PACKAGED_MINILM)
+    assert _file_layout(source) == 384
+    for name in ("modules.json", "sentence_bert_config.json", "tokenizer.json"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    (tmp_path / "1_Pooling").mkdir()
+    pooling = json.loads((source / "1_Pooling" / "config.json").read_text())
+    pooling["pooling_mode_cls_token"] = True
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert _file_layout(tmp_path) is None

@@ -15,19 +15,25 @@ same float32 weights; vectors equal to torch's within 1e-6) or ``"onnx-int8"``
 move, see
 ``loadtest/bench_encoder.py``). The ONNX file is exported from the local
 weights once and kept in the cache directory (``attest.core.cache``) under the
-model's fingerprint; ONNX Runtime comes with the ``onnx`` extra.
+model's files; ONNX Runtime comes with the ``onnx`` extra. Once the file is
+there, and the model's own tokenizer (``tokenizer.json``) was found to give
+sentence-transformers' token ids when it was exported, a process loads it with
+ONNX Runtime and ``tokenizers`` alone: sentence-transformers and transformers
+(seconds of imports) are not imported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
+import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -43,6 +49,8 @@ log = logging.getLogger(__name__)
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 
 Vectors = npt.NDArray[np.float32]
+# Texts to token ids, attention mask and token type ids (int64, one row per text).
+Tokenize = Callable[[list[str]], dict[str, npt.NDArray[np.int64]]]
 
 Backend = Literal["torch", "onnx", "onnx-int8"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -71,9 +79,21 @@ def resolve_model_path(model: str) -> Path:
 DEFAULT_BATCH_SIZE = 16
 
 
-# Bumped whenever the export below changes what the ONNX file holds.
-_ONNX_FORMAT = "attest-onnx-1"
+# Bumped whenever the export below changes what the ONNX file holds or how
+# its directory is named.
+_ONNX_FORMAT = "attest-onnx-2"
 _ONNX_OPSET = 17
+# In the export's directory: "same" when the model's tokenizer.json, read by
+# `tokenizers`, gave sentence-transformers' token ids for _TOKENIZER_PROBES.
+_TOKENIZER_CHECK = "tokenizer-check"
+_TOKENIZER_PROBES = [
+    "Greenhouse gas emissions of the supply chain.",
+    "",
+    "  leading and trailing spaces  ",
+    "Wer reitet so spät durch Nacht und Wind? Ça coûte 5€, naïve café; 東京 株式",
+    "UPPER lower MiXeD 3.14 e-mail@example.com don't",
+    "experimental investigation of the aerodynamics of a wing in a slipstream . " * 40,
+]
 
 
 def _check_onnx_layout(model: Any) -> None:
@@ -87,12 +107,133 @@ def _check_onnx_layout(model: Any) -> None:
         )
 
 
-def _onnx_files_dir(model: Any) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
-    """Where this model's ONNX files live: the cache, or a directory of this process."""
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _files_digest(source: Path) -> str:
+    """SHA-256 of a model directory's file names and contents (hidden files left out)."""
+    digest = hashlib.sha256()
+    for file in sorted(source.rglob("*")):
+        relative = file.relative_to(source)
+        if not file.is_file() or any(part.startswith(".") for part in relative.parts):
+            continue
+        digest.update(relative.as_posix().encode() + b"\0")
+        with file.open("rb") as f:
+            digest.update(hashlib.file_digest(f, "sha256").digest())
+    return digest.hexdigest()
+
+
+def _onnx_dir_of(root: Path, source: Path) -> Path:
+    key = hashlib.sha256(f"{_ONNX_FORMAT}|{_ONNX_OPSET}|{_files_digest(source)}".encode())
+    return root / "onnx" / key.hexdigest()[:32]
+
+
+def _file_layout(source: Path) -> int | None:
+    """The embedding dimension when ``source`` declares Transformer, mean Pooling
+    and at most Normalize (what the ONNX path implements); else None."""
+    modules = _read_json(source / "modules.json")
+    if not isinstance(modules, list) or not 2 <= len(modules) <= 3:
+        return None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules if isinstance(m, dict)]
+    if kinds[:2] != ["Transformer", "Pooling"] or kinds[2:] not in ([], ["Normalize"]):
+        return None
+    if modules[0].get("path", "") != "":
+        return None
+    pooling = _read_json(source / str(modules[1].get("path", "")) / "config.json")
+    if not isinstance(pooling, dict):
+        return None
+    dimension = pooling.get("word_embedding_dimension")
+    if not isinstance(dimension, int):
+        return None
+    modes = {k: v for k, v in pooling.items() if k.startswith("pooling_mode_")}
+    if modes.get("pooling_mode_mean_tokens") is not True or any(
+        v for k, v in modes.items() if k != "pooling_mode_mean_tokens"
+    ):
+        return None
+    return dimension
+
+
+def _fast_tokenizer(source: Path) -> Tokenize | None:
+    """The model's ``tokenizer.json`` read by ``tokenizers``, truncated and padded as
+    sentence-transformers does; None where the directory does not say enough."""
+    config = _read_json(source / "sentence_bert_config.json")
+    if not isinstance(config, dict) or config.get("do_lower_case"):
+        return None
+    max_length = config.get("max_seq_length")
+    if not isinstance(max_length, int) or not (source / "tokenizer.json").is_file():
+        return None
+    pad = (_read_json(source / "tokenizer_config.json") or {}).get("pad_token")
+    if isinstance(pad, dict):
+        pad = pad.get("content")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    pad_id = tokenizer.token_to_id(pad) if isinstance(pad, str) else None
+    if pad_id is None:
+        return None
+    tokenizer.enable_truncation(max_length=max_length)
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=pad)
+
+    def tokenize(texts: list[str]) -> dict[str, npt.NDArray[np.int64]]:
+        encodings = tokenizer.encode_batch(texts)
+        return {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
+
+    return tokenize
+
+
+def _model_tokenize(model: Any) -> Tokenize:
+    """sentence-transformers' own tokenization of ``model``."""
+
+    def tokenize(texts: list[str]) -> dict[str, npt.NDArray[np.int64]]:
+        features = model.preprocess(texts)
+        return {
+            name: features[name].numpy().astype(np.int64)
+            for name in ("input_ids", "attention_mask", "token_type_ids")
+            if name in features
+        }
+
+    return tokenize
+
+
+def _check_tokenizer(model: Any, source: Path, directory: Path) -> None:
+    """Record whether ``source``'s tokenizer.json gives ``model``'s token ids."""
+    check = directory / _TOKENIZER_CHECK
+    if check.is_file():
+        return
+    same = False
+    fast = _fast_tokenizer(source) if _file_layout(source) is not None else None
+    if fast is not None:
+        want = _model_tokenize(model)(_TOKENIZER_PROBES)
+        have = fast(_TOKENIZER_PROBES)
+        same = want.keys() <= have.keys() and all(np.array_equal(want[k], have[k]) for k in want)
+    tmp = directory / f"{_TOKENIZER_CHECK}.{os.getpid()}.tmp"
+    tmp.write_text("same" if same else "differs")
+    tmp.replace(check)
+
+
+def _onnx_files_dir(
+    model: Any, source: Path | None = None
+) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
+    """Where this model's ONNX files live: the cache, or a directory of this process.
+
+    In the cache the directory is named after ``source``'s files when given
+    (a later process finds it without loading the model), else after the
+    model's vectors.
+    """
     root = cache_dir()
     if root is None:
         scratch = tempfile.TemporaryDirectory(prefix="attest-onnx-")
         return Path(scratch.name), scratch
+    if source is not None:
+        return _onnx_dir_of(root, source), None
 
     def encode(texts: Sequence[str]) -> Vectors:
         return np.asarray(
@@ -161,38 +302,64 @@ def _export_onnx(model: Any, directory: Path, quantized: bool) -> Path:
     return int8
 
 
+def _default_threads() -> int:
+    """The cores torch uses when it is loaded; else OMP_NUM_THREADS, else ONNX
+    Runtime's default (0: the physical cores, as torch's default)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return int(torch.get_num_threads())
+    try:
+        return max(int(os.environ.get("OMP_NUM_THREADS", "0")), 0)
+    except ValueError:
+        return 0
+
+
 class OnnxEncoder:
     """The forward pass of a mean-pooled sentence-transformers model in ONNX Runtime.
 
-    Tokenization is the model's own (``preprocess``); pooling and normalisation
-    are done here as the model's Pooling and Normalize modules do them.
+    Tokenization is the model's own (``preprocess``), or ``tokenize`` when
+    given (then ``model`` may be None and ``dimension`` is required); pooling and
+    normalisation are done here as the model's Pooling and Normalize modules do
+    them.
     """
 
-    def __init__(self, model: Any, path: Path, *, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        path: Path,
+        *,
+        threads: int | None = None,
+        tokenize: Tokenize | None = None,
+        dimension: int | None = None,
+    ) -> None:
         import onnxruntime as ort
-        import torch
 
-        _check_onnx_layout(model)
+        if model is not None:
+            _check_onnx_layout(model)
+            dimension = dimension or int(model.get_embedding_dimension())
+            tokenize = tokenize or _model_tokenize(model)
+        if tokenize is None or dimension is None:
+            raise ValueError("OnnxEncoder needs a model, or a tokenizer and a dimension")
         options = ort.SessionOptions()
         # The same cores torch would use (OMP_NUM_THREADS / torch.set_num_threads).
-        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.intra_op_num_threads = threads or _default_threads()
         options.inter_op_num_threads = 1
         self.path = path
-        self._model = model
+        self.dimension = dimension
+        self._tokenize = tokenize
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def encode(self, texts: Sequence[str], batch_size: int) -> Vectors:
-        dim = int(self._model.get_embedding_dimension())
-        out = np.zeros((len(texts), dim), dtype=np.float32)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         # Longest first, as sentence-transformers does, so each batch pads little.
         order = np.argsort([-len(t) for t in texts], kind="stable")
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
-            features = self._model.preprocess([texts[i] for i in rows])
-            feeds = {n: features[n].numpy().astype(np.int64) for n in self._inputs}
+            features = self._tokenize([texts[i] for i in rows])
+            feeds = {n: features[n] for n in self._inputs}
             hidden = self._session.run(None, feeds)[0]
-            mask = features["attention_mask"].numpy().astype(np.float32)[..., None]
+            mask = features["attention_mask"].astype(np.float32)[..., None]
             pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
             norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
             out[rows] = pooled / norms
@@ -206,7 +373,8 @@ class _Loaded:
     # batch, and a fast tokenizer must not be driven from two threads at once.
     encode_lock: threading.Lock = field(default_factory=threading.Lock)
     fingerprint: str | None = None
-    # The ONNX Runtime forward pass when the backend is not torch.
+    # The ONNX Runtime forward pass when the backend is not torch (``model`` is
+    # None when it was loaded without sentence-transformers).
     onnx: OnnxEncoder | None = None
     scratch: tempfile.TemporaryDirectory[str] | None = None
 
@@ -219,16 +387,45 @@ _LOADING = threading.Lock()
 
 
 def onnx_model_file(
-    model: Any, backend: Backend
+    model: Any, backend: Backend, source: Path | None = None
 ) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
     """The ONNX file of a loaded sentence-transformers model, exported on first use.
 
-    The second item is the scratch directory holding it when the disk cache is
-    off (the file lives as long as that object).
+    ``source`` is the directory the model was loaded from: the cached export is
+    then found by its files, and next to it is recorded whether its
+    tokenizer.json can stand in for sentence-transformers' tokenization
+    (``_load_exported``). The second item is the scratch directory holding the
+    file when the disk cache is off (the file lives as long as that object).
     """
     _check_onnx_layout(model)
-    directory, scratch = _onnx_files_dir(model)
-    return _export_onnx(model, directory, quantized=backend == "onnx-int8"), scratch
+    directory, scratch = _onnx_files_dir(model, source)
+    file = _export_onnx(model, directory, quantized=backend == "onnx-int8")
+    if source is not None and scratch is None:
+        _check_tokenizer(model, source, directory)
+    return file, scratch
+
+
+def _load_exported(source: Path, backend: Backend) -> _Loaded | None:
+    """The ONNX backend without sentence-transformers, torch or transformers: when
+    the export of ``source`` is in the cache and its tokenizer.json was checked."""
+    root = cache_dir()
+    dimension = _file_layout(source)
+    if root is None or dimension is None:
+        return None
+    directory = _onnx_dir_of(root, source)
+    file = directory / ("model-int8.onnx" if backend == "onnx-int8" else "model.onnx")
+    try:
+        checked = (directory / _TOKENIZER_CHECK).read_text().strip() == "same"
+    except OSError:
+        checked = False
+    if not checked or not file.is_file():
+        return None
+    tokenize = _fast_tokenizer(source)
+    if tokenize is None:
+        return None
+    encoder = OnnxEncoder(None, file, tokenize=tokenize, dimension=dimension)
+    log.info("loaded %s with ONNX Runtime from %s", source, file)
+    return _Loaded(model=None, onnx=encoder)
 
 
 def _load(path: Path, device: str, backend: Backend = "torch") -> _Loaded:
@@ -239,6 +436,8 @@ def _load(path: Path, device: str, backend: Backend = "torch") -> _Loaded:
     key = (str(path.resolve()), device, backend)
     with _LOADING:
         loaded = _LOADED.get(key)
+        if loaded is None and backend != "torch":
+            loaded = _load_exported(path, backend)
         if loaded is None:
             # Never reach for a hub, even if a config names a remote file.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -246,9 +445,9 @@ def _load(path: Path, device: str, backend: Backend = "torch") -> _Loaded:
 
             loaded = _Loaded(SentenceTransformer(str(path), device=device))
             if backend != "torch":
-                onnx_path, loaded.scratch = onnx_model_file(loaded.model, backend)
+                onnx_path, loaded.scratch = onnx_model_file(loaded.model, backend, path)
                 loaded.onnx = OnnxEncoder(loaded.model, onnx_path)
-            _LOADED[key] = loaded
+        _LOADED[key] = loaded
         return loaded
 
 
@@ -294,8 +493,10 @@ class Embedder:
 
     @property
     def dimension(self) -> int:
-        dim = self._model().model.get_embedding_dimension()
-        return int(dim)
+        loaded = self._model()
+        if loaded.onnx is not None:
+            return loaded.onnx.dimension
+        return int(loaded.model.get_embedding_dimension())
 
     def encode(self, texts: Sequence[str]) -> Vectors:
         """Unit-length float32 vectors, one row per text."""
