@@ -7,12 +7,30 @@ summary (or, without one, the start of its body); the headline alone is kept
 as a separate vector in the article's payload for KG scoring. The KG scorer
 keeps its article table in memory and rebuilds it from the article collection
 at start-up, so the graph needs no database of its own.
+
+Replicas over one Qdrant server (``kg_sync_seconds`` above 0): each write or
+delete of articles also appends (tenant, doc_id, time, writer) entries to the
+store's change log, after the articles themselves are written. Before KG
+scoring, a replica whose last sync started ``kg_sync_seconds`` ago or more
+reads the entries stamped since its cursor, less ``KG_SYNC_OVERLAP_US``
+(writers' clocks may lag one another, an append may land late; entries
+already applied are skipped by id), and for every article named by another
+writer reads what the store holds now: present, it is restored as at
+start-up; absent, it leaves the table. Applying the store's current state,
+not the logged operation, makes the order of entries irrelevant. So a KG
+query that starts ``kg_sync_seconds`` or more after a write returned
+reflects it on every replica. Entries older than ``KG_CHANGE_RETENTION_US``
+are pruned; a replica that has not synced for that long rescans the whole
+article collection instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 
 from attest.core.cache import VectorMemo
-from attest.core.errors import InvalidArgument, Unavailable
+from attest.core.errors import AttestError, InvalidArgument, Unavailable
 from attest.knowledge.graph import KnowledgeGraph, load_graph
 from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
 from attest.semantic.embedding import Embedder
@@ -57,6 +75,13 @@ PASSAGES: Literal["passages"] = "passages"
 SUMMARY_FALLBACK_CHARS = 1200
 # Candidates each signal contributes before fusion in the fused mode.
 FUSION_DEPTH = 100
+# How far before its cursor a sync rereads the change log: the clock skew
+# between replicas plus the time an append may take (the store's timeout is
+# 10 s) must stay below it.
+KG_SYNC_OVERLAP_US = 30_000_000
+# How long change-log entries are kept, and how often a replica prunes them.
+KG_CHANGE_RETENTION_US = 3_600_000_000
+KG_PRUNE_EVERY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +107,10 @@ def _from_epoch(value: Any) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(int(value), tz=UTC)
 
 
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
 class SemanticIndex:
     def __init__(
         self,
@@ -105,6 +134,16 @@ class SemanticIndex:
         self._org_vectors: dict[str, Vector] = {}
         self._write_lock = asyncio.Lock()
         self._org_memo = VectorMemo(settings.data_dir / "cache" / "organization-vectors.npz")
+        # Change-log sync (kg_sync_seconds > 0): this process's id as a writer,
+        # the time (monotonic and wall) its last successful sync started, the
+        # change-log cursor, and the ids of entries applied within the overlap.
+        self._writer = uuid.uuid4().hex
+        self._sync_lock = asyncio.Lock()
+        self._synced_at = -math.inf
+        self._synced_wall_us = 0
+        self._cursor_us = 0
+        self._applied: dict[str, int] = {}
+        self._pruned_at = -math.inf
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -151,19 +190,34 @@ class SemanticIndex:
             top_n=self.settings.kg_top_n,
             node_weighting=self.settings.kg_node_weighting,
         )
-        restored = 0
+        started, started_us = time.monotonic(), _now_us()
+        restored = len(await self._scan(scorer))
+        # Names of deleted articles leave the memo (and the disk).
+        self._org_memo.retain(self._org_vectors)
+        self._scorer = scorer
+        # Entries logged while the scan ran are read again by the first sync.
+        self._cursor_us = started_us
+        self._mark_synced(started, started_us)
+        log.info("semantic index ready: %d articles restored", restored)
+
+    async def _scan(self, scorer: KgScorer) -> set[tuple[str, str]]:
+        """Restore every stored article into ``scorer``; the (tenant, doc_id) restored."""
+        seen: set[tuple[str, str]] = set()
         points: list[Point] = []
-        async for point in self._store.scroll(ARTICLES, None):
+        async for point in self.store.scroll(ARTICLES, None):
             points.append(point)
-            restored += 1
+            seen.add((str(point.payload["tenant"]), point.doc_id))
             if len(points) == 2048:
                 self._restore_batch(points, scorer)
                 points = []
         self._restore_batch(points, scorer)
-        # Names of deleted articles leave the memo (and the disk).
-        self._org_memo.retain(self._org_vectors)
-        self._scorer = scorer
-        log.info("semantic index ready: %d articles restored", restored)
+        return seen
+
+    def _mark_synced(self, started: float, started_us: int) -> None:
+        # The cursor moves with the entries read (writers' clocks), not with
+        # this replica's clock.
+        self._synced_at = started
+        self._synced_wall_us = started_us
 
     async def close(self) -> None:
         if self._store is not None:
@@ -359,6 +413,7 @@ class SemanticIndex:
                     entity_ids=doc.entity_ids,
                     passage_count=len(doc.passages),
                 )
+            await self._record(tenant, [d.id for d in docs])
         return IndexResult(
             documents=len(docs),
             passages=len(passage_points),
@@ -371,7 +426,89 @@ class SemanticIndex:
             self.scorer.delete(tenant, doc_ids)
             for doc_id in doc_ids:
                 self._meta.pop((tenant, doc_id), None)
+            await self._record(tenant, doc_ids)
         return deleted
+
+    async def _record(self, tenant: str, doc_ids: Sequence[str]) -> None:
+        # After the store and this replica's table: an entry another replica
+        # reads names a write it can already see. A failure fails the request,
+        # whose retry writes (and logs) again.
+        if self.settings.kg_sync_seconds > 0 and doc_ids:
+            await self.store.record_changes(tenant, doc_ids, writer=self._writer, at_us=_now_us())
+
+    # -- replicas ------------------------------------------------------------------
+
+    async def sync(self, *, force: bool = False) -> None:
+        """Apply the articles other replicas wrote or deleted (see the module
+        docstring), if the last sync started ``kg_sync_seconds`` ago or more
+        (or ``force``). A store failure is logged and leaves the table as it
+        was; the next query tries again."""
+        every = self.settings.kg_sync_seconds
+        if every <= 0 or self._scorer is None:
+            return
+        if not force and time.monotonic() - self._synced_at < every:
+            return
+        async with self._sync_lock:
+            started, started_us = time.monotonic(), _now_us()
+            if not force and started - self._synced_at < every:
+                return  # a concurrent query synced while this one waited
+            try:
+                if started_us - self._synced_wall_us > KG_CHANGE_RETENTION_US - KG_SYNC_OVERLAP_US:
+                    # Entries this replica has not read may be pruned already.
+                    await self._rescan(started_us)
+                else:
+                    await self._apply_changes()
+            except AttestError as exc:
+                log.warning("KG sync with the vector store failed; scores may lag: %s", exc)
+                return
+            self._mark_synced(started, started_us)
+            if started - self._pruned_at >= KG_PRUNE_EVERY_SECONDS:
+                self._pruned_at = started
+                try:
+                    await self.store.prune_changes(started_us - KG_CHANGE_RETENTION_US)
+                except AttestError as exc:
+                    log.warning("pruning the KG change log failed: %s", exc)
+
+    async def _apply_changes(self) -> None:
+        changes = await self.store.changes_since(self._cursor_us - KG_SYNC_OVERLAP_US)
+        fresh = [c for c in changes if c.id not in self._applied]
+        wanted: dict[str, set[str]] = {}
+        for c in fresh:
+            if c.writer != self._writer:  # this replica applied its own writes as it made them
+                wanted.setdefault(c.tenant, set()).add(c.doc_id)
+        for tenant, doc_ids in wanted.items():
+            ids = sorted(doc_ids)
+            async with self._write_lock:
+                points = await self.store.articles(tenant, ids)
+                self._restore_batch(points, self.scorer)
+                gone = sorted(doc_ids - {p.doc_id for p in points})
+                self.scorer.delete(tenant, gone)
+                for doc_id in gone:
+                    self._meta.pop((tenant, doc_id), None)
+        for c in fresh:
+            self._applied[c.id] = c.at_us
+            self._cursor_us = max(self._cursor_us, c.at_us)
+        horizon = self._cursor_us - KG_SYNC_OVERLAP_US
+        self._applied = {i: at for i, at in self._applied.items() if at >= horizon}
+        if wanted:
+            log.info(
+                "KG sync: %d articles of other replicas applied",
+                sum(len(d) for d in wanted.values()),
+            )
+
+    async def _rescan(self, started_us: int) -> None:
+        async with self._write_lock:
+            seen = await self._scan(self.scorer)
+            gone: dict[str, list[str]] = {}
+            for tenant, doc_id in list(self._meta):
+                if (tenant, doc_id) not in seen:
+                    gone.setdefault(tenant, []).append(doc_id)
+                    del self._meta[(tenant, doc_id)]
+            for tenant, doc_ids in gone.items():
+                self.scorer.delete(tenant, doc_ids)
+            self._applied.clear()
+            self._cursor_us = started_us
+        log.info("KG sync: article table rescanned (%d articles)", len(seen))
 
     # -- reads -----------------------------------------------------------------
 
@@ -466,6 +603,7 @@ class SemanticIndex:
     async def _kg(
         self, tenant: str, vector: Vector, query: SemanticQuery, limit: int
     ) -> list[SemanticHit]:
+        await self.sync()
         f = query.filters
         flt = None
         if f.organizations or f.entity_ids or f.published_from or f.published_to:
@@ -505,6 +643,7 @@ class SemanticIndex:
         self, tenant: str, doc_id: str, query: SemanticQuery
     ) -> tuple[ArticleScore, list[NodeScore], list[list[NodeScore]]]:
         vector = await self.query_vector(query)
+        await self.sync()
         result = await asyncio.to_thread(
             self.scorer.explain,
             tenant,
@@ -548,6 +687,7 @@ class SemanticIndex:
         return await list_documents(self.store, tenant, page_token, page_size)
 
     async def stats(self, tenant: str) -> SemanticCounts:
+        await self.sync()
         articles = await self.store.count(ARTICLES, tenant)
         passages = await self.store.count(PASSAGES, tenant)
         linked = sum(1 for (t, _), m in self._meta.items() if t == tenant and m.entity_ids)

@@ -59,6 +59,15 @@ class SemanticSettings(ServiceSettings):
         description="idf: a graph node's score weighed by how few of the tenant's articles "
         "reach it (see attest.semantic.kg_scoring); none: unweighted, as published.",
     )
+    kg_sync_seconds: float = Field(
+        default=0,
+        ge=0,
+        description="0: off (one replica). Above 0: every write and delete of an article is "
+        "also logged in the vector store, and before KG scoring a replica applies the "
+        "entries logged by others if its last sync is this many seconds old, so replicas "
+        "over one Qdrant server score the same articles: a KG query that starts this long "
+        "after a write returns reflects it. Set it on every replica (and on the indexer).",
+    )
     graph_path: Path | None = Field(
         default=None, description="ESG graph YAML; None uses the one shipped with Attest."
     )

@@ -10,7 +10,13 @@ thing in the embedded default and in production:
   caller's fields; ``organizations`` are stored case-folded and
   ``published_at`` as epoch seconds (an integer, so it reads back as written);
 * payload indexes on tenant, doc_id, organizations, entity_ids and
-  published_at; every search, count and delete is filtered by tenant.
+  published_at; every search, count and delete is filtered by tenant;
+* a third collection, ``<prefix>-changes``, created on first use, is a log of
+  article writes and deletes (tenant, doc_id, the writer's clock in
+  microseconds, the writer's id), so that replicas sharing a Qdrant server
+  keep their in-memory KG tables in step (``attest.semantic.index``); its
+  points carry a one-dimensional placeholder vector, as every collection
+  needs one.
 
 ``EdgeVectorStore`` runs Qdrant's Rust engine in-process (``qdrant-edge``,
 HNSW, on disk, reopened on restart). ``QdrantVectorStore`` talks to a Qdrant
@@ -105,6 +111,19 @@ class ScoredPoint:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One entry of the change log: ``tenant``'s article ``doc_id`` was written or
+    deleted by ``writer`` at ``at_us`` (its clock, microseconds since 1970). The
+    entry names the article only; what it holds now is read from the store."""
+
+    id: str
+    tenant: str
+    doc_id: str
+    at_us: int
+    writer: str
+
+
+@dataclass(frozen=True)
 class HnswParams:
     """HNSW graph and search settings; loadtest/bench_vectors.py chose the defaults."""
 
@@ -164,6 +183,21 @@ class VectorStore(Protocol):
         the ``fields`` of each payload, no vectors, and the offset of the next page
         (None after the last)."""
 
+    async def articles(self, tenant: str, doc_ids: Sequence[str]) -> list[Point]:
+        """The article points of ``tenant``'s ``doc_ids`` that exist, with payloads
+        and vectors (a lookup by point id)."""
+
+    async def record_changes(
+        self, tenant: str, doc_ids: Sequence[str], *, writer: str, at_us: int
+    ) -> None:
+        """Append one change-log entry per doc id."""
+
+    async def changes_since(self, at_us: int) -> list[Change]:
+        """Every change-log entry stamped ``at_us`` or later, in no set order."""
+
+    async def prune_changes(self, before_us: int) -> None:
+        """Drop the change-log entries stamped before ``before_us``."""
+
     async def close(self) -> None: ...
 
 
@@ -172,6 +206,33 @@ class VectorStore(Protocol):
 
 def collection_names(prefix: str) -> dict[Kind, str]:
     return {kind: f"{prefix}-{kind}" for kind in KINDS}
+
+
+def changes_collection(prefix: str) -> str:
+    return f"{prefix}-changes"
+
+
+CHANGE_AT = "at"  # the change log's time field, microseconds (exact in a float64)
+
+
+def _change_payload(tenant: str, doc_id: str, writer: str, at_us: int) -> dict[str, Any]:
+    return {"tenant": tenant, "doc_id": doc_id, CHANGE_AT: int(at_us), "writer": writer}
+
+
+def _change_from(point: Any, raw: Mapping[str, Any] | None) -> Change:
+    p = _read_payload(raw)
+    return Change(
+        id=str(point),
+        tenant=str(p["tenant"]),
+        doc_id=str(p["doc_id"]),
+        at_us=int(p[CHANGE_AT]),
+        writer=str(p.get("writer", "")),
+    )
+
+
+def _check_changes(tenant: str, doc_ids: Sequence[str]) -> list[str]:
+    _check_tenant(tenant)
+    return _check_doc_ids(doc_ids)
 
 
 def point_id(tenant: str, doc_id: str, passage_index: int) -> str:
@@ -481,6 +542,9 @@ class EdgeVectorStore:
         self._segments = segments
         self._shards: dict[Kind, qe.EdgeShard] = {}
         self._optimizing = asyncio.Lock()
+        self._changes_dir = self._path / changes_collection(collection_prefix)
+        self._changes: qe.EdgeShard | None = None
+        self._changes_opening = asyncio.Lock()
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -556,11 +620,15 @@ class EdgeVectorStore:
     async def close(self) -> None:
         async with self._optimizing:  # a graph being built finishes first
             shards, self._shards = self._shards, {}
-        for kind, shard in shards.items():
+        named = [(self._names[kind], shard) for kind, shard in shards.items()]
+        changes, self._changes = self._changes, None
+        if changes is not None:
+            named.append((self._changes_dir.name, changes))
+        for name, shard in named:
             try:
                 await asyncio.to_thread(_flush_and_close, shard)
             except Exception as exc:  # noqa: BLE001 - closing goes on; the failure is logged
-                log.error("closing edge shard %s failed: %r", self._names[kind], exc)
+                log.error("closing edge shard %s failed: %r", name, exc)
 
     # -- helpers -----------------------------------------------------------------
 
@@ -713,6 +781,74 @@ class EdgeVectorStore:
         records, after = await self._run("scroll", functools.partial(shard.scroll, request))
         return [_read_payload(r.payload) for r in records], None if after is None else str(after)
 
+    async def articles(self, tenant: str, doc_ids: Sequence[str]) -> list[Point]:
+        ids = _point_ids("articles", tenant, [(d, ARTICLE_INDEX) for d in doc_ids])
+        if not ids:
+            return []
+        shard = self._shard("articles")
+        records = await self._run(
+            "retrieve", functools.partial(shard.retrieve, list(dict.fromkeys(ids)), True, True)
+        )
+        return [_point_from(r.payload, r.vector) for r in records]
+
+    # -- the change log ------------------------------------------------------------
+
+    def _open_changes(self) -> qe.EdgeShard:
+        config = qe.EdgeConfig(vectors=qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot))
+        if (self._changes_dir / "edge_config.json").is_file():
+            shard = qe.EdgeShard.load(str(self._changes_dir), config)
+        else:
+            self._changes_dir.mkdir(parents=True, exist_ok=True)
+            shard = qe.EdgeShard.create(str(self._changes_dir), config)
+        if CHANGE_AT not in set(shard.info().payload_schema):
+            schema = qe.IntegerIndexParams(lookup=False, range=True)
+            shard.update(qe.UpdateOperation.create_field_index(CHANGE_AT, schema))
+        return shard
+
+    async def _changes_shard(self) -> qe.EdgeShard:
+        self._shard("articles")  # open, or a clear error
+        async with self._changes_opening:
+            if self._changes is None:
+                self._changes = await self._run("open", self._open_changes)
+            return self._changes
+
+    async def record_changes(
+        self, tenant: str, doc_ids: Sequence[str], *, writer: str, at_us: int
+    ) -> None:
+        ids = _check_changes(tenant, doc_ids)
+        if not ids:
+            return
+        shard = await self._changes_shard()
+        points = [
+            qe.Point(str(uuid.uuid4()), [1.0], _change_payload(tenant, d, writer, at_us))
+            for d in ids
+        ]
+        for batch in _batches(points, _UPSERT_BATCH):
+            op = qe.UpdateOperation.upsert_points(list(batch))
+            await self._run("change log append", functools.partial(shard.update, op))
+
+    async def changes_since(self, at_us: int) -> list[Change]:
+        shard = await self._changes_shard()
+        flt = qe.Filter(must=[qe.FieldCondition(CHANGE_AT, range=qe.RangeFloat(gte=at_us))])
+        out: list[Change] = []
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset, limit=_SCROLL_PAGE, filter=flt, with_payload=True, with_vector=False
+            )
+            records, offset = await self._run(
+                "change log read", functools.partial(shard.scroll, request)
+            )
+            out.extend(_change_from(r.id, r.payload) for r in records)
+            if offset is None:
+                return out
+
+    async def prune_changes(self, before_us: int) -> None:
+        shard = await self._changes_shard()
+        flt = qe.Filter(must=[qe.FieldCondition(CHANGE_AT, range=qe.RangeFloat(lt=before_us))])
+        op = qe.UpdateOperation.delete_points_by_filter(flt)
+        await self._run("change log prune", functools.partial(shard.update, op))
+
 
 def _flush_and_close(shard: qe.EdgeShard) -> None:
     shard.flush()
@@ -776,6 +912,9 @@ class QdrantVectorStore:
         self._dimension = dimension
         self.hnsw = hnsw or HnswParams()
         self._client: AsyncQdrantClient | None = None
+        self._changes_name = changes_collection(collection_prefix)
+        self._changes_ready = False
+        self._changes_lock = asyncio.Lock()
 
     # -- the client edge -----------------------------------------------------------
 
@@ -907,6 +1046,7 @@ class QdrantVectorStore:
 
     async def close(self) -> None:
         client, self._client = self._client, None
+        self._changes_ready = False
         if client is not None:
             try:
                 await client.close()
@@ -1048,6 +1188,109 @@ class QdrantVectorStore:
             with_vectors=False,
         )
         return [_read_payload(r.payload) for r in records], None if after is None else str(after)
+
+    async def articles(self, tenant: str, doc_ids: Sequence[str]) -> list[Point]:
+        ids = _point_ids("articles", tenant, [(d, ARTICLE_INDEX) for d in doc_ids])
+        if not ids:
+            return []
+        client = self._c()
+        records = await self._call(
+            "retrieve",
+            client.retrieve,
+            self._names["articles"],
+            ids=list(dict.fromkeys(ids)),
+            with_payload=True,
+            with_vectors=True,
+        )
+        return [_point_from(r.payload, r.vector) for r in records]
+
+    # -- the change log ------------------------------------------------------------
+
+    async def _changes_collection(self) -> str:
+        client = self._c()
+        async with self._changes_lock:
+            if self._changes_ready:
+                return self._changes_name
+            name = self._changes_name
+            if not await self._call("collection check", client.collection_exists, name):
+                try:
+                    await self._call(
+                        "collection creation",
+                        client.create_collection,
+                        name,
+                        vectors_config=qm.VectorParams(size=1, distance=qm.Distance.DOT),
+                    )
+                except Internal:
+                    # Another replica may have created it between the check and here.
+                    if not await self._call("collection check", client.collection_exists, name):
+                        raise
+            if not self._local:
+                await self._call(
+                    "payload index creation",
+                    client.create_payload_index,
+                    name,
+                    field_name=CHANGE_AT,
+                    field_schema=qm.IntegerIndexParams(
+                        type=qm.IntegerIndexType.INTEGER, lookup=False, range=True
+                    ),
+                    wait=True,
+                )
+            self._changes_ready = True
+            return name
+
+    async def record_changes(
+        self, tenant: str, doc_ids: Sequence[str], *, writer: str, at_us: int
+    ) -> None:
+        ids = _check_changes(tenant, doc_ids)
+        if not ids:
+            return
+        name = await self._changes_collection()
+        structs = [
+            qm.PointStruct(
+                id=str(uuid.uuid4()),
+                vector=[1.0],
+                payload=_change_payload(tenant, d, writer, at_us),
+            )
+            for d in ids
+        ]
+        client = self._c()
+        for batch in _batches(structs, _UPSERT_BATCH):
+            await self._call(
+                "change log append", client.upsert, name, points=list(batch), wait=True
+            )
+
+    async def changes_since(self, at_us: int) -> list[Change]:
+        name = await self._changes_collection()
+        client = self._c()
+        flt = qm.Filter(must=[qm.FieldCondition(key=CHANGE_AT, range=qm.Range(gte=at_us))])
+        out: list[Change] = []
+        offset: Any = None
+        while True:
+            records, offset = await self._call(
+                "change log read",
+                client.scroll,
+                name,
+                scroll_filter=flt,
+                limit=_SCROLL_PAGE,
+                offset=offset,
+                with_payload=True,
+                with_vectors=False,
+            )
+            out.extend(_change_from(r.id, r.payload) for r in records)
+            if offset is None:
+                return out
+
+    async def prune_changes(self, before_us: int) -> None:
+        name = await self._changes_collection()
+        client = self._c()
+        flt = qm.Filter(must=[qm.FieldCondition(key=CHANGE_AT, range=qm.Range(lt=before_us))])
+        await self._call(
+            "change log prune",
+            client.delete,
+            name,
+            points_selector=qm.FilterSelector(filter=flt),
+            wait=True,
+        )
 
 
 def create_store(

@@ -1,0 +1,207 @@
+"""Replicas over one vector store keep their KG scores in step (``kg_sync_seconds``).
+
+Each test runs two SemanticIndex objects over ONE store object, for both
+backends: qdrant-edge on disk, and qdrant-client's local mode (the same
+QdrantVectorStore code a Qdrant server is used through, but the client
+constructor). Two processes cannot be used here: qdrant-edge and local mode
+both lock their directory against a second opener, and no Qdrant server runs
+in the unit tests. The replicas share nothing else: each has its own data
+directory and its own KG table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from attest.core import cache
+from attest.knowledge.graph import KnowledgeGraph, Level, load_graph
+from attest.semantic import index as index_module
+from attest.semantic.index import SemanticIndex
+from attest.semantic.models import Mode, SemanticQuery, Variant
+from attest.semantic.settings import SemanticSettings
+from attest.semantic.store import EdgeVectorStore, QdrantVectorStore, VectorStore
+from tests.unit.test_semantic_restart import DIM, HashEmbedder, doc
+
+pytestmark = pytest.mark.asyncio
+
+BOUND = 1.0  # kg_sync_seconds of the replicas under test
+QUESTIONS = ("greenhouse gas emissions", "strike at the plant", "Acme Corp")
+
+
+@pytest.fixture(scope="module")
+def graph() -> KnowledgeGraph:
+    return load_graph()
+
+
+@pytest.fixture
+def linkable(graph: KnowledgeGraph) -> list[str]:
+    return sorted(e.id for e in graph.entities.values() if e.level is Level.LOWER)[:4]
+
+
+@pytest.fixture(params=["edge", "qdrant-local"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[VectorStore]:
+    monkeypatch.setenv("ATTEST_CACHE_DIR", str(tmp_path / "cache"))
+    cache.forget_shared()
+    s: VectorStore
+    if request.param == "edge":
+        s = EdgeVectorStore(tmp_path / "vectors", collection_prefix="t", dimension=DIM)
+    else:
+        s = QdrantVectorStore(collection_prefix="t", dimension=DIM, path=tmp_path / "local")
+    await s.warm_up()
+    yield s
+    await s.close()
+
+
+@dataclass
+class Replicas:
+    a: SemanticIndex
+    b: SemanticIndex
+
+
+async def replicas(
+    store: VectorStore, graph: KnowledgeGraph, tmp_path: Path, sync: float
+) -> Replicas:
+    out = []
+    for name in ("a", "b"):
+        settings = SemanticSettings(data_dir=tmp_path / name, kg_sync_seconds=sync)
+        index = SemanticIndex(settings, embedder=HashEmbedder(), store=store, graph=graph)  # type: ignore[arg-type]
+        await index.warm_up()
+        out.append(index)
+    return Replicas(*out)
+
+
+async def kg_hits(index: SemanticIndex, text: str) -> list[tuple[str, float]]:
+    hits = await index.search(
+        "default", SemanticQuery(text=text, top_k=20, mode=Mode.KG, variant=Variant.ENHANCED)
+    )
+    return [(h.doc_id, round(h.score, 5)) for h in hits]
+
+
+async def all_hits(index: SemanticIndex) -> dict[str, list[tuple[str, float]]]:
+    return {q: await kg_hits(index, q) for q in QUESTIONS}
+
+
+async def after_bound(written: float) -> None:
+    """Wait until BOUND seconds have passed since a write returned."""
+    await asyncio.sleep(max(0.0, written + BOUND - time.monotonic()) + 0.01)
+
+
+async def test_writes_and_deletes_through_one_replica_reach_the_others_scores(
+    store: VectorStore, graph: KnowledgeGraph, linkable: list[str], tmp_path: Path
+) -> None:
+    r = await replicas(store, graph, tmp_path, BOUND)
+    await r.a.index(
+        "default",
+        [
+            doc(1, ("Acme Corp", "Globex"), (linkable[0],)),
+            doc(2, ("Globex",), (linkable[1], linkable[2])),
+            doc(3, ("Initech",), ()),
+        ],
+    )
+    written = time.monotonic()
+    # B's last sync (its start-up) is under BOUND seconds old: it does not look yet.
+    assert await kg_hits(r.b, QUESTIONS[0]) == []
+    await after_bound(written)
+    expected = await all_hits(r.a)
+    assert {d for d, _ in expected[QUESTIONS[0]]} == {"d1", "d2", "d3"}
+    assert await all_hits(r.b) == expected
+    assert await r.b.stats("default") == await r.a.stats("default")
+
+    # A delete, an update in place (other links and organizations) and a new
+    # article through A; then a write through B reaches A the same way.
+    await r.a.delete("default", ["d3"])
+    await r.a.index("default", [doc(2, ("Umbrella",), (linkable[3],)), doc(4, (), (linkable[0],))])
+    await r.b.index("default", [doc(5, ("Acme Corp",), (linkable[1],))])
+    written = time.monotonic()
+    await after_bound(written)
+    expected = await all_hits(r.a)
+    assert {d for d, _ in expected[QUESTIONS[0]]} == {"d1", "d2", "d4", "d5"}
+    assert await all_hits(r.b) == expected
+    assert await r.b.stats("default") == await r.a.stats("default")
+    explained = await r.b.explain("default", "d2", SemanticQuery(text=QUESTIONS[1]))
+    assert explained[0].doc_id == "d2"
+
+
+async def test_an_entry_stamped_by_a_lagging_clock_is_still_applied(
+    store: VectorStore, graph: KnowledgeGraph, linkable: list[str], tmp_path: Path
+) -> None:
+    r = await replicas(store, graph, tmp_path, BOUND)
+    await r.a.index("default", [doc(1, ("Acme Corp",), (linkable[0],))])
+    await r.b.sync(force=True)
+    assert {d for d, _ in await kg_hits(r.b, QUESTIONS[0])} == {"d1"}
+    # A write logged by a writer whose clock is 10 s behind, after B's cursor moved on.
+    lagging = SemanticSettings(data_dir=tmp_path / "c")
+    writer = SemanticIndex(lagging, embedder=HashEmbedder(), store=store, graph=graph)  # type: ignore[arg-type]
+    await writer.warm_up()
+    await writer.index("default", [doc(7, ("Globex",), (linkable[1],))])  # sync off: no entry
+    behind = time.time_ns() // 1000 - 10_000_000
+    await store.record_changes("default", ["d7"], writer="lagging", at_us=behind)
+    await r.b.sync(force=True)
+    assert {d for d, _ in await kg_hits(r.b, QUESTIONS[0])} == {"d1", "d7"}
+
+
+async def test_a_replica_that_missed_the_retention_rescans(
+    store: VectorStore,
+    graph: KnowledgeGraph,
+    linkable: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    r = await replicas(store, graph, tmp_path, BOUND)
+    await r.a.index("default", [doc(1, (), (linkable[0],)), doc(2, (), (linkable[1],))])
+    await r.b.sync(force=True)
+    await r.a.delete("default", ["d1"])
+    await r.a.index("default", [doc(3, (), (linkable[2],))])
+    # Every entry pruned, as after an hour: only a rescan can tell B.
+    await store.prune_changes(time.time_ns() // 1000 + 1)
+    assert await store.changes_since(0) == []
+    await r.b.sync(force=True)
+    assert {d for d, _ in await kg_hits(r.b, QUESTIONS[0])} == {"d1", "d2"}  # no entry read
+    monkeypatch.setattr(
+        r.b, "_synced_wall_us", r.b._synced_wall_us - index_module.KG_CHANGE_RETENTION_US
+    )
+    await r.b.sync(force=True)
+    assert await all_hits(r.b) == await all_hits(r.a)
+    assert {d for d, _ in await kg_hits(r.b, QUESTIONS[0])} == {"d2", "d3"}
+
+
+async def test_the_change_log_reads_from_a_time_and_prunes_before_one(
+    store: VectorStore,
+) -> None:
+    await store.record_changes("t1", ["x", "y"], writer="w1", at_us=1_000)
+    await store.record_changes("t2", ["x"], writer="w2", at_us=2_000)
+    await store.record_changes("t1", ["z"] * 3, writer="w1", at_us=3_000)  # one entry
+    every = await store.changes_since(0)
+    assert sorted((c.tenant, c.doc_id, c.at_us, c.writer) for c in every) == [
+        ("t1", "x", 1_000, "w1"),
+        ("t1", "y", 1_000, "w1"),
+        ("t1", "z", 3_000, "w1"),
+        ("t2", "x", 2_000, "w2"),
+    ]
+    assert len({c.id for c in every}) == 4
+    assert sorted(c.doc_id for c in await store.changes_since(2_000)) == ["x", "z"]
+    await store.prune_changes(3_000)
+    assert [(c.tenant, c.doc_id) for c in await store.changes_since(0)] == [("t1", "z")]
+
+
+async def test_sync_off_keeps_replicas_apart_and_logs_nothing(
+    store: VectorStore, graph: KnowledgeGraph, linkable: list[str], tmp_path: Path
+) -> None:
+    r = await replicas(store, graph, tmp_path, 0)
+    await r.a.index("default", [doc(1, ("Acme Corp",), (linkable[0],))])
+    await r.a.delete("default", ["d1"])
+    await r.a.index("default", [doc(2, ("Acme Corp",), (linkable[0],))])
+    await r.b.sync(force=True)
+    assert await kg_hits(r.b, QUESTIONS[0]) == []
+    assert {d for d, _ in await kg_hits(r.a, QUESTIONS[0])} == {"d2"}
+    if isinstance(store, EdgeVectorStore):  # the log's collection is made on first use only
+        assert not (tmp_path / "vectors" / "t-changes").exists()
+    assert await store.changes_since(0) == []
