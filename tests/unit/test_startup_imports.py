@@ -25,3 +25,24 @@ def test_generate_service_imports_nltk_only_when_it_stems() -> None:
         "from attest.generate.facts import stem\nassert stem('Running') == 'run'", ["nltk"]
     )
     assert after == {"nltk": True}
+
+
+def test_ingest_service_imports_rake_only_when_it_extracts_keyphrases() -> None:
+    before = _imported_after("import attest.ingest.servicer", ["nltk", "rake_nltk"])
+    assert before == {"nltk": False, "rake_nltk": False}
+    after = _imported_after(
+        "from attest.knowledge.linking import KeyphraseExtractor\n"
+        "phrases = KeyphraseExtractor().extract('Greenhouse gas emissions rose sharply.')\n"
+        "assert 'greenhouse gas emissions' in phrases, phrases",
+        ["rake_nltk"],
+    )
+    assert after == {"rake_nltk": True}
+
+
+def test_serve_all_imports_no_nltk_before_it_builds_its_services() -> None:
+    code = (
+        "import attest.cli\n"
+        "for name in ('lexical', 'semantic', 'rerank', 'generate', 'answer', 'ingest'):\n"
+        "    __import__(f'attest.{name}.servicer')"
+    )
+    assert _imported_after(code, ["nltk", "rake_nltk"]) == {"nltk": False, "rake_nltk": False}

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from rake_nltk import Rake
 
 from attest.knowledge.graph import KnowledgeGraph, Level
 
@@ -156,6 +155,10 @@ class KeyphraseExtractor:
         """
         if max_phrases <= 0 or not text.strip():
             return []
+        # Imported here: rake_nltk imports nltk (2-8 s), which services that
+        # never extract keyphrases (and `attest serve all` before SERVING) skip.
+        from rake_nltk import Rake
+
         # A fresh Rake per call: it keeps the last text's state on itself.
         rake = Rake(
             stopwords=self._stopwords,
