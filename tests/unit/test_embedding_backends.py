@@ -208,3 +208,24 @@ def test_a_model_directory_the_onnx_path_does_not_implement_is_not_loaded_from_f
     pooling["pooling_mode_cls_token"] = True
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
     assert _file_layout(tmp_path) is None
+
+
+def test_rerank_and_generate_settings_choose_their_embedders_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attest.generate.settings import GenerateSettings, build_generator
+    from attest.rerank.rerankers import EmbeddingReranker
+    from attest.rerank.settings import RerankSettings
+
+    assert RerankSettings().embedding_backend == GenerateSettings().embedding_backend == "torch"
+    monkeypatch.setenv("ATTEST_RERANK_EMBEDDING_BACKEND", "onnx-int8")
+    monkeypatch.setenv("ATTEST_GENERATE_EMBEDDING_BACKEND", "onnx")
+    reranker = EmbeddingReranker(RerankSettings())
+    assert reranker.embedder.backend == "onnx-int8"
+    # int8 vectors are a model of their own: stored torch vectors are not scored as its.
+    assert reranker.model_name == "all-MiniLM-L6-v2+int8"
+    generator = build_generator(GenerateSettings(), with_llm=False)
+    assert generator.extractive.embedder.backend == "onnx"
+    monkeypatch.setenv("ATTEST_RERANK_EMBEDDING_BACKEND", "openvino")
+    with pytest.raises(ValueError, match="embedding_backend"):
+        RerankSettings()

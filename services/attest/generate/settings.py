@@ -13,7 +13,7 @@ from attest.core.settings import ServerSettings, ServiceSettings, StrictModel, s
 from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
 from attest.generate.llm import LLMSettings, create_client
 from attest.generate.pipeline import Generator, PipelineSettings
-from attest.semantic.embedding import PACKAGED_MINILM, Embedder
+from attest.semantic.embedding import PACKAGED_MINILM, Backend, Embedder
 
 
 class GenerateLimits(StrictModel):
@@ -45,6 +45,11 @@ class GenerateSettings(ServiceSettings):
         description="Sentence-transformers directory for extractive mode, or the packaged MiniLM.",
     )
     embedding_device: str = "cpu"
+    embedding_backend: Backend = Field(
+        default="torch",
+        description="Extractive mode's forward pass: torch, onnx or onnx-int8, as the "
+        "semantic service's embedding_backend.",
+    )
     research: ResearchSettings = ResearchSettings()
     limits: GenerateLimits = GenerateLimits()
 
@@ -53,6 +58,10 @@ def build_generator(
     settings: GenerateSettings, *, with_llm: bool = True, embedder: Embedder | None = None
 ) -> Generator:
     """A Generator from settings; the LLM client only when a URL is configured."""
-    embedder = embedder or Embedder(settings.embedding_model, device=settings.embedding_device)
+    embedder = embedder or Embedder(
+        settings.embedding_model,
+        device=settings.embedding_device,
+        backend=settings.embedding_backend,
+    )
     llm = create_client(settings.llm) if with_llm and settings.llm.url else None
     return Generator(ExtractiveEngine(embedder, settings.extractive), llm, settings.pipeline)

@@ -135,7 +135,9 @@ class EmbeddingReranker:
     def __init__(self, settings: RerankSettings) -> None:
         from attest.semantic.embedding import Embedder
 
-        self.embedder = Embedder(settings.embedding_model, device="cpu")
+        self.embedder = Embedder(
+            settings.embedding_model, device="cpu", backend=settings.embedding_backend
+        )
         self.model_name = self.embedder.name
         self.device = "cpu"
         self._max_chars = settings.max_length * 8
