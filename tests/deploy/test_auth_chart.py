@@ -11,7 +11,7 @@ from tests.deploy.chart import Rendered, RenderError, full, render
 SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
 INTERNAL = ["lexical", "semantic", "rerank", "generate", "knowledge"]
 CALLERS = {"answer", "ingest", "generate"}  # services with peers
-# off by default (answers do not call it yet); enabled wherever every service is checked
+# off by default; enabled wherever every service is checked
 KNOWLEDGE = "services.knowledge.enabled=true"
 TLS = (
     "security.tls.existingSecret=attest-tls",

@@ -19,7 +19,7 @@ PORTS = {
     "rerank": 50056,
     "generate": 50057,
 }
-# Off by default (answers do not call it yet); the per-service checks enable it.
+# Off by default; the per-service checks enable it.
 KNOWLEDGE = "services.knowledge.enabled=true"
 
 
@@ -50,7 +50,7 @@ def test_each_service_has_native_grpc_probes_on_its_port(values: str, service: s
 
 @pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
 def test_knowledge_service_is_off_by_default(values: str) -> None:
-    # answers do not call it yet: nothing of it is rendered, nobody is wired to it
+    # nothing of it is rendered, nobody is wired to it
     out = rendered(values)
     named = {d["metadata"]["name"] for d in out.docs}
     assert not {n for n in named if "knowledge" in n}
@@ -61,14 +61,23 @@ def test_knowledge_service_is_off_by_default(values: str) -> None:
         assert 50055 not in {port["port"] for rule in egress for port in rule["ports"]}, policy
 
 
-def test_enabled_knowledge_service_is_a_full_internal_service() -> None:
+def _egress_ports(out: Rendered, component: str) -> set[int | str]:
+    policy = out.get("NetworkPolicy", full(component))["spec"]
+    return {port["port"] for rule in policy["egress"] for port in rule["ports"]}
+
+
+def test_enabled_knowledge_service_is_one_internal_replica_with_a_volume() -> None:
     out = every_service("default")
     name = full("knowledge")
     assert {name} == out.names("Deployment") - rendered("default").names("Deployment")
-    assert "replicas" not in out.get("Deployment", name)["spec"]
-    hpa = out.get("HorizontalPodAutoscaler", name)
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 4)
-    assert out.get("PodDisruptionBudget", name)["spec"]["minAvailable"] == 1
+    spec = out.get("Deployment", name)["spec"]
+    # one replica serves the personal knowledge base: no HPA, no PDB to block drains
+    assert spec["replicas"] == 1
+    assert name not in out.names("HorizontalPodAutoscaler")
+    assert name not in out.names("PodDisruptionBudget")
+    # its embedded text index lives on a volume that the old and new pod never share
+    assert spec["strategy"] == {"type": "Recreate"}
+    assert f"{name}-data" in out.names("PersistentVolumeClaim")
     assert out.get("Service", name)["spec"]["clusterIP"] == "None"
     assert f"{name}-public" not in out.names("Service")
     container = out.container(name)
@@ -76,21 +85,135 @@ def test_enabled_knowledge_service_is_a_full_internal_service() -> None:
         "requests": {"cpu": "250m", "memory": "1Gi"},
         "limits": {"memory": "2Gi"},
     }
-    env = out.env(name)
-    # it calls no peer and no backend (the ESG graph and MiniLM are in the image)
+    assert {"name": "data", "mountPath": "/var/lib/attest"} in container["volumeMounts"]
+    env = {k: v.get("value") for k, v in out.env(name).items()}
+    # the defaults use Elasticsearch, which the personal base has no client for:
+    # its text goes to embedded tantivy, its vectors to the release's Qdrant
+    assert env["ATTEST_DATA_DIR"] == "/var/lib/attest"
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__LEXICAL_BACKEND"] == "tantivy"
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__VECTOR_STORE"] == "qdrant"
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__QDRANT_URL"] == "http://qdrant:6333"
+    # it calls no peer
     assert not [n for n in env if n.endswith("_ADDRESS") or "IDENTITY" in n]
     assert "ATTEST_KNOWLEDGE_EMBEDDING_DEVICE" not in env
-    policy = out.get("NetworkPolicy", name)["spec"]
-    assert [rule["ports"] for rule in policy["egress"]] == [
-        [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
-    ]
-    # no service lists it in its peers yet, so only metrics scraping gets in
-    assert [rule["ports"] for rule in policy["ingress"]] == [
-        [{"port": "metrics", "protocol": "TCP"}]
-    ]
-    for other in out.names("NetworkPolicy") - {name}:
+    # DNS and Qdrant, by the same rule as the semantic service
+    assert _egress_ports(out, "knowledge") == _egress_ports(out, "semantic")
+    assert 6333 in _egress_ports(out, "knowledge")
+
+
+def test_enabled_knowledge_service_is_wired_into_answers_and_ingest() -> None:
+    out = every_service("default")
+    address = f"dns:///{full('knowledge')}:50055"
+    assert out.env(full("answer"))["ATTEST_ANSWER_KNOWLEDGE_ADDRESS"]["value"] == address
+    assert out.env(full("ingest"))["ATTEST_INGEST_KNOWLEDGE_ADDRESS"]["value"] == address
+    # the index task's facts hook reads the ingest service's name, not a pipeline one
+    worker = out.env(full("worker-index"))
+    assert worker["ATTEST_INGEST_KNOWLEDGE_ADDRESS"]["value"] == address
+    assert "ATTEST_PIPELINE_KNOWLEDGE_ADDRESS" not in worker
+    policy = out.get("NetworkPolicy", full("knowledge"))
+    assert _ingress_callers(policy) == {"answer", "ingest", "worker-index"}
+    for caller in ("answer", "ingest", "worker-index"):
+        assert 50055 in _egress_ports(out, caller), caller
+    for other in out.names("NetworkPolicy") - {
+        full(c) for c in ("answer", "ingest", "worker-index", "knowledge")
+    }:
         egress = out.get("NetworkPolicy", other)["spec"].get("egress", [])
         assert 50055 not in {port["port"] for rule in egress for port in rule["ports"]}, other
+    # the other peers stay where they were
+    assert _egress_ports(out, "answer") == {53, 50052, 50053, 50055, 50056, 50057}
+
+
+def test_knowledge_personal_base_uses_opensearch_and_qdrant_with_their_secrets() -> None:
+    out = rendered(
+        "gpu-production",
+        KNOWLEDGE,
+        "endpoints.lexical.backend=opensearch",
+        "endpoints.lexical.usernameKey=username",
+        "endpoints.lexical.passwordKey=password",
+        "services.knowledge.persistence.enabled=false",
+    )
+    name = full("knowledge")
+    env = out.env(name)
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__LEXICAL_BACKEND"]["value"] == "opensearch"
+    assert json.loads(env["ATTEST_KNOWLEDGE_PERSONAL__OPENSEARCH__HOSTS"]["value"]) == [
+        "https://es-0.search.svc:9200",
+        "https://es-1.search.svc:9200",
+        "https://es-2.search.svc:9200",
+    ]
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__OPENSEARCH__VERIFY_CERTS"]["value"] == "true"
+    for var, key in [
+        ("ATTEST_KNOWLEDGE_PERSONAL__OPENSEARCH__USERNAME", "username"),
+        ("ATTEST_KNOWLEDGE_PERSONAL__OPENSEARCH__PASSWORD", "password"),
+    ]:
+        assert env[var]["valueFrom"] == {
+            "secretKeyRef": {"name": "attest-elasticsearch", "key": key}
+        }
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__VECTOR_STORE"]["value"] == "qdrant"
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__QDRANT_API_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "attest-qdrant", "key": "api-key"}
+    }
+    # nothing embedded: no volume and no data directory are needed
+    assert "ATTEST_DATA_DIR" not in env
+    assert f"{name}-data" not in out.names("PersistentVolumeClaim")
+    # and the pod reaches both stores, through the same rules lexical and semantic use
+    knowledge = _egress_ports(out, "knowledge")
+    assert _egress_ports(out, "lexical") - {53} <= knowledge
+    assert _egress_ports(out, "semantic") - {53} <= knowledge
+
+
+def test_knowledge_service_refuses_more_than_one_replica_with_the_personal_base() -> None:
+    one = "one replica serves the personal knowledge base"
+    with pytest.raises(RenderError, match=one):
+        render("default", KNOWLEDGE, "services.knowledge.replicas=2")
+    with pytest.raises(RenderError, match=one):
+        render("default", KNOWLEDGE, "services.knowledge.autoscaling.enabled=true")
+    # the shared stores do not lift it: each process keeps its own view of the facts
+    with pytest.raises(RenderError, match=one):
+        render(
+            "default",
+            KNOWLEDGE,
+            "endpoints.lexical.backend=opensearch",
+            "services.knowledge.persistence.enabled=false",
+            "services.knowledge.replicas=3",
+        )
+
+
+def test_knowledge_embedded_personal_stores_need_a_volume() -> None:
+    with pytest.raises(RenderError, match="keeps its tantivy and edge store"):
+        render("minimal", KNOWLEDGE, "services.knowledge.persistence.enabled=false")
+    with pytest.raises(RenderError, match="keeps its tantivy store"):
+        render("default", KNOWLEDGE, "services.knowledge.persistence.enabled=false")
+    out = rendered("minimal", KNOWLEDGE)
+    env = out.env(full("knowledge"))
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__VECTOR_STORE"]["value"] == "edge"
+    assert env["ATTEST_DATA_DIR"]["value"] == "/var/lib/attest"
+
+
+def test_knowledge_without_the_personal_base_scales_and_takes_no_facts() -> None:
+    off = "services.knowledge.settings.personal.enabled=false"
+    with pytest.raises(RenderError, match=r"services\.ingest must not call knowledge"):
+        render("default", KNOWLEDGE, off)
+    with pytest.raises(RenderError, match=r"workers\.index must not call knowledge"):
+        render("default", KNOWLEDGE, off, "services.ingest.optionalPeers=null")
+    out = rendered(
+        "default",
+        KNOWLEDGE,
+        off,
+        "services.knowledge.autoscaling.enabled=true",
+        "services.knowledge.autoscaling.minReplicas=2",
+        "services.ingest.optionalPeers=null",
+        "workers.index.optionalPeers=null",
+        "services.knowledge.persistence.enabled=false",
+    )
+    name = full("knowledge")
+    assert out.get("HorizontalPodAutoscaler", name)["spec"]["minReplicas"] == 2
+    env = out.env(name)
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__ENABLED"]["value"] == "false"
+    assert not [n for n in env if "PERSONAL__" in n and not n.endswith("__ENABLED")]
+    assert _egress_ports(out, "knowledge") == {53}
+    assert _ingress_callers(out.get("NetworkPolicy", name)) == {"answer"}
+    assert "ATTEST_ANSWER_KNOWLEDGE_ADDRESS" in out.env(full("answer"))
+    assert "ATTEST_INGEST_KNOWLEDGE_ADDRESS" not in out.env(full("ingest"))
 
 
 def test_knowledge_embeddings_on_a_gpu() -> None:

@@ -28,16 +28,18 @@ from tests.deploy.chart import ROOT, Rendered, full, render
 
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
 SERVICES = ["answer", "ingest", "lexical", "semantic", "rerank", "generate", "knowledge"]
-# Off by default in both (answers do not call it yet): the chart is checked with
-# it enabled, the compose file runs it under this profile.
+# Off by default in both: the chart is checked with it enabled, the compose file
+# runs it under this profile.
 OPTIONAL = {"knowledge": "knowledge"}
 PIPELINE = ("attest.pipeline.settings", "ATTEST_PIPELINE_")
+# where the index sinks (in the ingest service and in the index task) send facts
+FACTS = ("attest.ingest.knowledge", "ATTEST_INGEST_KNOWLEDGE_")
 # process name in the chart and compose -> the settings it reads: (module, env prefix)
 PROCESSES: dict[str, list[tuple[str, str]]] = {
     **{s: [(f"attest.{s}.settings", f"ATTEST_{s.upper()}_")] for s in SERVICES},
     # the ingest service publishes pipeline tasks with the workers' Celery settings
-    "ingest": [("attest.ingest.settings", "ATTEST_INGEST_"), PIPELINE],
-    "worker-index": [PIPELINE],
+    "ingest": [("attest.ingest.settings", "ATTEST_INGEST_"), PIPELINE, FACTS],
+    "worker-index": [PIPELINE, FACTS],
 }
 
 
@@ -54,7 +56,8 @@ def settings_class(module_name: str, prefix: str) -> type[BaseSettings]:
     for value in vars(module).values():
         if (
             isinstance(value, type)
-            and issubclass(value, ServiceSettings)
+            and issubclass(value, BaseSettings)
+            and value not in (BaseSettings, ServiceSettings)
             and value.model_config.get("env_prefix") == prefix
         ):
             return value

@@ -53,6 +53,22 @@ app.kubernetes.io/part-of: attest
 {{- end -}}
 {{- end -}}
 
+{{/*
+The peers one process calls: its `peers`, then those of its `optionalPeers`
+that are enabled (the knowledge service is called once it is deployed).
+Input: dict "root" "cfg" (a services.* or workers.* entry). Output: a JSON
+list, read back with fromJsonArray.
+*/}}
+{{- define "attest.peers" -}}
+{{- $peers := .cfg.peers | default list -}}
+{{- range (.cfg.optionalPeers | default list) -}}
+{{- if (index $.root.Values.services . | default dict).enabled -}}
+{{- $peers = append $peers . -}}
+{{- end -}}
+{{- end -}}
+{{- $peers | uniq | toJson -}}
+{{- end -}}
+
 {{/* dns:/// address of a peer service: every pod behind the headless Service. */}}
 {{- define "attest.peerAddress" -}}
 {{- $svc := index .root.Values.services .peer -}}
@@ -194,8 +210,9 @@ embedded backends. Input: dict
 {{- if and $cfg.externalService.enabled (not $public) -}}
 {{- fail (printf "services.%s.externalService: %s is internal (service identities only); only answer and ingest are served outside the release" $name $name) -}}
 {{- end -}}
-{{- $security := dict "root" $root "prefix" $prefix "server" true "public" $public "caller" (gt (len $cfg.peers) 0) "identity" "SERVER__IDENTITY__" -}}
-{{- range $cfg.peers }}
+{{- $peers := include "attest.peers" (dict "root" $root "cfg" $cfg) | fromJsonArray -}}
+{{- $security := dict "root" $root "prefix" $prefix "server" true "public" $public "caller" (gt (len $peers) 0) "identity" "SERVER__IDENTITY__" -}}
+{{- range $peers }}
 {{- $peer := index $root.Values.services . | default dict }}
 {{- if not $peer.enabled }}
 {{- fail (printf "services.%s.peers names %q, which is not an enabled service" $name .) }}
@@ -277,7 +294,7 @@ spec:
             - name: ATTEST_DATA_DIR
               value: /var/lib/attest
             {{- end }}
-            {{- range $peer := $cfg.peers }}
+            {{- range $peer := $peers }}
             - name: {{ printf "%s%s%s_ADDRESS" $prefix (upper ($cfg.peerSettingsPrefix | default "")) (upper $peer) }}
               value: {{ include "attest.peerAddress" (dict "root" $root "peer" $peer) | quote }}
             {{- end }}
@@ -460,12 +477,12 @@ spec:
   ingress:
     {{- $callers := list }}
     {{- range $caller, $c := $root.Values.services }}
-    {{- if and $c.enabled (has $name $c.peers) }}
+    {{- if and $c.enabled (has $name (include "attest.peers" (dict "root" $root "cfg" $c) | fromJsonArray)) }}
     {{- $callers = append $callers $caller }}
     {{- end }}
     {{- end }}
     {{- range $pool, $w := $root.Values.workers }}
-    {{- if and $w.enabled (has $name $w.peers) }}
+    {{- if and $w.enabled (has $name (include "attest.peers" (dict "root" $root "cfg" $w) | fromJsonArray)) }}
     {{- $callers = append $callers (printf "worker-%s" $pool) }}
     {{- end }}
     {{- end }}
@@ -493,7 +510,7 @@ spec:
     {{- end }}
   egress:
     {{- include "attest.dnsEgress" . | nindent 4 }}
-    {{- range $peer := $cfg.peers }}
+    {{- range $peer := $peers }}
     - ports:
         - port: {{ (index $root.Values.services $peer).port }}
           protocol: TCP
