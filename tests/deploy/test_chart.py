@@ -48,7 +48,7 @@ def test_each_service_has_native_grpc_probes_on_its_port(values: str, service: s
     assert out.env(full(service))[f"ATTEST_{service.upper()}_SERVER__PORT"]["value"] == str(port)
 
 
-@pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
+@pytest.mark.parametrize("values", ["default", "minimal"])
 def test_knowledge_service_is_off_by_default(values: str) -> None:
     # nothing of it is rendered, nobody is wired to it
     out = rendered(values)
@@ -121,6 +121,28 @@ def test_enabled_knowledge_service_is_wired_into_answers_and_ingest() -> None:
         assert 50055 not in {port["port"] for rule in egress for port in rule["ports"]}, other
     # the other peers stay where they were
     assert _egress_ports(out, "answer") == {53, 50052, 50053, 50055, 50056, 50057}
+
+
+def test_production_values_run_the_knowledge_service_wired_in() -> None:
+    out = rendered("gpu-production")
+    name = full("knowledge")
+    assert out.get("Deployment", name)["spec"]["replicas"] == 1
+    claim = out.get("PersistentVolumeClaim", f"{name}-data")
+    assert claim["spec"]["resources"]["requests"]["storage"] == "20Gi"
+    env = out.env(name)
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__LEXICAL_BACKEND"]["value"] == "tantivy"
+    assert (
+        env["ATTEST_KNOWLEDGE_PERSONAL__QDRANT_URL"]["value"] == "https://qdrant.vectors.svc:6333"
+    )
+    assert env["ATTEST_KNOWLEDGE_PERSONAL__QDRANT_API_KEY"]["valueFrom"] == {
+        "secretKeyRef": {"name": "attest-qdrant", "key": "api-key"}
+    }
+    address = f"dns:///{name}:50055"
+    assert out.env(full("answer"))["ATTEST_ANSWER_KNOWLEDGE_ADDRESS"]["value"] == address
+    assert out.env(full("ingest"))["ATTEST_INGEST_KNOWLEDGE_ADDRESS"]["value"] == address
+    assert out.env(full("worker-index"))["ATTEST_INGEST_KNOWLEDGE_ADDRESS"]["value"] == address
+    policy = out.get("NetworkPolicy", name)
+    assert _ingress_callers(policy) == {"answer", "ingest", "worker-index"}
 
 
 def test_knowledge_personal_base_uses_opensearch_and_qdrant_with_their_secrets() -> None:
