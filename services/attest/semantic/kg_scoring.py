@@ -39,13 +39,15 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import torch
 
 from attest.knowledge.graph import KnowledgeGraph
+
+if TYPE_CHECKING:
+    import torch
 
 Variant = Literal["kg", "kg_enhanced"]
 Encode = Callable[[Sequence[str]], npt.NDArray[np.float32]]
@@ -53,6 +55,15 @@ Floats = npt.NDArray[np.float32]
 Ints = npt.NDArray[np.int64]
 
 _NEG = np.float32(-np.inf)
+
+
+def _torch() -> Any:
+    """torch, imported at the first scoring rather than with this module: the
+    semantic service then reports SERVING without it (2-6 s of imports) when
+    nothing else it loads needs it (the ONNX embedding backends)."""
+    import torch
+
+    return torch
 
 
 @dataclass(frozen=True)
@@ -162,6 +173,7 @@ class _Table:
     def arrays(self, signature_nodes: Sequence[tuple[int, ...]], n_nodes: int) -> _Arrays:
         """The table as tensors for scoring, rebuilt lazily after a change."""
         if self.cache is None:
+            torch = _torch()
             n = len(self.doc_ids)
             headlines = np.vstack(self.headline) if n else np.zeros((0, self.dim), np.float32)
             rows = sorted(self.extras)
@@ -233,9 +245,8 @@ class KgScorer:
         self._attr_owner = np.asarray(owners, dtype=np.int64)
         # Shared with the entity linker and kept on disk when the model can be told apart.
         self._attr_vectors = graph.attribute_vectors(attrs, encode)
-        self._attr_tensor = torch.from_numpy(
-            np.ascontiguousarray(self._attr_vectors, dtype=np.float32)
-        )
+        # A torch view of the vectors, made at the first node_scores.
+        self._attr_tensor: torch.Tensor | None = None
         self.dim = int(self._attr_vectors.shape[1])
         # Sub-graph interning: sorted tuple of node indices -> signature id.
         self._signatures: dict[tuple[int, ...], int] = {(): 0}
@@ -261,6 +272,11 @@ class KgScorer:
 
     def node_scores(self, query: Floats) -> tuple[Floats, Ints]:
         """(best cosine per node, index of the attribute that gave it)."""
+        torch = _torch()
+        if self._attr_tensor is None:
+            self._attr_tensor = torch.from_numpy(
+                np.ascontiguousarray(self._attr_vectors, dtype=np.float32)
+            )
         sims = (
             self._attr_tensor @ torch.from_numpy(np.ascontiguousarray(query, dtype=np.float32))
         ).numpy()
@@ -455,6 +471,7 @@ class KgScorer:
             # Best score per sub-graph, through its generating entities.
             ancestors_best = np.append(ext[self._padded_ancestors].max(axis=1), _NEG)
             sig_best = ancestors_best[heads].max(axis=0)
+            torch = _torch()
             q16 = torch.from_numpy(np.ascontiguousarray(query, dtype=np.float32)).to(torch.float16)
             n_rows = len(table.doc_ids)
             if variant == "kg_enhanced" and len(arrays.vectors) > n_rows:
@@ -542,6 +559,7 @@ class KgScorer:
             raw_scores, best_attr = self.node_scores(query)
             node_scores = self._weighted(raw_scores, arrays)
             # The same half-precision vectors as ``score``, so the two agree.
+            torch = _torch()
             q16 = torch.from_numpy(np.ascontiguousarray(query, dtype=np.float32)).to(torch.float16)
             own = float((arrays.vectors[row : row + 1] @ q16).float()[0])
             candidates = [(own, "article", "headline")]
