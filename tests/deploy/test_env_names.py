@@ -197,3 +197,29 @@ def test_settings_names_are_derived_from_the_models() -> None:
     } <= names
     assert "ATTEST_LEXICAL_DATA_DIR" not in names
     assert "ATTEST_LEXICAL_ELASTICSEARCH__HOST" not in names
+
+
+def test_compose_wires_the_knowledge_service_through_one_variable() -> None:
+    document = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    services = document["services"]
+    callers = {
+        "answer": "ATTEST_ANSWER_KNOWLEDGE_ADDRESS",
+        "ingest": "ATTEST_INGEST_KNOWLEDGE_ADDRESS",
+        # the index task's facts hook reads the ingest service's name
+        "worker-index": "ATTEST_INGEST_KNOWLEDGE_ADDRESS",
+    }
+    for service, name in callers.items():
+        # empty unless deploy/.env names the service (it runs under its profile only)
+        assert services[service]["environment"][name] == "${ATTEST_KNOWLEDGE_ADDRESS:-}"
+    example = (ROOT / "deploy" / ".env.example").read_text(encoding="utf-8")
+    assert "ATTEST_KNOWLEDGE_ADDRESS=\n" in example
+    assert "dns:///knowledge:50055" in example
+    knowledge = services["knowledge"]
+    # the embedded personal text index lives on a volume at the data directory
+    data_dir = knowledge["environment"]["ATTEST_DATA_DIR"]
+    assert f"knowledge:{data_dir}" in knowledge["volumes"]
+    assert "knowledge" in document["volumes"]
+    assert (
+        knowledge["environment"]["ATTEST_KNOWLEDGE_PERSONAL__QDRANT_URL"]
+        == (services["semantic"]["environment"]["ATTEST_SEMANTIC_QDRANT__URL"])
+    )
