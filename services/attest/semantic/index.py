@@ -10,23 +10,26 @@ at start-up, so the graph needs no database of its own.
 
 Replicas over one Qdrant server (``kg_sync_seconds`` above 0): each write or
 delete of articles also appends (tenant, doc_id, time, writer) entries to the
-store's change log, after the articles themselves are written. Before KG
-scoring, a replica whose last sync started ``kg_sync_seconds`` ago or more
-reads the entries stamped since its cursor, less ``KG_SYNC_OVERLAP_US``
-(writers' clocks may lag one another, an append may land late; entries
-already applied are skipped by id), and for every article named by another
-writer reads what the store holds now: present, it is restored as at
-start-up; absent, it leaves the table. Applying the store's current state,
-not the logged operation, makes the order of entries irrelevant. So a KG
-query that starts ``kg_sync_seconds`` or more after a write returned
-reflects it on every replica. Entries older than ``KG_CHANGE_RETENTION_US``
-are pruned; a replica that has not synced for that long rescans the whole
-article collection instead.
+store's change log, after the articles themselves are written. Every
+``kg_sync_seconds``, in the background, a replica reads the entries stamped
+since its cursor, less ``KG_SYNC_OVERLAP_US`` (writers' clocks may lag one
+another, an append may land late; entries already applied are skipped by
+id), and for every article named by another writer reads what the store
+holds now: present, it is restored as at start-up; absent, it leaves the
+table. Applying the store's current state, not the logged operation, makes
+the order of entries irrelevant. So a write is in every replica's KG scores
+at most ``kg_sync_seconds`` plus the time of one sync (milliseconds) after
+it returned, and queries never wait for the store. Entries older than
+``KG_CHANGE_RETENTION_US`` are pruned; a replica that has not synced for that
+long (the store was unreachable) rescans the whole article collection
+instead. A full rescan on every change would not do: at 20,000 articles it
+takes 6.7 s on two cores, against 8 ms for a sync applying 100 entries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -82,6 +85,8 @@ KG_SYNC_OVERLAP_US = 30_000_000
 # How long change-log entries are kept, and how often a replica prunes them.
 KG_CHANGE_RETENTION_US = 3_600_000_000
 KG_PRUNE_EVERY_SECONDS = 60.0
+# Articles read back per store call while applying the change log.
+KG_SYNC_BATCH = 512
 
 
 @dataclass(frozen=True)
@@ -135,11 +140,11 @@ class SemanticIndex:
         self._write_lock = asyncio.Lock()
         self._org_memo = VectorMemo(settings.data_dir / "cache" / "organization-vectors.npz")
         # Change-log sync (kg_sync_seconds > 0): this process's id as a writer,
-        # the time (monotonic and wall) its last successful sync started, the
-        # change-log cursor, and the ids of entries applied within the overlap.
+        # the wall time its last successful sync started, the change-log
+        # cursor, and the ids of entries applied within the overlap.
         self._writer = uuid.uuid4().hex
         self._sync_lock = asyncio.Lock()
-        self._synced_at = -math.inf
+        self._sync_task: asyncio.Task[None] | None = None
         self._synced_wall_us = 0
         self._cursor_us = 0
         self._applied: dict[str, int] = {}
@@ -196,8 +201,9 @@ class SemanticIndex:
         self._org_memo.retain(self._org_vectors)
         self._scorer = scorer
         # Entries logged while the scan ran are read again by the first sync.
-        self._cursor_us = started_us
-        self._mark_synced(started, started_us)
+        self._cursor_us = self._synced_wall_us = started_us
+        if self.settings.kg_sync_seconds > 0:
+            self._sync_task = asyncio.create_task(self._sync_loop(started), name="kg-sync")
         log.info("semantic index ready: %d articles restored", restored)
 
     async def _scan(self, scorer: KgScorer) -> set[tuple[str, str]]:
@@ -213,13 +219,12 @@ class SemanticIndex:
         self._restore_batch(points, scorer)
         return seen
 
-    def _mark_synced(self, started: float, started_us: int) -> None:
-        # The cursor moves with the entries read (writers' clocks), not with
-        # this replica's clock.
-        self._synced_at = started
-        self._synced_wall_us = started_us
-
     async def close(self) -> None:
+        task, self._sync_task = self._sync_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._store is not None:
             await self._store.close()
 
@@ -438,20 +443,27 @@ class SemanticIndex:
 
     # -- replicas ------------------------------------------------------------------
 
-    async def sync(self, *, force: bool = False) -> None:
-        """Apply the articles other replicas wrote or deleted (see the module
-        docstring), if the last sync started ``kg_sync_seconds`` ago or more
-        (or ``force``). A store failure is logged and leaves the table as it
-        was; the next query tries again."""
+    async def _sync_loop(self, started: float) -> None:
+        # At a fixed rate: a write is read by the first sync that starts after
+        # it, at most kg_sync_seconds later.
         every = self.settings.kg_sync_seconds
-        if every <= 0 or self._scorer is None:
-            return
-        if not force and time.monotonic() - self._synced_at < every:
+        while True:
+            await asyncio.sleep(max(0.0, started + every - time.monotonic()))
+            started = time.monotonic()
+            try:
+                await self.sync()
+            except Exception:  # the loop must outlive any one failure
+                log.exception("KG sync failed")
+
+    async def sync(self) -> None:
+        """Apply the articles other replicas wrote or deleted since the last sync
+        (see the module docstring); a no-op with ``kg_sync_seconds`` 0. A store
+        failure is logged and leaves the table as it was; the next sync tries
+        again."""
+        if self.settings.kg_sync_seconds <= 0 or self._scorer is None:
             return
         async with self._sync_lock:
             started, started_us = time.monotonic(), _now_us()
-            if not force and started - self._synced_at < every:
-                return  # a concurrent query synced while this one waited
             try:
                 if started_us - self._synced_wall_us > KG_CHANGE_RETENTION_US - KG_SYNC_OVERLAP_US:
                     # Entries this replica has not read may be pruned already.
@@ -461,7 +473,9 @@ class SemanticIndex:
             except AttestError as exc:
                 log.warning("KG sync with the vector store failed; scores may lag: %s", exc)
                 return
-            self._mark_synced(started, started_us)
+            # The cursor moved with the entries read (writers' clocks); this
+            # replica's clock only tells when entries may have been pruned.
+            self._synced_wall_us = started_us
             if started - self._pruned_at >= KG_PRUNE_EVERY_SECONDS:
                 self._pruned_at = started
                 try:
@@ -478,13 +492,16 @@ class SemanticIndex:
                 wanted.setdefault(c.tenant, set()).add(c.doc_id)
         for tenant, doc_ids in wanted.items():
             ids = sorted(doc_ids)
-            async with self._write_lock:
-                points = await self.store.articles(tenant, ids)
-                self._restore_batch(points, self.scorer)
-                gone = sorted(doc_ids - {p.doc_id for p in points})
-                self.scorer.delete(tenant, gone)
-                for doc_id in gone:
-                    self._meta.pop((tenant, doc_id), None)
+            for lo in range(0, len(ids), KG_SYNC_BATCH):
+                batch = ids[lo : lo + KG_SYNC_BATCH]
+                async with self._write_lock:
+                    points = await self.store.articles(tenant, batch)
+                    self._restore_batch(points, self.scorer)
+                    found = {p.doc_id for p in points}
+                    gone = [d for d in batch if d not in found]
+                    self.scorer.delete(tenant, gone)
+                    for doc_id in gone:
+                        self._meta.pop((tenant, doc_id), None)
         for c in fresh:
             self._applied[c.id] = c.at_us
             self._cursor_us = max(self._cursor_us, c.at_us)
@@ -603,7 +620,6 @@ class SemanticIndex:
     async def _kg(
         self, tenant: str, vector: Vector, query: SemanticQuery, limit: int
     ) -> list[SemanticHit]:
-        await self.sync()
         f = query.filters
         flt = None
         if f.organizations or f.entity_ids or f.published_from or f.published_to:
@@ -643,7 +659,6 @@ class SemanticIndex:
         self, tenant: str, doc_id: str, query: SemanticQuery
     ) -> tuple[ArticleScore, list[NodeScore], list[list[NodeScore]]]:
         vector = await self.query_vector(query)
-        await self.sync()
         result = await asyncio.to_thread(
             self.scorer.explain,
             tenant,
@@ -687,7 +702,6 @@ class SemanticIndex:
         return await list_documents(self.store, tenant, page_token, page_size)
 
     async def stats(self, tenant: str) -> SemanticCounts:
-        await self.sync()
         articles = await self.store.count(ARTICLES, tenant)
         passages = await self.store.count(PASSAGES, tenant)
         linked = sum(1 for (t, _), m in self._meta.items() if t == tenant and m.entity_ids)

@@ -63,10 +63,10 @@ class SemanticSettings(ServiceSettings):
         default=0,
         ge=0,
         description="0: off (one replica). Above 0: every write and delete of an article is "
-        "also logged in the vector store, and before KG scoring a replica applies the "
-        "entries logged by others if its last sync is this many seconds old, so replicas "
-        "over one Qdrant server score the same articles: a KG query that starts this long "
-        "after a write returns reflects it. Set it on every replica (and on the indexer).",
+        "also logged in the vector store, and every this many seconds each replica applies "
+        "the entries logged by the others, so replicas over one Qdrant server score the same "
+        "articles: a write is in every replica's KG scores this long (plus one sync, "
+        "milliseconds) after it returned. Set it on every replica.",
     )
     graph_path: Path | None = Field(
         default=None, description="ESG graph YAML; None uses the one shipped with Attest."
