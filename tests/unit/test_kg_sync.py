@@ -22,6 +22,7 @@ import pytest
 # The first KG scoring of a process imports torch (13 s on a busy 2-core
 # machine): paid at collection here, not inside a gRPC search's deadline.
 import torch  # noqa: F401
+from qdrant_client import models as qm
 
 from attest.common.v1 import common_pb2
 from attest.core import cache
@@ -267,3 +268,54 @@ async def test_sync_off_keeps_replicas_apart_and_logs_nothing(
     if isinstance(store, EdgeVectorStore):  # the log's collection is made on first use only
         assert not (tmp_path / "vectors" / "t-changes").exists()
     assert await store.changes_since(0) == []
+
+
+class RecordingClient:
+    """What a Qdrant server is asked when the change log is first used (the one
+    step local mode skips: payload indexes)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+        self.exists = False
+
+    async def collection_exists(self, name: str) -> bool:
+        self.calls.append(("collection_exists", (name,), {}))
+        return self.exists
+
+    def __getattr__(self, method: str) -> object:
+        async def call(*args: object, **kwargs: object) -> None:
+            self.calls.append((method, args, kwargs))
+            if method == "create_collection":
+                self.exists = True
+
+        return call
+
+
+async def test_the_server_path_creates_the_log_once_with_a_range_index_on_its_time() -> None:
+    store = QdrantVectorStore(collection_prefix="p", dimension=DIM, url="http://127.0.0.1:1")
+    client = RecordingClient()
+    store._client = client  # type: ignore[assignment]
+    await store.record_changes("t", ["a", "b"], writer="w", at_us=5)
+    await store.record_changes("t", ["c"], writer="w", at_us=6)
+    names = [c[0] for c in client.calls]
+    assert names == [
+        "collection_exists",
+        "create_collection",
+        "create_payload_index",
+        "upsert",
+        "upsert",
+    ]
+    _, args, kwargs = client.calls[1]
+    assert args == ("p-changes",)
+    assert kwargs["vectors_config"] == qm.VectorParams(size=1, distance=qm.Distance.DOT)
+    _, args, kwargs = client.calls[2]
+    assert kwargs["field_name"] == "at"
+    schema = kwargs["field_schema"]
+    assert isinstance(schema, qm.IntegerIndexParams)
+    assert schema.range
+    assert not schema.lookup
+    points = client.calls[3][2]["points"]
+    assert isinstance(points, list)
+    assert [p.payload for p in points] == [
+        {"tenant": "t", "doc_id": d, "at": 5, "writer": "w"} for d in ("a", "b")
+    ]
