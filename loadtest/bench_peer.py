@@ -30,9 +30,12 @@ first 1,200 characters of the text; it is encoded once per corpus (cached in
 ``IndexRequest.article_vector``, Haystack as ``Document.embedding``.
 
 Throughput: for each concurrency level and each system (the order rotates per
-level), ``--seconds`` of queries cycled over the judged set by that many
-concurrent clients: threads for the in-process systems, grpc.aio coroutines
-for Attest (its client runs in this process and its CPU counts). nDCG@10 comes
+level and per cycle), ``--seconds`` of queries cycled over the judged set by
+that many concurrent clients: threads for the in-process systems, grpc.aio
+coroutines for Attest (its client runs in this process and its CPU counts).
+All levels are measured ``--cycles`` times, interleaved, and each level
+reports its median cycle, so a burst of load on a shared machine falls on
+every system alike. nDCG@10 comes
 from one untimed pass over all judged queries (pytrec_eval, as ``attest eval
 ir``). Indexing docs/s is each system's own write given the shared vectors
 (the semantic service still embeds every title for its KG headline vector).
@@ -43,7 +46,9 @@ time goes.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 uv run --group peer python loadtest/bench_peer.py
 
-writes ``loadtest/reports/peer.json`` and ``peer.png``. Haystack comes with the
+writes ``loadtest/reports/peer.json`` and ``peer.png``. ``--systems
+limit,limit-locked,attest`` adds the limit with one query encoding at a time per
+process, as Attest's embedder has it, to tell that lock's share of the gap. Haystack comes with the
 ``peer`` dependency group; ``--systems limit,attest`` runs without it.
 """
 
@@ -76,6 +81,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_IR = ROOT.parent / "shared" / "data" / "ir"
 DEFAULT_OUTPUT = ROOT / "loadtest" / "reports" / "peer.json"
 SYSTEMS = ("limit", "attest", "haystack")
+# A diagnosis, not in the default set: the limit with one query encoding at a time
+# in the process, as attest.semantic.embedding's per-model lock has it.
+LOCKED = "limit-locked"
 RRF_K = 60
 # What the semantic service embeds for an article without a summary
 # (attest.semantic.index.SUMMARY_FALLBACK_CHARS) and the query length limit.
@@ -160,9 +168,16 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
             out["attest_share_of_limit"][key] = round(attest / limit, 3)
         if attest is not None and peer:
             out["attest_over_haystack"][key] = round(attest / peer, 2)
+    if LOCKED in levels:
+        out["attest_share_of_locked_limit"] = {
+            str(c): round(levels["attest"][str(c)]["qps"] / levels[LOCKED][str(c)]["qps"], 3)
+            for c in concurrencies
+            if str(c) in levels.get("attest", {}) and levels[LOCKED].get(str(c), {}).get("qps")
+        }
     if "attest" in ndcg and "limit" in ndcg:
         out["ndcg_gap_attest_vs_limit"] = round(ndcg["attest"] - ndcg["limit"], 4)
     wins: dict[str, str] = {}
+    levels = {s: v for s, v in levels.items() if s in SYSTEMS}  # no diagnosis wins
     for c in concurrencies:
         by = {s: v[str(c)]["qps"] for s, v in levels.items() if str(c) in v}
         if by:
@@ -170,6 +185,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
         p50 = {s: v[str(c)]["p50_ms"] for s, v in levels.items() if str(c) in v}
         if p50:
             wins[f"p50@{c}"] = min(p50, key=lambda s: p50[s])
+    ndcg = {s: v for s, v in ndcg.items() if s in SYSTEMS}
     if ndcg:
         wins["ndcg@10"] = max(ndcg, key=lambda s: ndcg[s])
     indexing = report.get("indexing", {})
@@ -261,13 +277,16 @@ def encode_query(model: Any, text: str) -> np.ndarray:
 class Limit:
     """tantivy BM25 + exact numpy dense + RRF, all in the calling thread."""
 
-    def __init__(self, corpus: Corpus, model: Any, depth: int) -> None:
+    def __init__(
+        self, corpus: Corpus, model: Any, depth: int, encode_lock: threading.Lock | None = None
+    ) -> None:
         import tantivy
 
         from attest.lexical.backends.tantivy import ANALYZER, english_analyzer
         from attest.lexical.query import TIE_BREAKER
 
         self.model, self.depth, self.tie = model, depth, TIE_BREAKER
+        self.encode_lock = encode_lock or contextlib.nullcontext()
         self.tantivy = tantivy
         started = time.perf_counter()
         sb = tantivy.SchemaBuilder()
@@ -319,7 +338,9 @@ class Limit:
 
     def search(self, text: str) -> list[str]:
         lexical = self.bm25(text)
-        dense = self.dense(encode_query(self.model, text))
+        with self.encode_lock:
+            vector = encode_query(self.model, text)
+        dense = self.dense(vector)
         return [d for d, _ in rrf([lexical, dense])]
 
 
@@ -645,6 +666,9 @@ async def bench_dataset(
             searches["limit"] = limit.search
             out["ndcg"]["limit"] = ndcg_threads(limit.search, corpus, 2)
             print(f"  limit   nDCG@10 {out['ndcg']['limit']}", flush=True)
+        if LOCKED in args.systems:
+            locked = Limit(corpus, model, args.depth, threading.Lock())
+            searches[LOCKED] = locked.search
         if "haystack" in args.systems:
             out["haystack_configs"] = {}
             best: Haystack | None = None
@@ -687,36 +711,22 @@ async def bench_dataset(
             print(f"  attest  nDCG@10 {out['ndcg']['attest']}", flush=True)
             searches["attest"] = client
         # Warm every system at each level's concurrency, then time the levels,
-        # rotating which system goes first.
-        systems = [s for s in SYSTEMS if s in searches]
-        for i, clients in enumerate(args.concurrency):
-            order = systems[i % len(systems) :] + systems[: i % len(systems)]
-            for system in order:
-                texts = cycle_texts(corpus.queries)
-                if system == "attest":
-                    assert client is not None
-                    assert services is not None
-                    await timed_async(client.search, texts, clients, min(2.0, args.seconds))
-                    cpu = services.cpu_seconds()
-                    proc_cpu = time.process_time()
-                    stats = await timed_async(client.search, texts, clients, args.seconds)
-                    stats["service_cpu_ms_per_query"] = round(
-                        (services.cpu_seconds() - cpu) / stats["queries"] * 1e3, 2
+        # rotating which system goes first; --cycles repeats the whole round and
+        # each level reports its median cycle (by queries/s).
+        systems = [s for s in (*SYSTEMS, LOCKED) if s in searches]
+        samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for cycle in range(args.cycles):
+            for i, clients in enumerate(args.concurrency):
+                turn = (i + cycle) % len(systems)
+                for system in systems[turn:] + systems[:turn]:
+                    stats = await timed_level(
+                        system, searches, client, services, corpus, clients, args.seconds
                     )
-                    stats["client_cpu_ms_per_query"] = round(
-                        (time.process_time() - proc_cpu) / stats["queries"] * 1e3, 2
-                    )
-                else:
-                    search = searches[system]
-                    timed_threads(search, texts, clients, min(2.0, args.seconds))
-                    proc_cpu = time.process_time()
-                    stats = timed_threads(search, texts, clients, args.seconds)
-                    stats["cpu_ms_per_query"] = round(
-                        (time.process_time() - proc_cpu) / stats["queries"] * 1e3, 2
-                    )
-                stats["load_1m"] = loadavg()
-                out["levels"].setdefault(system, {})[str(clients)] = stats
-                print(f"  {system:<8} c={clients:<3} {stats}", flush=True)
+                    samples.setdefault(system, {}).setdefault(str(clients), []).append(stats)
+                    print(f"  {system:<8} c={clients:<3} {stats}", flush=True)
+        for system, by_level in samples.items():
+            for level, runs in by_level.items():
+                out["levels"].setdefault(system, {})[level] = median_cycle(runs)
         if client is not None:
             out["attest_parts_at_1"] = await attest_parts(client, corpus, args.seconds)
             out["semantic_steps_at_1_ms"] = await semantic_parts(
@@ -732,6 +742,51 @@ async def bench_dataset(
             services.stop()
     out["figures"] = figures(out)
     return out
+
+
+def median_cycle(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cycle with the median queries/s (the lower middle one of an even count),
+    with every cycle's queries/s beside it."""
+    ordered = sorted(runs, key=lambda r: r["qps"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["qps_cycles"] = [r["qps"] for r in runs]
+    return chosen
+
+
+async def timed_level(
+    system: str,
+    searches: dict[str, Any],
+    client: AttestClient | None,
+    services: Services | None,
+    corpus: Corpus,
+    clients: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """One system at one level: a short untimed warm-up, then ``seconds`` timed."""
+    texts = cycle_texts(corpus.queries)
+    if system == "attest":
+        assert client is not None
+        assert services is not None
+        await timed_async(client.search, texts, clients, min(2.0, seconds))
+        cpu = services.cpu_seconds()
+        proc_cpu = time.process_time()
+        stats = await timed_async(client.search, texts, clients, seconds)
+        stats["service_cpu_ms_per_query"] = round(
+            (services.cpu_seconds() - cpu) / stats["queries"] * 1e3, 2
+        )
+        stats["client_cpu_ms_per_query"] = round(
+            (time.process_time() - proc_cpu) / stats["queries"] * 1e3, 2
+        )
+    else:
+        search = searches[system]
+        timed_threads(search, texts, clients, min(2.0, seconds))
+        proc_cpu = time.process_time()
+        stats = timed_threads(search, texts, clients, seconds)
+        stats["cpu_ms_per_query"] = round(
+            (time.process_time() - proc_cpu) / stats["queries"] * 1e3, 2
+        )
+    stats["load_1m"] = loadavg()
+    return stats
 
 
 async def attest_parts(client: AttestClient, corpus: Corpus, seconds: float) -> dict[str, Any]:
@@ -875,25 +930,33 @@ def plot(report: dict[str, Any], path: Path) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", type=Path, action="append", default=None)
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    p.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, of {', '.join(SYSTEMS)} and {LOCKED} (a diagnosis)",
+    )
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds per level")
+    p.add_argument("--cycles", type=int, default=3, help="rounds of every level; median kept")
     p.add_argument(
         "--config-seconds", type=float, default=8.0, help="seconds per Haystack configuration"
     )
     p.add_argument("--depth", type=int, default=100, help="hits per retriever before fusion")
-    p.add_argument("--ports", default="56110,56111", help="lexical,semantic service ports")
+    p.add_argument(
+        "--ports", default="56110-56199", help="range for the lexical and semantic services"
+    )
     p.add_argument("--cache-dir", type=Path, default=ROOT / ".attest" / "peer-cache")
     p.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = p.parse_args(argv)
     args.dataset = args.dataset or [SHARED_IR / "cranfield", SHARED_IR / "cisi"]
     args.systems = [s for s in args.systems.split(",") if s]
-    unknown = set(args.systems) - set(SYSTEMS)
+    unknown = set(args.systems) - {*SYSTEMS, LOCKED}
     if unknown:
         p.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
-    lexical, semantic = (int(x) for x in args.ports.split(","))
-    args.ports = (free_port(lexical, lexical + 1), free_port(semantic, semantic + 1))
+    low, high = (int(x) for x in args.ports.split("-"))
+    lexical = free_port(low, high + 1)
+    args.ports = (lexical, free_port(lexical + 1, high + 1))
     return args
 
 
@@ -923,6 +986,7 @@ def main(argv: list[str] | None = None) -> int:
             "depth_per_retriever": args.depth,
             "fusion": f"reciprocal rank fusion, k = {RRF_K}, equal weights",
             "seconds_per_level": args.seconds,
+            "cycles": f"{args.cycles}, interleaved; each level reports its median cycle",
             "clients": "threads for limit and haystack; grpc.aio coroutines for attest",
             "attest_call": "LexicalService.Search and SemanticService.Search (dense, "
             "document level) at the same time, fused in the client; two server processes",

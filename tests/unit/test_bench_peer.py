@@ -165,3 +165,37 @@ def test_plot_writes_the_figure(tmp_path: Path) -> None:
     path = tmp_path / "peer.png"
     plot(report, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_locked_limit_ranks_the_same() -> None:
+    import threading
+
+    free = Limit(_corpus(), _FakeModel(), depth=3)
+    locked = Limit(_corpus(), _FakeModel(), depth=3, encode_lock=threading.Lock())
+    for text in ("wing flutter", "heat", "boundary layers of a swept wing"):
+        assert locked.search(text) == free.search(text)
+
+
+def test_a_level_reports_its_median_cycle() -> None:
+    from loadtest.bench_peer import median_cycle
+
+    runs = [
+        {"qps": 30.0, "p50_ms": 1.0},
+        {"qps": 10.0, "p50_ms": 3.0},
+        {"qps": 20.0, "p50_ms": 2.0},
+    ]
+    assert median_cycle(runs) == {"qps": 20.0, "p50_ms": 2.0, "qps_cycles": [30.0, 10.0, 20.0]}
+    assert median_cycle(runs[:2])["qps"] == 10.0
+    assert median_cycle(runs[:1])["qps_cycles"] == [30.0]
+
+
+def test_the_locked_limit_is_a_diagnosis_not_a_contender() -> None:
+    result = _result([50.0, 90.0, 60.0], [40.0, 60.0, 45.0], [8.0, 6.0, 5.0])
+    result["levels"]["limit-locked"] = {
+        str(c): {"qps": q, "p50_ms": 1.0}
+        for c, q in zip((1, 4, 16), (80.0, 75.0, 90.0), strict=True)
+    }
+    out = figures(result)
+    assert out["attest_share_of_locked_limit"] == {"1": 0.5, "4": 0.8, "16": 0.5}
+    assert "limit-locked" not in out["wins"].values()
+    assert out["attest_share_of_limit"]["4"] == pytest.approx(0.667)
