@@ -149,6 +149,7 @@ class ExtractiveEngine:
             embedder,
             cosine_floor=self.settings.cosine_floor,
             answer_floor=self.settings.answer_floor,
+            segment=lambda text: fragments(text, self.settings.min_fragment_words),
         )
 
     def warm_up(self) -> None:

@@ -56,7 +56,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,11 +262,15 @@ class SupportJudge:
         models: JudgeModels | None = None,
         cosine_floor: float = 0.2,
         answer_floor: float = 0.0,
+        segment: Callable[[str], list[str]] | None = None,
     ) -> None:
         self.embedder = embedder
         self.models = models or JudgeModels.load()
         self.cosine_floor = cosine_floor
         self.answer_floor = answer_floor
+        # How a source is cut into the sentences a claim is matched against;
+        # the generator passes its own cut, so their vectors are shared.
+        self.segment = segment or (lambda s: split_sentences(strip_dateline(s)))
 
     def features(
         self,
@@ -281,7 +285,7 @@ class SupportJudge:
         out = np.zeros((n, m, len(FEATURES)), dtype=np.float64)
         if not n or not m:
             return out
-        parts = [split_sentences(strip_dateline(s)) or [s] for s in sources]
+        parts = [self.segment(s) or [s] for s in sources]
         flat = [p for ps in parts for p in ps]
         owner = np.repeat(np.arange(m), [len(p) for p in parts])
         memo = vectors if vectors is not None else TextVectors(self.embedder)
