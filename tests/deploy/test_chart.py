@@ -427,6 +427,19 @@ def test_backend_endpoints_come_from_values() -> None:
     assert generate["ATTEST_GENERATE_LLM__URL"]["value"] == f"http://{full('tgi')}:8080"
 
 
+def test_semantic_replicas_over_qdrant_keep_kg_scores_in_step() -> None:
+    # Several replicas over one Qdrant: each applies the others' article writes.
+    semantic = rendered("gpu-production").env(full("semantic"))
+    assert semantic["ATTEST_SEMANTIC_KG_SYNC_SECONDS"]["value"] == "5"
+    # One replica on its own embedded store has nobody to keep in step with.
+    minimal = rendered("minimal").env(full("semantic"))
+    assert "ATTEST_SEMANTIC_KG_SYNC_SECONDS" not in minimal
+    # The setting can be chosen; then it is the only one rendered.
+    chosen = rendered("gpu-production", "services.semantic.settings.kg_sync_seconds=2")
+    env = chosen.container(full("semantic"))["env"]
+    assert [e["value"] for e in env if e["name"] == "ATTEST_SEMANTIC_KG_SYNC_SECONDS"] == ["2"]
+
+
 def test_cpu_services_autoscale_and_leave_replicas_to_the_hpa() -> None:
     out = rendered("default")
     scaled = {"answer", "ingest", "lexical", "semantic", "generate"}
