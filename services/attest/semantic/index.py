@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ from attest.knowledge.graph import KnowledgeGraph, load_graph
 from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
 from attest.semantic.embedding import Embedder
 from attest.semantic.kg_scoring import Article, ArticleScore, KgFilter, KgScorer, NodeScore
+from attest.semantic.kg_scoring import preload as kg_preload
 from attest.semantic.models import (
     IndexResult,
     Level,
@@ -205,6 +207,10 @@ class SemanticIndex:
         if self.settings.kg_sync_seconds > 0:
             self._sync_task = asyncio.create_task(self._sync_loop(started), name="kg-sync")
         log.info("semantic index ready: %d articles restored", restored)
+        # KG scoring's matrix work needs torch, which nothing before SERVING may
+        # have imported (the ONNX backends): import it in the background now
+        # rather than inside the first KG query's deadline.
+        threading.Thread(target=kg_preload, name="kg-torch-import", daemon=True).start()
 
     async def _scan(self, scorer: KgScorer) -> set[tuple[str, str]]:
         """Restore every stored article into ``scorer``; the (tenant, doc_id) restored."""

@@ -66,6 +66,12 @@ def _torch() -> Any:
     return torch
 
 
+def preload() -> None:
+    """Import torch now (a service calls this in the background once it is up,
+    so that its first KG query does not wait seconds for the import)."""
+    _torch()
+
+
 @dataclass(frozen=True)
 class Article:
     """What the scorer needs of an article (vectors are unit length)."""
