@@ -301,8 +301,10 @@ async def measure(address: str, questions: Sequence[str], args: argparse.Namespa
         bursts = []
         for n, clients in enumerate(args.burst):
             # The machine's speed drifts (shared cores): the recovery target is
-            # the single-client p50 measured right before this burst.
-            before = await closed_loop(stub, questions[-40:], 1, args.before, origin)
+            # the single-client p50 measured right before this burst, over the
+            # questions the recovery asks first (answers take 0.5-1.5 s by
+            # question, so other questions would measure the mix, not the state).
+            before = await closed_loop(stub, questions[::-1], 1, args.before, origin)
             before_ok = [c.latency_s for c in before if c.code == "OK"]
             reference = percentile(before_ok, 50) if before_ok else single_p50
             calls, started = await burst(
@@ -463,7 +465,11 @@ def main() -> int:
     parser.add_argument("--single", type=int, default=8, help="calls of the 1-client baseline")
     parser.add_argument("--four", type=int, default=16, help="calls of the 4-client baseline")
     parser.add_argument(
-        "--before", type=int, default=3, help="single-client calls right before each burst"
+        "--before",
+        type=int,
+        default=10,
+        help="single-client calls right before each burst, of the questions the recovery "
+        "asks first (enough to fill its first 10 s)",
     )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--data-dir", type=Path, help="kept between runs (default: temporary)")
