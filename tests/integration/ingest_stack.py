@@ -329,6 +329,10 @@ class OpenSearchNode:
         assert pid is not None, "the node is not running"
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 30, "still alive")
+        # A JVM's main thread shows as a zombie while its other threads are still
+        # exiting, and they hold the listening socket until the last one is gone:
+        # the node is down when its port refuses connections.
+        wait_until(lambda: not self.reachable(), 30, "the killed node's port still accepts")
         (self.data / "opensearch.pid").unlink()
 
     def reachable(self) -> bool:
