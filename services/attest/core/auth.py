@@ -50,13 +50,10 @@ import yaml  # type: ignore[import-untyped]
 
 from attest.core.context import DEFAULT_TENANT
 from attest.core.errors import PermissionDenied, Unauthenticated
+from attest.core.metadata import API_KEY_KEY, AUTHORIZATION_KEY, TENANT_KEY
 from attest.core.settings import AuthSettings
 
 log = logging.getLogger(__name__)
-
-AUTHORIZATION_KEY = "authorization"
-API_KEY_KEY = "x-api-key"
-TENANT_KEY = "x-attest-tenant"
 
 SCOPES = frozenset({"ask", "ingest", "admin", "internal"})
 ALL_SCOPES = SCOPES

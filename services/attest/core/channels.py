@@ -32,9 +32,8 @@ from typing import Any
 import grpc
 
 from attest.core import tracing
-from attest.core.auth import AUTHORIZATION_KEY, TENANT_KEY
 from attest.core.context import budget, identity_var, request_id_var, tenant_var
-from attest.core.interceptors import REQUEST_ID_KEY
+from attest.core.metadata import AUTHORIZATION_KEY, REQUEST_ID_KEY, TENANT_KEY
 from attest.core.settings import ClientIdentity, ClientSecurity, ClientSettings
 
 _process_identity: ClientIdentity | None = None

@@ -48,13 +48,12 @@ from attest.core.context import (
     tenant_var,
 )
 from attest.core.errors import AttestError, InvalidArgument, ResourceExhausted
+from attest.core.metadata import REQUEST_ID_KEY, RETRY_AFTER_KEY
 from attest.core.quota import TenantQuotas
 from attest.core.validation import is_valid_request_id
 
 log = logging.getLogger(__name__)
 
-REQUEST_ID_KEY = "x-request-id"
-RETRY_AFTER_KEY = "retry-after"
 _INTERNAL_MESSAGE = "internal error; see the server log for the request id"
 
 Handler = Callable[..., Any]

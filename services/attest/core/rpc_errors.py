@@ -51,7 +51,7 @@ from typing import Any, Final
 import grpc
 
 from attest.core import errors
-from attest.core.interceptors import RETRY_AFTER_KEY
+from attest.core.metadata import RETRY_AFTER_KEY
 
 ERRORS: Final = MappingProxyType(
     {
