@@ -69,6 +69,24 @@ mypy
 # The package layering ([tool.importlinter] in pyproject.toml): an upward import fails here.
 lint-imports
 (cd protos && buf lint)
+# Wire compatibility (protos/buf.yaml, breaking: FILE): the protos may change
+# only in ways the previous ones still read. Compared with main's protos before
+# this change: on a branch, the commit it forked from origin/main; on main, the
+# previous commit. A clone without that history (shallow, or no .git) skips it.
+head=$(git rev-parse -q --verify HEAD 2>/dev/null || true)
+base=$(git merge-base HEAD origin/main 2>/dev/null || true)
+if [[ -z $base || $base == "$head" ]]; then
+  base=$(git rev-parse -q --verify 'HEAD~1^{commit}' 2>/dev/null || true)
+fi
+if [[ -n $base ]]; then
+  previous=$(mktemp -d)
+  git archive "$base" protos | tar -x -C "$previous"
+  buf breaking protos --against "$previous/protos"
+  echo "buf breaking: protos compatible with ${base:0:12}"
+  rm -rf "$previous"
+else
+  echo "buf breaking: skipped, this clone has no earlier commit to compare with"
+fi
 
 step "generated stubs are current"
 fresh=$(mktemp -d)
