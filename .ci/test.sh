@@ -68,6 +68,9 @@ ruff format --check services tests loadtest
 mypy
 # The package layering ([tool.importlinter] in pyproject.toml): an upward import fails here.
 lint-imports
+# Declared dependencies ([tool.deptry] in pyproject.toml): every module the package
+# imports is a declared dependency, and every declared one is imported.
+deptry services
 (cd protos && buf lint)
 # Wire compatibility (protos/buf.yaml, breaking: FILE): the protos may change
 # only in ways the previous ones still read. Compared with main's protos before
