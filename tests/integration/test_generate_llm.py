@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
@@ -323,6 +324,65 @@ async def test_overload_is_retried_with_backoff(fake: FakeLLM) -> None:
     assert await client.generate("s", "hello") == "fine"
     assert client.requests == 3
     await client.close()
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_model_calls_are_counted_in_metrics(fake: FakeLLM) -> None:
+    """Every HTTP request to the model is counted by outcome and timed, tokens
+    by direction, replies that fail the JSON check apart, and a stream's first
+    piece is timed (the Prometheus series an operator watches the LLM by)."""
+    kind = fake.flavor
+
+    def counts() -> dict[str, float]:
+        return {
+            "ok": _sample("attest_llm_requests_total", kind=kind, call="complete", outcome="ok"),
+            "overloaded": _sample(
+                "attest_llm_requests_total",
+                kind=kind,
+                call="complete",
+                outcome="resource_exhausted",
+            ),
+            "down": _sample(
+                "attest_llm_requests_total", kind=kind, call="complete", outcome="unavailable"
+            ),
+            "timed": _sample("attest_llm_request_seconds_count", kind=kind, call="complete"),
+            "prompt": _sample("attest_llm_tokens_total", kind=kind, direction="prompt"),
+            "completion": _sample("attest_llm_tokens_total", kind=kind, direction="completion"),
+            "invalid": _sample("attest_llm_invalid_outputs_total", kind=kind),
+            "streamed": _sample(
+                "attest_llm_requests_total", kind=kind, call="stream", outcome="ok"
+            ),
+            "first_token": _sample("attest_llm_first_token_seconds_count", kind=kind),
+        }
+
+    before = counts()
+    fake.script = [
+        Reply(status=429, error_type="overloaded", text="Model is overloaded"),
+        Reply(status=503, text="loading"),
+        Reply(text="fine"),
+        Reply(text='{"citations": [', finish_reason="length"),
+        Reply(text='{"citations": [', finish_reason="length"),
+    ]
+    client = create_client(
+        LLMSettings(kind=kind, url=fake.url, max_attempts=3, backoff_seconds=0.01)
+    )
+    assert await client.generate("s", "hello") == "fine"
+    await client.generate("s", "cite", max_tokens=4, schema=prompts.CITE_SCHEMA)
+    fake.script = [Reply(text="one two three", piece_delay=0.01)]
+    assert "".join([p async for p in client.stream("s", "write")]) == "one two three"
+    await client.close()
+    after = counts()
+    delta = {k: after[k] - before[k] for k in after}
+    assert delta["ok"] == 3  # "fine" and the two JSON replies
+    assert (delta["overloaded"], delta["down"]) == (1, 1)
+    assert delta["timed"] == 5
+    assert delta["invalid"] == 2
+    assert (delta["streamed"], delta["first_token"]) == (1, 1)
+    assert delta["prompt"] == client.prompt_tokens
+    assert delta["completion"] == client.completion_tokens > 0
 
 
 @pytest.mark.parametrize(

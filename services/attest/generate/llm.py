@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
+from prometheus_client import Counter, Histogram
 from pydantic import Field, SecretStr
 
 from attest.core.context import budget
@@ -72,6 +73,50 @@ from attest.core.settings import StrictModel
 log = logging.getLogger(__name__)
 
 JsonSchema = dict[str, Any]
+
+# Every request to the model, as this process sees it (``kind`` is "tgi" or
+# "openai"; ``call`` is "complete" or "stream").
+LLM_REQUESTS = Counter(
+    "attest_llm_requests_total",
+    "HTTP requests sent to the LLM, retries included, by kind, call and outcome "
+    "(ok, or the error the request ended with: unavailable, deadline_exceeded, "
+    "resource_exhausted, invalid_argument, internal, ...).",
+    ["kind", "call", "outcome"],
+)
+LLM_SECONDS = Histogram(
+    "attest_llm_request_seconds",
+    "Time inside one HTTP request to the LLM (waits for a concurrency slot excluded), "
+    "by kind and call; a stream's time includes the caller's work between pieces.",
+    ["kind", "call"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120),
+)
+LLM_FIRST_TOKEN_SECONDS = Histogram(
+    "attest_llm_first_token_seconds",
+    "Time from sending a streamed request to the LLM's first text piece, by kind.",
+    ["kind"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30),
+)
+LLM_TOKENS = Counter(
+    "attest_llm_tokens_total",
+    "Tokens the LLM read (prompt) and wrote (completion), by kind.",
+    ["kind", "direction"],
+)
+LLM_INVALID_OUTPUTS = Counter(
+    "attest_llm_invalid_outputs_total",
+    "LLM replies that failed the JSON check of the step that asked for JSON, by kind.",
+    ["kind"],
+)
+
+
+def _outcome(error: BaseException) -> str:
+    """The outcome label of a request that ended with ``error``."""
+    if isinstance(error, (GeneratorExit, asyncio.CancelledError)):
+        return "cancelled"  # the caller left (an early close of a stream, a cancelled task)
+    if isinstance(error, _Retryable):
+        error = error.error
+    if isinstance(error, AttestError):
+        return error.code.lower()
+    return "internal"
 
 
 class LLMSettings(StrictModel):
@@ -268,6 +313,16 @@ class LLMClient(ABC):
     def name(self) -> str:
         return f"{self.kind}:{self.settings.model or self.settings.url}"
 
+    def _count_tokens(self, prompt: int, completion: int) -> None:
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        LLM_TOKENS.labels(self.kind, "prompt").inc(prompt)
+        LLM_TOKENS.labels(self.kind, "completion").inc(completion)
+
+    def _count_invalid(self) -> None:
+        self.invalid_outputs += 1
+        LLM_INVALID_OUTPUTS.labels(self.kind).inc()
+
     def _headers(self) -> dict[str, str]:
         key = self.settings.api_key
         return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
@@ -311,7 +366,7 @@ class LLMClient(ABC):
         problem = json_problem(completion, schema)
         if problem is None:
             return completion.text
-        self.invalid_outputs += 1
+        self._count_invalid()
         log.warning("LLM reply failed the JSON check (%s); asking once more", problem)
         if completion.truncated:
             max_tokens *= 2
@@ -322,7 +377,7 @@ class LLMClient(ABC):
         completion = await self._complete(system, user + note, max_tokens, schema)
         problem = json_problem(completion, schema)
         if problem is not None:
-            self.invalid_outputs += 1
+            self._count_invalid()
             log.warning("LLM reply failed the JSON check again (%s); it is discarded", problem)
         return completion.text
 
@@ -337,12 +392,18 @@ class LLMClient(ABC):
                 async with self._semaphore:
                     seconds = budget(self.deadline_for(max_tokens))
                     began = time.perf_counter()
+                    outcome = "ok"
                     try:
                         completion = await self._once(system, user, max_tokens, use_schema, seconds)
+                    except BaseException as exc:
+                        outcome = _outcome(exc)
+                        raise
                     finally:
-                        self.model_seconds += time.perf_counter() - began
-                self.prompt_tokens += completion.prompt_tokens
-                self.completion_tokens += completion.completion_tokens
+                        elapsed = time.perf_counter() - began
+                        self.model_seconds += elapsed
+                        LLM_SECONDS.labels(self.kind, "complete").observe(elapsed)
+                        LLM_REQUESTS.labels(self.kind, "complete", outcome).inc()
+                self._count_tokens(completion.prompt_tokens, completion.completion_tokens)
                 return completion
             except _Retryable as exc:
                 if attempt >= self.settings.max_attempts:
@@ -391,16 +452,26 @@ class LLMClient(ABC):
             try:
                 async with self._semaphore:
                     seconds = budget(self.deadline_for(max_tokens))
-                    began = time.perf_counter()
+                    sent = began = time.perf_counter()
+                    outcome = "ok"
                     try:
                         async for piece in self._stream_once(system, user, max_tokens, seconds):
+                            if not started:
+                                LLM_FIRST_TOKEN_SECONDS.labels(self.kind).observe(
+                                    time.perf_counter() - sent
+                                )
                             started = True
                             # The caller's work on a piece is not the model's time.
                             self.model_seconds += time.perf_counter() - began
                             yield piece
                             began = time.perf_counter()
+                    except BaseException as exc:
+                        outcome = _outcome(exc)
+                        raise
                     finally:
                         self.model_seconds += time.perf_counter() - began
+                        LLM_SECONDS.labels(self.kind, "stream").observe(time.perf_counter() - sent)
+                        LLM_REQUESTS.labels(self.kind, "stream", outcome).inc()
                 return
             except _Retryable as exc:
                 if started or attempt >= self.settings.max_attempts:
@@ -433,8 +504,7 @@ class LLMClient(ABC):
                         raise Unavailable(
                             "the LLM server's reply to a streamed request is unreadable"
                         )
-                    self.prompt_tokens += completion.prompt_tokens
-                    self.completion_tokens += completion.completion_tokens
+                    self._count_tokens(completion.prompt_tokens, completion.completion_tokens)
                     if completion.text:
                         yield completion.text
                     return
@@ -469,9 +539,11 @@ class LLMClient(ABC):
                     # cleanly, only without a finish reason.
                     raise _Retryable(Unavailable("the LLM's stream ended without a finish reason"))
                 counted = usage.get("completion_tokens")
-                self.completion_tokens += counted if isinstance(counted, int) else pieces
                 prompt = usage.get("prompt_tokens")
-                self.prompt_tokens += prompt if isinstance(prompt, int) else 0
+                self._count_tokens(
+                    prompt if isinstance(prompt, int) else 0,
+                    counted if isinstance(counted, int) else pieces,
+                )
 
     async def _once(
         self, system: str, user: str, max_tokens: int, schema: JsonSchema | None, seconds: float
