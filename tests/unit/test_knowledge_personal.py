@@ -6,7 +6,7 @@ tests/integration/test_knowledge_service.py)."""
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from attest.knowledge.kb import (
 from attest.knowledge.personal import (
     PersonalKnowledgeBase,
     PersonalStore,
+    TenantFacts,
     personal_entity_id,
 )
 from attest.lexical.backends.tantivy import TantivyBackend
@@ -254,3 +255,77 @@ async def test_a_lookup_by_id_asks_other_bases_only_about_exact_namesakes(
         "Marrowgate Bank will end coal lending by 2030.",
         "Exact namesake.",
     ]
+
+
+def fresh_view(view: TenantFacts) -> TenantFacts:
+    """The same documents in a new view, its indexes built from scratch."""
+    out = TenantFacts(view.tenant)
+    out.documents = dict(view.documents)
+    return out
+
+
+def counted(calls: list[list[str]]) -> Callable[[Sequence[str]], np.ndarray]:
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return trigrams(texts)
+
+    return encode
+
+
+def same_indexes(view: TenantFacts) -> None:
+    fresh = fresh_view(view)
+    assert list(view.names.items()) == list(fresh.names.items())
+    for entity_id in fresh.names:
+        assert view.facts_of_entity(entity_id) == fresh.facts_of_entity(entity_id)
+    assert view.by_first_word() == fresh.by_first_word()
+    ids, rows, vectors = view.name_matrix(trigrams)
+    fresh_ids, fresh_rows, fresh_vectors = fresh.name_matrix(trigrams)
+    assert (ids, rows) == (fresh_ids, fresh_rows)
+    np.testing.assert_allclose(vectors, fresh_vectors, atol=1e-6)
+
+
+async def test_indexes_grow_with_new_documents_and_rebuild_after_replacement() -> None:
+    view = TenantFacts("acme")
+    view.replace("d1", list(BANK_DOC), trigrams(["x"] * len(BANK_DOC)))
+    calls: list[list[str]] = []
+    encode = counted(calls)
+    first_names = view.names
+    assert len(view.name_matrix(encode)[0]) == len(first_names)
+    embedded = len(calls[0])
+    # A new document extends every index: a reader's old dict stays as it was,
+    # and the name matrix embeds only the names that are new.
+    added = [
+        aspect("Marrowgate Holdings", "shares", "Holdings shares."),
+        triple("Marrowgate Holdings", "owns", "Marrowgate Bank"),
+    ]
+    view.replace("d2", added, trigrams(["y"] * len(added)))
+    assert personal_entity_id("Marrowgate Holdings") not in first_names
+    assert personal_entity_id("Marrowgate Holdings") in view.names
+    view.name_matrix(encode)
+    assert calls[1:] == [["Marrowgate Holdings"]]
+    assert embedded == len(first_names)
+    same_indexes(view)
+    # Replacing or deleting a document rebuilds them, in the documents' order.
+    view.replace("d1", [description("Quillmere Foods", "A grocer.")], trigrams(["z"]))
+    same_indexes(view)
+    assert personal_entity_id("Rosalind Achebe-Fry") not in view.names
+    view.replace("d2", [], trigrams([]))
+    same_indexes(view)
+    assert list(view.names.values()) == ["Quillmere Foods"]
+
+
+async def test_link_mentions_embeds_once_and_links_as_one_by_one(store: PersonalStore) -> None:
+    await store.put("acme", "d1", BANK_DOC)
+    await store.put("acme", "d2", [aspect("Marrowgate Holdings", "shares", "Holdings shares.")])
+    calls: list[list[str]] = []
+    kb = PersonalKnowledgeBase(await store.view("acme"), counted(calls), name_vectors=trigrams)
+    mentions = [["Marrowgate"], ["marrowgate  bank"], ["Quillmere Foods"], ["Rosalind Fry"]]
+    together = kb.link_mentions(mentions)
+    assert calls == [["Marrowgate", "Quillmere Foods", "Rosalind Fry"]]
+    assert together == [kb.entity_linking(m) for m in mentions]
+    assert set(together[0].chosen_ids) == {
+        personal_entity_id("Marrowgate Bank"),
+        personal_entity_id("Marrowgate Holdings"),
+    }
+    assert together[1].chosen == personal_entity_id("Marrowgate Bank")
+    assert together[2].chosen is None

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import re
 import threading
 from collections import defaultdict
@@ -110,6 +111,11 @@ def personal_entity_id(name: str) -> str:
     """The id of the personal entity called ``name`` (case and spacing ignored)."""
     digest = hashlib.sha1(normalise_name(name).encode("utf-8"), usedforsecurity=False)
     return ENTITY_PREFIX + digest.hexdigest()[:16]
+
+
+def _first_word(name: str) -> str:
+    words = normalise_name(name).split(" ", 1)
+    return words[0]
 
 
 def is_personal_id(entity_id: str) -> bool:
@@ -219,24 +225,63 @@ class _Document:
 
 @dataclass
 class TenantFacts:
-    """One tenant's facts in memory: by document, by entity, and the entities' names."""
+    """One tenant's facts in memory: by document, by entity, and the entities' names.
+
+    The indexes (facts by entity, names, names by first word, the name
+    matrix) are built on first use. A write that adds a new document extends
+    them (copies of the dicts with the new entries, so a reader holding the
+    old ones is undisturbed), which keeps ingestion linear in the base's size;
+    replacing or deleting a document rebuilds them on next use, so every
+    index keeps the documents' order.
+    """
 
     tenant: str
     documents: dict[str, _Document] = field(default_factory=dict)
     _by_entity: dict[str, list[PersonalFact]] | None = None
     _names: dict[str, str] | None = None
+    _by_first_word: dict[str, list[str]] | None = None
     _name_matrix: tuple[list[str], dict[str, int], Vectors] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def replace(self, doc_id: str, facts: list[PersonalFact], vectors: Vectors) -> None:
         with self.lock:
+            added = bool(facts) and doc_id not in self.documents
             if facts:
                 self.documents[doc_id] = _Document(facts, vectors)
             else:
                 self.documents.pop(doc_id, None)
-            self._by_entity = None
-            self._names = None
-            self._name_matrix = None
+            if added and self._by_entity is not None and self._names is not None:
+                self._extend(facts)
+            else:
+                self._by_entity = None
+                self._names = None
+                self._by_first_word = None
+                self._name_matrix = None
+
+    def _extend(self, facts: list[PersonalFact]) -> None:
+        """Add a new (last) document's facts to the indexes (caller holds the lock)."""
+        assert self._by_entity is not None
+        assert self._names is not None
+        by_entity = dict(self._by_entity)
+        names = dict(self._names)
+        touched: dict[str, list[PersonalFact]] = {}
+        for fact in facts:
+            for ref in entities_of(fact):
+                if ref.id not in touched:
+                    touched[ref.id] = list(by_entity.get(ref.id, ()))
+                touched[ref.id].append(fact)
+                names.setdefault(ref.id, ref.name)
+        by_entity.update(touched)
+        fresh = [i for i in touched if i not in self._names]
+        if self._by_first_word is not None:
+            by_word = dict(self._by_first_word)
+            for entity_id in fresh:
+                word = _first_word(names[entity_id])
+                by_word[word] = [*by_word.get(word, ()), entity_id]
+            self._by_first_word = by_word
+        self._by_entity, self._names = by_entity, names
+        # The name matrix stays: its rows are a prefix of the names, and
+        # ``name_matrix`` embeds the names added since.
 
     def _index(self) -> tuple[dict[str, list[PersonalFact]], dict[str, str]]:
         with self.lock:
@@ -249,6 +294,8 @@ class TenantFacts:
                             by_entity[ref.id].append(fact)
                             names.setdefault(ref.id, ref.name)
                 self._by_entity, self._names = dict(by_entity), names
+                self._by_first_word = None
+                self._name_matrix = None
             return self._by_entity, self._names
 
     def facts_of_entity(self, entity_id: str) -> list[PersonalFact]:
@@ -259,15 +306,42 @@ class TenantFacts:
         """Entity id -> name, for every entity a fact mentions."""
         return self._index()[1]
 
+    def by_first_word(self) -> dict[str, list[str]]:
+        """First word of a name (normalised) -> ids of the entities whose name begins with it."""
+        names = self.names
+        with self.lock:
+            index = self._by_first_word
+            if index is None or self._names is not names:
+                built: dict[str, list[str]] = defaultdict(list)
+                for entity_id, name in names.items():
+                    built[_first_word(name)].append(entity_id)
+                index = dict(built)
+                if self._names is names:
+                    self._by_first_word = index
+            return index
+
     def name_matrix(
         self, embed: Callable[[Sequence[str]], Vectors]
     ) -> tuple[list[str], dict[str, int], Vectors]:
-        """Entity ids, their rows and the embeddings of their names (kept until a write)."""
+        """Entity ids, their rows and the embeddings of their names (extended as
+        documents are added, rebuilt after a replacement or deletion)."""
+        names = self.names
         matrix = self._name_matrix
-        if matrix is None:
-            names = self.names
-            ids = list(names)
-            matrix = (ids, {i: n for n, i in enumerate(ids)}, embed([names[i] for i in ids]))
+        if matrix is None or len(matrix[0]) != len(names):
+            if matrix is None or len(matrix[0]) > len(names):
+                ids, rows, vectors = [], {}, _empty()
+            else:
+                ids, rows, vectors = list(matrix[0]), dict(matrix[1]), matrix[2]
+            new = list(itertools.islice(names, len(ids), None))
+            for entity_id in new:
+                rows[entity_id] = len(ids)
+                ids.append(entity_id)
+            added = embed([names[i] for i in new]) if new else _empty()
+            if len(vectors) and len(added):
+                vectors = np.concatenate([vectors, added])
+            elif len(added):
+                vectors = added
+            matrix = (ids, rows, vectors)
             with self.lock:
                 if self._names is names:
                     self._name_matrix = matrix
@@ -447,6 +521,15 @@ class PersonalStore:
         return out
 
 
+def _top_rows(scores: Vectors, n: int) -> Any:
+    """Indices of the ``n`` highest scores, highest first (as a stable descending sort
+    of all of them would give: ties in index order)."""
+    if n >= len(scores):
+        return np.argsort(-scores, kind="stable")
+    part = np.argpartition(-scores, n - 1)[:n]
+    return part[np.lexsort((part, -scores[part]))]
+
+
 def _empty() -> Vectors:
     return np.zeros((0, 0), dtype=np.float32)
 
@@ -526,8 +609,10 @@ class PersonalKnowledgeBase:
         words = normalise_name(mention).split()
         if not words:
             return []
+        names = self.facts.names
         out = []
-        for entity_id, name in self.facts.names.items():
+        for entity_id in self.facts.by_first_word().get(words[0], ()):
+            name = names[entity_id]
             have = normalise_name(name).split()
             if len(have) > len(words) and have[: len(words)] == words:
                 out.append(self._entity(entity_id, name))
@@ -536,23 +621,49 @@ class PersonalKnowledgeBase:
     def entity_linking(
         self, aliases: Sequence[str], context: str = "", *, top_k: int = 5
     ) -> Linking:
-        aliases, settled = link_exactly(self.exact, aliases, top_k, lambda c: c.entity.name)
-        if settled is not None:
-            return settled
-        mention = aliases[0]
+        return self.link_mentions([aliases], context, top_k=top_k)[0]
+
+    def link_mentions(
+        self, mentions: Sequence[Sequence[str]], context: str = "", *, top_k: int = 5
+    ) -> list[Linking]:
+        """``entity_linking`` of each mention (its aliases), the aliases that need
+        embeddings embedded in one batch."""
+        settled = [link_exactly(self.exact, a, top_k, lambda c: c.entity.name) for a in mentions]
+        pending = [aliases for aliases, linking in settled if linking is None]
         names = self.facts.names
-        if not names:
-            return Linking(mention, (), None)
+        if not pending or not names:
+            return [linking or Linking(aliases[0], (), None) for aliases, linking in settled]
+        ids, row_of, vectors = self.facts.name_matrix(self._name_vectors)
+        texts = list(dict.fromkeys(a for aliases in pending for a in aliases))
+        encoded = dict(zip(texts, self.encode(texts), strict=True))
+        out = []
+        for aliases, linking in settled:
+            if linking is None:
+                query = np.stack([encoded[a] for a in aliases])
+                linking = self._by_embedding(aliases, query @ vectors.T, ids, row_of, top_k)
+            out.append(linking)
+        return out
+
+    def _by_embedding(
+        self,
+        aliases: Sequence[str],
+        similarities: Vectors,
+        ids: list[str],
+        row_of: dict[str, int],
+        top_k: int,
+    ) -> Linking:
+        names = self.facts.names
         best: dict[str, Candidate] = {}
         chosen: list[str] = []
-        ids, row_of, vectors = self.facts.name_matrix(self._name_vectors)
-        sims = (self.encode(aliases) @ vectors.T).max(axis=0)
+        sims = similarities.max(axis=0)
         for alias in aliases:
             for entity in self._prefixed(alias):
+                if entity.id not in row_of:  # named by a write after the matrix was taken
+                    continue
                 score = min(float(sims[row_of[entity.id]]), 1.0)
                 best.setdefault(entity.id, Candidate(entity, "embedding", score, entity.name))
                 chosen.append(entity.id)
-        for row in np.argsort(-sims)[: top_k * 4]:
+        for row in _top_rows(sims, top_k * 4):
             score = min(float(sims[row]), 1.0)
             entity_id = ids[row]
             if score >= self.link_threshold and entity_id not in chosen:
@@ -570,8 +681,8 @@ class PersonalKnowledgeBase:
             key=lambda i: -best[i].score,
         )
         if not picked:
-            return Linking(mention, tuple(ranked), None)
-        return Linking(mention, tuple(ranked), picked[0], tuple(picked[1:]))
+            return Linking(aliases[0], tuple(ranked), None)
+        return Linking(aliases[0], tuple(ranked), picked[0], tuple(picked[1:]))
 
     def resolve(self, aliases: Sequence[str]) -> KbEntity:
         for alias in aliases:

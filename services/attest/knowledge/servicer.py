@@ -199,10 +199,12 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
         kb = await self.base(graph, personal)
 
         def link() -> list[knowledge_pb2.MentionLinks]:
-            return [
-                convert.linking_to_proto(kb.entity_linking([m], text, top_k=top_k))
-                for m in mentions
-            ]
+            if isinstance(kb, PersonalKnowledgeBase):
+                # The mentions that need embeddings embedded in one batch.
+                linkings = kb.link_mentions([[m] for m in mentions], text, top_k=top_k)
+            else:
+                linkings = [kb.entity_linking([m], text, top_k=top_k) for m in mentions]
+            return [convert.linking_to_proto(linking) for linking in linkings]
 
         return knowledge_pb2.LinkEntitiesResponse(links=await asyncio.to_thread(link))
 
