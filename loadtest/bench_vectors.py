@@ -291,7 +291,11 @@ def filter_cases(
             ),
             float(in_window.mean()),
         ),
-        FilterCase("org", VectorFilter(tenant=TENANT, organizations=orgs), float(has_org.mean())),
+        FilterCase(
+            "org",
+            VectorFilter(tenant=TENANT, keywords={"organizations": orgs}),
+            float(has_org.mean()),
+        ),
     ]
     return cases, [everything, in_window, has_org]
 

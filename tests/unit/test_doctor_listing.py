@@ -188,7 +188,7 @@ class FakeListing(StoreListing):
 
 
 def _entry(passages: int, *links: str) -> RegistryEntry:
-    return RegistryEntry("h", passages, (), tuple(links))
+    return RegistryEntry("h", passages, {"entity_ids": tuple(links)})
 
 
 def _store(registry: dict[str, RegistryEntry]) -> JobStore:

@@ -139,9 +139,11 @@ async def test_embedded_ingest_update_delete_and_bad_input(embedded: Assembly):
         for d, e in embedded.core.store.registry_all(TENANT).items()
         if org.casefold() in {o.casefold() for o in e.organizations}
     )
-    dry = await embedded.core.delete(TENANT, filters=Filters(organizations=(org,)), dry_run=True)
+    dry = await embedded.core.delete(
+        TENANT, filters=Filters(keywords={"organizations": (org,)}), dry_run=True
+    )
     assert (dry.matched, dry.deleted, list(dry.doc_ids)) == (len(targets), 0, targets)
-    gone = await embedded.core.delete(TENANT, filters=Filters(organizations=(org,)))
+    gone = await embedded.core.delete(TENANT, filters=Filters(keywords={"organizations": (org,)}))
     assert gone.deleted == len(targets) >= 1
     left = embedded.core.store.registry_all(TENANT)
     assert len(left) == 48 - 2 - len(targets)

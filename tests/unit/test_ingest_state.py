@@ -79,7 +79,12 @@ def test_registry_and_state_survive_on_disk(tmp_path: Path):
     path = tmp_path / "state.json"
     kv = MemoryKeyValue(path)
     store = JobStore(kv)
-    entry = RegistryEntry("h1", 3, ("Acme Corp",), ("ghg_emissions",), "2024-01-01T00:00:00+00:00")
+    entry = RegistryEntry(
+        "h1",
+        3,
+        {"organizations": ("Acme Corp",), "entity_ids": ("ghg_emissions",)},
+        "2024-01-01T00:00:00+00:00",
+    )
     store.registry_put("t", {"a": entry})
     store.gazetteer_add("t", ["Acme Corp"])
     kv.save()

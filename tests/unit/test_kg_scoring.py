@@ -143,7 +143,9 @@ def test_updates_deletes_and_tenants(setup):
 def test_filters(setup):
     scorer, _, articles, rng = setup
     query = unit(rng)
-    only_org = scorer.score("default", query, top_k=500, flt=KgFilter(organizations=("org a",)))
+    only_org = scorer.score(
+        "default", query, top_k=500, flt=KgFilter(keywords={"organizations": ("org a",)})
+    )
     assert {s.doc_id for s in only_org} == {a.doc_id for a in articles if a.organizations}
     march = KgFilter(
         published_from=datetime(2025, 3, 1, tzinfo=UTC),
@@ -154,7 +156,9 @@ def test_filters(setup):
     entity = next(e for a in articles for e in a.entity_ids)
     linked = {
         s.doc_id
-        for s in scorer.score("default", query, top_k=500, flt=KgFilter(entity_ids=(entity,)))
+        for s in scorer.score(
+            "default", query, top_k=500, flt=KgFilter(keywords={"entity_ids": (entity,)})
+        )
     }
     assert linked == {a.doc_id for a in articles if entity in a.entity_ids}
 

@@ -40,8 +40,7 @@ def test_filters_and_highlight_are_translated():
         top_k=3,
         highlight=True,
         filters=Filters(
-            organizations=("Norvale",),
-            entity_ids=("gri-305",),
+            keywords={"organizations": ("Norvale",), "entity_ids": ("gri-305",)},
             published_from=datetime(2025, 1, 1, tzinfo=UTC),
         ),
     )

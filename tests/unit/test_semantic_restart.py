@@ -54,8 +54,7 @@ def doc(i: int, orgs: tuple[str, ...], entities: tuple[str, ...]) -> SemanticDoc
         id=f"d{i}",
         title=f"Article {i} on emissions and labour",
         body=f"Body {i}. Emissions rose at the plant; workers struck.",
-        organizations=orgs,
-        entity_ids=entities,
+        keywords={"organizations": orgs, "entity_ids": entities},
         passages=(PassageIn(index=0, text=f"Passage of article {i}."),),
     )
 

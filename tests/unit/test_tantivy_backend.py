@@ -16,8 +16,7 @@ DOCS = [
         id="w1",
         title="Brightwater cuts water withdrawal",
         body="Brightwater Utilities reduced its water withdrawal by 12% in 2025.",
-        organizations=("Brightwater Utilities",),
-        entity_ids=("gri-303",),
+        keywords={"organizations": ("Brightwater Utilities",), "entity_ids": ("gri-303",)},
         published_at=datetime(2025, 3, 1, tzinfo=UTC),
         passages=(
             PassageIn(0, "Brightwater Utilities reduced its water withdrawal by 12%."),
@@ -28,16 +27,14 @@ DOCS = [
         id="e1",
         title="Norvale raises emissions target",
         body="Norvale Copper raised its 2030 emissions target to 55%.",
-        organizations=("Norvale Copper",),
-        entity_ids=("gri-305",),
+        keywords={"organizations": ("Norvale Copper",), "entity_ids": ("gri-305",)},
         published_at=datetime(2026, 1, 22, tzinfo=UTC),
     ),
     DocumentIn(
         id="l1",
         title="Audit finds child workers",
         body="Auditors found workers under 16 at a garment supplier; water was scarce on site.",
-        organizations=("Halvorsen Textiles",),
-        entity_ids=("gri-408",),
+        keywords={"organizations": ("Halvorsen Textiles",), "entity_ids": ("gri-408",)},
         published_at=datetime(2025, 4, 8, tzinfo=UTC),
     ),
 ]
@@ -65,7 +62,7 @@ async def test_search_ranks_the_matching_document_first(backend):
     assert [h.doc_id for h in hits][:2] == ["w1", "l1"]
     assert hits[0].score > hits[1].score > 0
     assert hits[0].passage_index == -1
-    assert hits[0].organizations == ("Brightwater Utilities",)
+    assert hits[0].keywords["organizations"] == ("Brightwater Utilities",)
     assert hits[0].published_at == datetime(2025, 3, 1, tzinfo=UTC)
 
 
@@ -87,8 +84,12 @@ async def test_filters(backend):
         return SearchQuery(text="water emissions workers", top_k=10, filters=Filters(**filters))
 
     ids = lambda hits: sorted(h.doc_id for h in hits)  # noqa: E731
-    assert ids(await backend.search("default", q(organizations=("norvale copper",)))) == ["e1"]
-    assert ids(await backend.search("default", q(entity_ids=("gri-303", "gri-408")))) == [
+    assert ids(
+        await backend.search("default", q(keywords={"organizations": ("norvale copper",)}))
+    ) == ["e1"]
+    assert ids(
+        await backend.search("default", q(keywords={"entity_ids": ("gri-303", "gri-408")}))
+    ) == [
         "l1",
         "w1",
     ]

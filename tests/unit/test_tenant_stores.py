@@ -124,6 +124,9 @@ class MemoryEngine(EngineBackend):
     async def _create_index(self, index: str, definition: dict[str, Any]) -> None:
         self.indexes[index] = {}
 
+    async def _put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        pass  # records are dicts: any field fits
+
     async def _mget(self, index: str, ids: list[str], fields: list[str]) -> dict[str, Any]:
         records = self.indexes[index]
         return {
@@ -204,7 +207,7 @@ class _Sinks:
 async def test_ingest_jobs_and_deletes_stay_in_their_tenant():
     store, sinks = JobStore(MemoryKeyValue()), _Sinks()
     core = IngestCore(store, _Dispatcher(), lambda: sinks)
-    entry = RegistryEntry(content_hash="h", passages=1, organizations=("Acme",))
+    entry = RegistryEntry(content_hash="h", passages=1, keywords={"organizations": ("Acme",)})
     store.registry_put("acme", {"d1": entry, "a-only": entry})
     store.registry_put("globex", {"d1": entry})
     job = core.start_job("acme")
@@ -216,7 +219,9 @@ async def test_ingest_jobs_and_deletes_stay_in_their_tenant():
     # globex deletes acme's ids, by id and by acme's organization: nothing matches,
     # nothing reaches the stores.
     assert (await core.delete("globex", doc_ids=["a-only"])).matched == 0
-    assert (await core.delete("globex", filters=Filters(organizations=("Nope",)))).matched == 0
+    assert (
+        await core.delete("globex", filters=Filters(keywords={"organizations": ("Nope",)}))
+    ).matched == 0
     assert sinks.deleted == []
     # Its own d1 goes from its own stores and registry only.
     result = await core.delete("globex", doc_ids=["d1", "a-only"])

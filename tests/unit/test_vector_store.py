@@ -140,13 +140,16 @@ async def test_filters_by_organization_entity_and_date(store: VectorStore):
 
     assert await ids() == ["water", "emissions", "labour", "undated"]
     # Organizations match case-insensitively, any of the given values.
-    assert await ids(organizations=("BRIGHTWATER utilities",)) == ["water", "emissions"]
-    assert await ids(organizations=("halvorsen textiles", "norvale copper")) == [
+    assert await ids(keywords={"organizations": ("BRIGHTWATER utilities",)}) == [
+        "water",
+        "emissions",
+    ]
+    assert await ids(keywords={"organizations": ("halvorsen textiles", "norvale copper")}) == [
         "emissions",
         "labour",
     ]
-    assert await ids(entity_ids=("gri-303",)) == ["water", "labour"]
-    assert await ids(entity_ids=("gri-999",)) == []
+    assert await ids(keywords={"entity_ids": ("gri-303",)}) == ["water", "labour"]
+    assert await ids(keywords={"entity_ids": ("gri-999",)}) == []
     # Date bounds are inclusive; points without a date never match a date filter.
     assert await ids(
         published_from=datetime(2025, 3, 1, tzinfo=UTC),
@@ -156,7 +159,8 @@ async def test_filters_by_organization_entity_and_date(store: VectorStore):
     assert await ids(published_to=datetime(2025, 12, 31, tzinfo=UTC)) == ["water", "labour"]
     # Conditions combine with AND.
     assert await ids(
-        organizations=("brightwater utilities",), published_from=datetime(2026, 1, 1, tzinfo=UTC)
+        keywords={"organizations": ("brightwater utilities",)},
+        published_from=datetime(2026, 1, 1, tzinfo=UTC),
     ) == ["emissions"]
     stored = (await store.search("articles", axis(0), 1, VectorFilter(tenant="acme")))[0]
     assert stored.payload["organizations"] == ["brightwater utilities"]

@@ -7,27 +7,44 @@ rejection names the field as the caller wrote it (``filters[1].gte``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from attest.common.v1 import common_pb2
+from attest.core.document import BY_FILTER, Keywords
 from attest.core.errors import InvalidArgument
 from attest.core.validation import datetime_from_timestamp, parse_date
 
-FILTER_FIELDS = ("organization", "entity", "published_at")
+DATE_FILTER = "published_at"
+FILTER_FIELDS = (*BY_FILTER, DATE_FILTER)
 NO_MATCH = "\x00no-match"
 
 
 @dataclass(frozen=True, slots=True)
 class Filters:
-    """Conjunctive restrictions; empty tuples and None mean "no restriction"."""
+    """Conjunctive restrictions; no values and None mean "no restriction".
 
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    ``keywords`` maps a keyword field's name (``attest.core.document``) to the
+    values a record must have at least one of.
+    """
+
+    keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
+
+    @property
+    def organizations(self) -> tuple[str, ...]:
+        return self.keywords.get("organizations", ())
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        return self.keywords.get("entity_ids", ())
+
+    @property
+    def restricts_keywords(self) -> bool:
+        return any(self.keywords.values())
 
 
 def filters_from_proto(
@@ -35,8 +52,7 @@ def filters_from_proto(
 ) -> Filters:
     if len(filters) > max_filters:
         raise InvalidArgument(f"at most {max_filters} filters are allowed", field="filters")
-    organizations: list[str] = []
-    entity_ids: list[str] = []
+    keywords: dict[str, list[str]] = {}
     published_from: datetime | None = None
     published_to: datetime | None = None
     for i, f in enumerate(filters):
@@ -47,7 +63,7 @@ def filters_from_proto(
                 f"expected one of {', '.join(FILTER_FIELDS)}",
                 field=f"{where}.field",
             )
-        if f.field == "published_at":
+        if f.field == DATE_FILTER:
             if f.any_of:
                 raise InvalidArgument(
                     "date filters take gte/lte, not any_of", field=f"{where}.any_of"
@@ -69,18 +85,22 @@ def filters_from_proto(
             raise InvalidArgument(
                 f"at most {max_values} values are allowed", field=f"{where}.any_of"
             )
-        target = organizations if f.field == "organization" else entity_ids
+        declared = BY_FILTER[f.field]
+        try:
+            values = declared.clean(f.any_of) or (NO_MATCH,)
+        except ValueError as err:
+            raise InvalidArgument(str(err), field=f"{where}.any_of") from None
+        target = keywords.setdefault(declared.name, [])
         if target:
             # Two filters on the same field are ANDed: keep the values both allow.
-            allowed = {v.casefold() for v in f.any_of}
+            allowed = {v.casefold() for v in values}
             target[:] = [v for v in target if v.casefold() in allowed] or [NO_MATCH]
         else:
-            target.extend(f.any_of)
+            target.extend(values)
     if published_from and published_to and published_from > published_to:
         raise InvalidArgument("the date range is empty (gte is after lte)", field="filters")
     return Filters(
-        organizations=tuple(organizations),
-        entity_ids=tuple(entity_ids),
+        keywords={name: tuple(values) for name, values in keywords.items()},
         published_from=published_from,
         published_to=published_to,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attest.core.common import from_timestamp, to_timestamp
+from attest.core.document import KEYWORD_FIELDS, message_values
 from attest.core.errors import InvalidArgument
 from attest.ingest.documents import (
     FailureCode,
@@ -51,8 +52,7 @@ def item_from_proto(item: ingest_pb2.IngestItem, field: str, limits: IngestLimit
                 body=d.body,
                 published_at=published,
                 source_url=d.source_url,
-                organizations=list(d.organizations),
-                entity_ids=list(d.entity_ids),
+                keywords={f.name: message_values(d, f) or () for f in KEYWORD_FIELDS},
                 metadata=dict(d.metadata),
             )
             return Item(origin=item.origin, article=article)

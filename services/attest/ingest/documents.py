@@ -13,11 +13,18 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from attest.core import validation
+from attest.core.document import (
+    KEYWORD_FIELDS,
+    Keywords,
+    keywords_from_stored,
+    keywords_to_stored,
+)
 from attest.core.errors import InvalidArgument
 
 MAX_ID_CHARS = validation.MAX_ID_CHARS
@@ -61,19 +68,27 @@ class Article:
     body: str
     published_at: datetime | None = None
     source_url: str = ""
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    # The keyword fields (attest.core.document) by name.
+    keywords: Keywords = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def organizations(self) -> tuple[str, ...]:
+        return self.keywords.get("organizations", ())
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        return self.keywords.get("entity_ids", ())
+
     def to_json(self) -> dict[str, Any]:
+        """JSON for Celery and the job store: each keyword field a list under its name."""
         return {
             "id": self.id,
             "title": self.title,
             "body": self.body,
             "published_at": self.published_at.isoformat() if self.published_at else None,
             "source_url": self.source_url,
-            "organizations": list(self.organizations),
-            "entity_ids": list(self.entity_ids),
+            **keywords_to_stored(self.keywords),
             "metadata": dict(self.metadata),
         }
 
@@ -86,8 +101,7 @@ class Article:
             body=data["body"],
             published_at=datetime.fromisoformat(published) if published else None,
             source_url=data.get("source_url", ""),
-            organizations=tuple(data.get("organizations") or ()),
-            entity_ids=tuple(data.get("entity_ids") or ()),
+            keywords=keywords_from_stored(data),
             metadata=dict(data.get("metadata") or {}),
         )
 
@@ -172,11 +186,11 @@ def _check_id(value: object) -> str:
         raise ItemError(FailureCode.INVALID_ID, err.details) from None
 
 
-def _check_texts(doc_id: str, **fields: str | list[str] | dict[str, str]) -> None:
+def _check_texts(doc_id: str, **fields: str | Sequence[str] | dict[str, str]) -> None:
     """Every string of the item must be valid UTF-8 (JSON can spell lone surrogates)."""
     for name, value in fields.items():
         if isinstance(value, str):
-            texts: list[str] = [value]
+            texts: Sequence[str] = [value]
         elif isinstance(value, dict):
             texts = [*value.keys(), *value.values()]
         else:
@@ -225,8 +239,7 @@ def article_from_fields(
     body: object,
     published_at: datetime | str | None,
     source_url: object,
-    organizations: list[str],
-    entity_ids: list[str],
+    keywords: Mapping[str, Sequence[str]],
     metadata: dict[str, str],
 ) -> Article:
     """Validate and normalize one document given field by field."""
@@ -256,9 +269,8 @@ def article_from_fields(
         title=title_s,
         body=raw_body,
         source_url=url,
-        organizations=organizations,
-        entity_ids=entity_ids,
         metadata=metadata,
+        **{f.name: keywords.get(f.name, ()) for f in KEYWORD_FIELDS},
     )
     when: datetime | None
     try:
@@ -273,23 +285,47 @@ def article_from_fields(
             f"metadata: at most {MAX_METADATA_ENTRIES} entries",
             checked_id,
         )
-    orgs: list[str] = []
-    seen: set[str] = set()
-    for org in organizations:
-        name = normalize_line(org)
-        if name and name.casefold() not in seen:
-            seen.add(name.casefold())
-            orgs.append(name)
     return Article(
         id=checked_id,
         title=normalize_line(title_s),
         body=norm_body,
         published_at=when,
         source_url=url.strip(),
-        organizations=tuple(orgs),
-        entity_ids=tuple(dict.fromkeys(e.strip() for e in entity_ids if e.strip())),
+        keywords=_keywords(keywords, checked_id),
         metadata=dict(metadata),
     )
+
+
+def _keywords(given: Mapping[str, Sequence[str]], doc_id: str) -> dict[str, tuple[str, ...]]:
+    """The keyword fields on one line each, each value once (compared as the field
+    compares them: a folded field without regard to case) and checked."""
+    out: dict[str, tuple[str, ...]] = {}
+    for f in KEYWORD_FIELDS:
+        seen: dict[str, str] = {}
+        for value in given.get(f.name, ()):
+            line = normalize_line(value)
+            if line:
+                seen.setdefault(f.key(line), line)
+        try:
+            values = f.clean(seen.values())
+        except ValueError as err:
+            raise ItemError(FailureCode.INVALID_FIELD, f"{f.name}: {err}", doc_id) from None
+        if values:
+            out[f.name] = values
+    return out
+
+
+def _keyword_values(data: dict[str, Any], doc_id: str) -> dict[str, list[str]]:
+    """The keyword fields of a JSON object: a list of strings, or one string for
+    a field the messages carry as a single string."""
+    out: dict[str, list[str]] = {}
+    for f in KEYWORD_FIELDS:
+        if f.repeated:
+            out[f.name] = _strings(data, f.name, doc_id)
+        else:
+            value = _string(data, f.name, doc_id, MAX_TITLE_CHARS)
+            out[f.name] = [value] if value else []
+    return out
 
 
 def article_from_raw_json(raw: bytes) -> Article:
@@ -327,8 +363,7 @@ def article_from_raw_json(raw: bytes) -> Article:
         body=body,
         published_at=date or None,
         source_url=data.get("source_url"),
-        organizations=_strings(data, "organizations", checked),
-        entity_ids=_strings(data, "entity_ids", checked),
+        keywords=_keyword_values(data, checked),
         metadata=metadata,
     )
 
@@ -344,17 +379,28 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()
 
 
+# Keyword fields the hash held by position before the fields were declared in
+# one place; any other field counts (after them) only when it has values, so a
+# field added later leaves the hashes of documents without it as they were.
+_HASHED_BY_POSITION = ("organizations", "entity_ids")
+
+
 def content_hash(article: Article) -> str:
     """Hash of everything stored for the document; equal hashes mean nothing to do."""
+    keywords = article.keywords
     canonical = json.dumps(
         [
             article.title,
             article.body,
             article.published_at.isoformat() if article.published_at else None,
             article.source_url,
-            list(article.organizations),
-            list(article.entity_ids),
+            *(list(keywords.get(name, ())) for name in _HASHED_BY_POSITION),
             sorted(article.metadata.items()),
+            *(
+                [f.name, list(keywords[f.name])]
+                for f in KEYWORD_FIELDS
+                if f.name not in _HASHED_BY_POSITION and keywords.get(f.name)
+            ),
         ],
         ensure_ascii=False,
         separators=(",", ":"),

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Histogram
 
 from attest.core.common import Filters
+from attest.core.document import BY_NAME
 from attest.core.errors import (
     AttestError,
     DeadlineExceeded,
@@ -43,7 +44,14 @@ from attest.ingest.documents import (
 )
 from attest.ingest.organizations import Gazetteer
 from attest.ingest.settings import EnrichSettings
-from attest.ingest.stages import Embedding, Enricher, Record, Sinks, abstractive_summaries
+from attest.ingest.stages import (
+    Embedding,
+    Enricher,
+    Record,
+    Sinks,
+    abstractive_summaries,
+    record_keywords,
+)
 from attest.ingest.state import FailureRecord, JobSnapshot, JobStore, RegistryEntry
 
 log = logging.getLogger(__name__)
@@ -498,12 +506,11 @@ class InlineDispatcher:
 def _matches(entry: RegistryEntry, filters: Filters) -> bool:
     from datetime import datetime
 
-    if filters.organizations:
-        wanted = {o.casefold() for o in filters.organizations}
-        if not any(o.casefold() in wanted for o in entry.organizations):
+    for name, values in filters.keywords.items():
+        key = BY_NAME[name].key
+        wanted = {key(v) for v in values}
+        if values and not any(key(v) in wanted for v in entry.keywords.get(name, ())):
             return False
-    if filters.entity_ids and not set(filters.entity_ids) & set(entry.entity_ids):
-        return False
     if filters.published_from or filters.published_to:
         if entry.published_at is None:
             return False
@@ -710,8 +717,7 @@ def registry_entries(records: Sequence[Record]) -> dict[str, RegistryEntry]:
         r["article"]["id"]: RegistryEntry(
             content_hash=r["hash"],
             passages=len(r["passages"]),
-            organizations=tuple(r["organizations"]),
-            entity_ids=tuple(r["entity_ids"]),
+            keywords=record_keywords(r),
             published_at=r["article"].get("published_at"),
         )
         for r in records

@@ -16,9 +16,10 @@ from attest.common.v1 import common_pb2
 from attest.core.auth import tenant_metadata
 from attest.core.channels import create_channel
 from attest.core.common import to_timestamp
+from attest.core.document import keywords_to_message
 from attest.core.rpc_errors import from_rpc
 from attest.core.settings import ClientSettings
-from attest.ingest.stages import Record, decode_vector
+from attest.ingest.stages import Record, decode_vector, record_keywords
 from attest.lexical.backends import LexicalBackend
 from attest.lexical.models import DocumentIn
 from attest.lexical.models import PassageIn as LexicalPassage
@@ -48,14 +49,13 @@ def _document_proto(record: Record) -> common_pb2.Document:
         title=a["title"],
         body=a["body"],
         source_url=a["source_url"],
-        organizations=record["organizations"],
-        entity_ids=record["entity_ids"],
         metadata={**a["metadata"], "attest.content_hash": record["hash"]},
         passages=[
             common_pb2.Passage(doc_id=a["id"], index=i, text=t, start_char=s, end_char=e)
             for i, t, s, e in record["passages"]
         ],
     )
+    keywords_to_message(record_keywords(record), doc)
     ts = to_timestamp(_published(record))
     if ts is not None:
         doc.published_at.CopyFrom(ts)
@@ -172,8 +172,7 @@ class LocalSinks:
                 "body": a["body"],
                 "published_at": published,
                 "source_url": a["source_url"],
-                "organizations": tuple(r["organizations"]),
-                "entity_ids": tuple(r["entity_ids"]),
+                "keywords": record_keywords(r),
             }
             lexical_docs.append(
                 DocumentIn(

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from attest.core.document import KEYWORD_FIELDS, keywords_from_stored
 from attest.ingest.documents import Article
 from attest.ingest.organizations import (
     CombinedRecognizer,
@@ -37,6 +38,19 @@ from attest.semantic.models import passage_text
 
 Vector = npt.NDArray[np.float32]
 Record = dict[str, Any]
+
+
+def record_keywords(record: Record) -> dict[str, tuple[str, ...]]:
+    """The keyword fields a record stores: the article's, each replaced by the
+    record's own entry of the same name where a stage set one (the organizations
+    enrichment found, the entity ids linking added)."""
+    out = keywords_from_stored(record["article"])
+    for f in KEYWORD_FIELDS:
+        if f.name in record:
+            out[f.name] = tuple(record[f.name])
+    return {name: values for name, values in out.items() if values}
+
+
 # The semantic service embeds an article as its title with its summary (or,
 # without one, the start of its body); the ingest pipeline does the same.
 ARTICLE_FALLBACK_CHARS = 1200
@@ -74,6 +88,8 @@ class Enricher:
         return self.patterns.gazetteer
 
     def enrich(self, item: int, kind: str, content: str, article: Article) -> Record:
+        """The article's record; its ``organizations`` (the given ones and those
+        found in the text) replace the article's (see ``record_keywords``)."""
         s = self.settings
         passages = split_passages(article.body, s.passage_tokens)
         found = self.recognizer.recognize(article.title, article.body)

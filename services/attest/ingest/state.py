@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from attest.core.document import Keywords, keywords_from_stored
 from attest.core.errors import FailedPrecondition
 
 log = logging.getLogger(__name__)
@@ -600,26 +601,49 @@ class RegistryEntry:
 
     content_hash: str
     passages: int
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    # The keyword fields (attest.core.document) by name, for deletes by filter.
+    keywords: Keywords = field(default_factory=dict)
     published_at: str | None = None
 
+    @property
+    def organizations(self) -> tuple[str, ...]:
+        return self.keywords.get("organizations", ())
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        return self.keywords.get("entity_ids", ())
+
     def to_json(self) -> str:
+        # [hash, passages, organizations, entity_ids, published_at] as first
+        # written, then the other keyword fields that have values.
+        others = {
+            name: list(values)
+            for name, values in self.keywords.items()
+            if name not in _REGISTRY_POSITIONS and values
+        }
         return json.dumps(
             [
                 self.content_hash,
                 self.passages,
-                list(self.organizations),
-                list(self.entity_ids),
+                *(list(self.keywords.get(name, ())) for name in _REGISTRY_POSITIONS),
                 self.published_at,
+                *([others] if others else []),
             ],
             ensure_ascii=False,
         )
 
     @classmethod
     def from_json(cls, text: str) -> RegistryEntry:
-        h, p, o, e, d = json.loads(text)
-        return cls(h, int(p), tuple(o), tuple(e), d)
+        h, p, o, e, d, *rest = json.loads(text)
+        stored = {
+            **(rest[0] if rest else {}),
+            **dict(zip(_REGISTRY_POSITIONS, (o, e), strict=True)),
+        }
+        return cls(h, int(p), keywords_from_stored(stored), d)
+
+
+# Keyword fields a registry entry holds by position (its first format).
+_REGISTRY_POSITIONS = ("organizations", "entity_ids")
 
 
 def _ts(value: str | None) -> datetime | None:

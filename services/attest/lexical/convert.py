@@ -9,6 +9,7 @@ from __future__ import annotations
 from attest.common.v1 import common_pb2
 from attest.core import common
 from attest.core.common import Filters, from_timestamp, to_timestamp
+from attest.core.document import keywords_from_message, keywords_to_message
 from attest.core.errors import InvalidArgument
 from attest.core.settings import RequestLimits
 from attest.core.validation import check_id
@@ -92,8 +93,7 @@ def document_from_proto(doc: common_pb2.Document, where: str, limits: RequestLim
             doc.published_at, doc.HasField("published_at"), f"{where}.published_at"
         ),
         source_url=doc.source_url,
-        organizations=tuple(doc.organizations),
-        entity_ids=tuple(doc.entity_ids),
+        keywords=keywords_from_message(doc, where),
         metadata=dict(doc.metadata),
         passages=tuple(sorted(passages, key=lambda p: p.index)),
     )
@@ -128,18 +128,18 @@ def delete_from_proto(request: lexical_pb2.DeleteRequest, limits: RequestLimits)
 
 
 def hit_to_proto(hit: Hit) -> lexical_pb2.Hit:
-    return lexical_pb2.Hit(
+    out = lexical_pb2.Hit(
         doc_id=hit.doc_id,
         passage_index=hit.passage_index,
         score=hit.score,
         title=hit.title,
         text=hit.text,
         highlights=hit.highlights,
-        organizations=hit.organizations,
-        entity_ids=hit.entity_ids,
         published_at=to_timestamp(hit.published_at),
         source_url=hit.source_url,
     )
+    keywords_to_message(hit.keywords, out)
+    return out
 
 
 def index_result_to_proto(result: IndexResult) -> lexical_pb2.IndexResponse:

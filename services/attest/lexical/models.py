@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from attest.core.common import Filters
+from attest.core.document import Keywords
 
 
 class Level(enum.Enum):
@@ -29,8 +30,8 @@ class DocumentIn:
     body: str
     published_at: datetime | None = None
     source_url: str = ""
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    # The keyword fields (attest.core.document) by name.
+    keywords: Keywords = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     passages: tuple[PassageIn, ...] = ()
 
@@ -52,8 +53,7 @@ class Hit:
     title: str
     text: str
     highlights: tuple[str, ...] = ()
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    keywords: Keywords = field(default_factory=dict)
     published_at: datetime | None = None
     source_url: str = ""
 

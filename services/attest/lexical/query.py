@@ -20,6 +20,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from attest.core.common import Filters
+from attest.core.document import (
+    KEYWORD_FIELDS,
+    keywords_from_stored,
+    keywords_to_stored,
+)
 from attest.lexical.models import (
     DocumentIn,
     DocumentPage,
@@ -51,11 +56,18 @@ SOURCE_FIELDS = [
     "passage_index",
     "title",
     "text",
-    "organizations",
-    "entity_ids",
+    *(f.name for f in KEYWORD_FIELDS),
     "published_at",
     "source_url",
 ]
+
+
+def keyword_mappings() -> dict[str, Any]:
+    """The mapping of every keyword field (a folded one is matched without regard to case)."""
+    return {
+        f.name: {"type": "keyword", "normalizer": "folded"} if f.folded else {"type": "keyword"}
+        for f in KEYWORD_FIELDS
+    }
 
 
 def index_definition(number_of_shards: int) -> dict[str, Any]:
@@ -80,8 +92,7 @@ def index_definition(number_of_shards: int) -> dict[str, Any]:
                 "passage_count": {"type": "integer"},
                 "title": text,
                 "text": text,
-                "organizations": {"type": "keyword", "normalizer": "folded"},
-                "entity_ids": keyword,
+                **keyword_mappings(),
                 "published_at": {"type": "date"},
                 "source_url": {"type": "keyword", "index": False},
                 "metadata": {"type": "object", "enabled": False},
@@ -110,8 +121,7 @@ def records(tenant: str, doc: DocumentIn) -> list[tuple[Level, str, dict[str, An
         "tenant": tenant,
         "doc_id": doc.id,
         "title": doc.title,
-        "organizations": list(doc.organizations),
-        "entity_ids": list(doc.entity_ids),
+        **keywords_to_stored(doc.keywords),
         "published_at": _date(doc.published_at),
         "source_url": doc.source_url,
     }
@@ -146,10 +156,9 @@ def stale_passage_ids(tenant: str, doc_id: str, old_count: int, new_count: int) 
 
 def filter_clauses(tenant: str, filters: Filters) -> list[dict[str, Any]]:
     clauses: list[dict[str, Any]] = [{"term": {"tenant": tenant}}]
-    if filters.organizations:
-        clauses.append({"terms": {"organizations": list(filters.organizations)}})
-    if filters.entity_ids:
-        clauses.append({"terms": {"entity_ids": list(filters.entity_ids)}})
+    for name, values in filters.keywords.items():
+        if values:
+            clauses.append({"terms": {name: list(values)}})
     if filters.published_from or filters.published_to:
         bounds = {}
         if filters.published_from:
@@ -263,8 +272,7 @@ def hits_from_response(response: dict[str, Any]) -> list[Hit]:
                 title=src.get("title", ""),
                 text=src.get("text", ""),
                 highlights=tuple(fragments),
-                organizations=tuple(src.get("organizations") or ()),
-                entity_ids=tuple(src.get("entity_ids") or ()),
+                keywords=keywords_from_stored(src),
                 published_at=_parse_date(src.get("published_at")),
                 source_url=src.get("source_url") or "",
             )

@@ -7,6 +7,7 @@ import numpy as np
 from attest.common.v1 import common_pb2
 from attest.core import common
 from attest.core.common import from_timestamp, to_timestamp
+from attest.core.document import keywords_from_message, keywords_to_message
 from attest.core.errors import InvalidArgument
 from attest.knowledge.graph import KnowledgeGraph
 from attest.knowledge.graph import Level as GraphLevel
@@ -97,8 +98,7 @@ def index_from_proto(
                 summary=item.summary,
                 published_at=from_timestamp(d.published_at, d.HasField("published_at")),
                 source_url=d.source_url,
-                organizations=tuple(d.organizations),
-                entity_ids=tuple(dict.fromkeys(d.entity_ids)),
+                keywords=keywords_from_message(d, f"{where}.document"),
                 passages=passages,
                 article_vector=_vector(item.article_vector, item.HasField("article_vector")),
             )
@@ -185,11 +185,10 @@ def hit_to_proto(hit: SemanticHit) -> semantic_pb2.Hit:
         best_node_id=hit.best_node_id,
         title=hit.title,
         text=hit.text,
-        organizations=hit.organizations,
-        entity_ids=hit.entity_ids,
         published_at=to_timestamp(hit.published_at),
         source_url=hit.source_url,
     )
+    keywords_to_message(hit.keywords, out)
     if hit.dense_score is not None:
         out.dense_score = hit.dense_score
     if hit.kg_score is not None:

@@ -35,7 +35,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -43,6 +43,12 @@ from typing import Any, Literal
 import numpy as np
 
 from attest.core.cache import VectorMemo
+from attest.core.document import (
+    KEYWORD_FIELDS,
+    Keywords,
+    keywords_from_stored,
+    keywords_to_stored,
+)
 from attest.core.errors import AttestError, InvalidArgument, Unavailable
 from attest.knowledge.graph import KnowledgeGraph, load_graph
 from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
@@ -97,9 +103,37 @@ class _Meta:
     text: str
     source_url: str
     published_at: datetime | None
-    organizations: tuple[str, ...]
-    entity_ids: tuple[str, ...]
+    keywords: Keywords
     passage_count: int
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        return self.keywords.get("entity_ids", ())
+
+
+# A folded keyword field's values as written, next to the folded ones the filters match.
+DISPLAY = "_display"
+
+
+def keyword_payload(keywords: Keywords) -> dict[str, list[str]]:
+    """A document's keyword fields as a point's payload: each a list, a folded
+    field's values case-folded with the values as written under ``<name>_display``."""
+    payload: dict[str, list[str]] = keywords_to_stored(keywords, fold=True)
+    for f in KEYWORD_FIELDS:
+        if f.folded:
+            payload[f.name + DISPLAY] = list(keywords.get(f.name, ()))
+    return payload
+
+
+def payload_keywords(payload: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The keyword fields of a point's payload, as written (see ``keyword_payload``)."""
+    plain, shown = keywords_from_stored(payload), keywords_from_stored(payload, DISPLAY)
+    out = {}
+    for f in KEYWORD_FIELDS:
+        values = shown.get(f.name) if f.folded else plain.get(f.name)
+        if values:
+            out[f.name] = values
+    return out
 
 
 def article_text(doc: SemanticDoc) -> str:
@@ -254,15 +288,15 @@ class SemanticIndex:
     def _restore(self, point: Point, scorer: KgScorer) -> tuple[str, Article]:
         p = point.payload
         tenant = str(p["tenant"])
-        entity_ids = tuple(e for e in p.get("entity_ids") or () if scorer.known(e))
-        organizations = tuple(p.get("organizations_display") or ())
+        keywords = payload_keywords(p)
+        entity_ids = tuple(e for e in keywords.get("entity_ids", ()) if scorer.known(e))
+        organizations = keywords.get("organizations", ())
         meta = _Meta(
             title=p.get("title", ""),
             text=p.get("text", ""),
             source_url=p.get("source_url", ""),
             published_at=_from_epoch(p.get("published_at")),
-            organizations=organizations,
-            entity_ids=tuple(p.get("entity_ids") or ()),
+            keywords=keywords,
             passage_count=int(p.get("passage_count", 0)),
         )
         self._meta[(tenant, point.doc_id)] = meta
@@ -275,6 +309,7 @@ class SemanticIndex:
             organizations=organizations,
             organization_vectors=self._organization_vectors(organizations),
             published_at=meta.published_at,
+            keywords=keywords,
         )
 
     def _organization_vectors_of(self, docs: Sequence[SemanticDoc]) -> list[Vector | None]:
@@ -363,9 +398,7 @@ class SemanticIndex:
             docs, article_vecs, headline_vecs, passage_vecs, org_vecs, strict=True
         ):
             shared = {
-                "organizations": [o.casefold() for o in doc.organizations],
-                "organizations_display": list(doc.organizations),
-                "entity_ids": list(doc.entity_ids),
+                **keyword_payload(doc.keywords),
                 "published_at": _epoch(doc.published_at),
                 "title": doc.title,
                 "source_url": doc.source_url,
@@ -405,6 +438,7 @@ class SemanticIndex:
                     organizations=doc.organizations,
                     organization_vectors=o_vecs,
                     published_at=doc.published_at,
+                    keywords=doc.keywords,
                 )
             )
         async with self._write_lock:
@@ -420,8 +454,7 @@ class SemanticIndex:
                     text=doc.summary or doc.body[:SUMMARY_FALLBACK_CHARS],
                     source_url=doc.source_url,
                     published_at=doc.published_at,
-                    organizations=doc.organizations,
-                    entity_ids=doc.entity_ids,
+                    keywords=doc.keywords,
                     passage_count=len(doc.passages),
                 )
             await self._record(tenant, [d.id for d in docs])
@@ -582,8 +615,7 @@ class SemanticIndex:
                     dense_score=dense_scores.get(str(key)),
                     kg_score=kg_hit.kg_score if kg_hit else None,
                     best_node_id=kg_hit.best_node_id if kg_hit else "",
-                    organizations=base.organizations,
-                    entity_ids=base.entity_ids,
+                    keywords=base.keywords,
                     published_at=base.published_at,
                     source_url=base.source_url,
                 )
@@ -596,8 +628,7 @@ class SemanticIndex:
         f = query.filters
         flt = VectorFilter(
             tenant=tenant,
-            organizations=tuple(o.casefold() for o in f.organizations),
-            entity_ids=f.entity_ids,
+            keywords=f.keywords,
             published_from=f.published_from,
             published_to=f.published_to,
         )
@@ -617,8 +648,7 @@ class SemanticIndex:
             title=pl.get("title", ""),
             text=pl.get("text", ""),
             dense_score=p.score,
-            organizations=tuple(pl.get("organizations_display") or ()),
-            entity_ids=tuple(pl.get("entity_ids") or ()),
+            keywords=payload_keywords(pl),
             published_at=_from_epoch(pl.get("published_at")),
             source_url=pl.get("source_url", ""),
         )
@@ -628,8 +658,8 @@ class SemanticIndex:
     ) -> list[SemanticHit]:
         f = query.filters
         flt = None
-        if f.organizations or f.entity_ids or f.published_from or f.published_to:
-            flt = KgFilter(f.organizations, f.entity_ids, f.published_from, f.published_to)
+        if f.restricts_keywords or f.published_from or f.published_to:
+            flt = KgFilter(f.keywords, f.published_from, f.published_to)
         scores: list[ArticleScore] = await asyncio.to_thread(
             self.scorer.score,
             tenant,
@@ -653,8 +683,7 @@ class SemanticIndex:
                     text=meta.text,
                     kg_score=s.score,
                     best_node_id=s.best_node,
-                    organizations=meta.organizations,
-                    entity_ids=meta.entity_ids,
+                    keywords=meta.keywords,
                     published_at=meta.published_at,
                     source_url=meta.source_url,
                 )

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from attest.core.document import BY_NAME, Keywords
 from attest.knowledge.graph import KnowledgeGraph
 
 if TYPE_CHECKING:
@@ -83,6 +84,12 @@ class Article:
     organizations: tuple[str, ...] = ()
     organization_vectors: Floats | None = None  # (len(organizations), d)
     published_at: datetime | None = None
+    # The document's keyword fields (attest.core.document) the filters restrict;
+    # the organizations and entity ids above count among them when not given here.
+    keywords: Keywords = field(default_factory=dict)
+
+    def filter_keywords(self) -> Keywords:
+        return {"organizations": self.organizations, "entity_ids": self.entity_ids, **self.keywords}
 
 
 @dataclass(frozen=True)
@@ -103,8 +110,8 @@ class NodeScore:
 
 @dataclass(frozen=True)
 class KgFilter:
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    # Keyword field name -> values, any of which an article must have.
+    keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
 
@@ -136,35 +143,33 @@ class _Table:
     # Extra attributes of the enhanced variant: (row, vector), summaries and organizations.
     extras: dict[int, Floats] = field(default_factory=dict)
     entity_ids: list[tuple[str, ...]] = field(default_factory=list)
-    organizations: list[tuple[str, ...]] = field(default_factory=list)
+    keywords: list[Keywords] = field(default_factory=list)
     published: list[float] = field(default_factory=list)
-    # Inverted indexes for filters: lower-cased organization / entity id -> rows.
-    org_rows: dict[str, set[int]] = field(default_factory=dict)
-    entity_rows: dict[str, set[int]] = field(default_factory=dict)
+    # Inverted indexes for filters: keyword field -> value (folded for a
+    # folded field) -> rows.
+    rows: dict[str, dict[str, set[int]]] = field(default_factory=dict)
     cache: _Arrays | None = None
 
     def unindex(self, row: int) -> None:
-        for org in self.organizations[row]:
-            self.org_rows.get(org.casefold(), set()).discard(row)
-        for entity in self.entity_ids[row]:
-            self.entity_rows.get(entity, set()).discard(row)
+        for name, values in self.keywords[row].items():
+            index = self.rows.get(name, {})
+            for value in values:
+                index.get(BY_NAME[name].key(value), set()).discard(row)
 
     def reindex(self, row: int) -> None:
-        for org in self.organizations[row]:
-            self.org_rows.setdefault(org.casefold(), set()).add(row)
-        for entity in self.entity_ids[row]:
-            self.entity_rows.setdefault(entity, set()).add(row)
+        for name, values in self.keywords[row].items():
+            index = self.rows.setdefault(name, {})
+            for value in values:
+                index.setdefault(BY_NAME[name].key(value), set()).add(row)
 
     def mask(self, flt: KgFilter) -> npt.NDArray[np.bool_]:
         n = len(self.doc_ids)
         keep = np.asarray(self.alive, dtype=bool)
-        for values, index in (
-            ({o.casefold() for o in flt.organizations}, self.org_rows),
-            (set(flt.entity_ids), self.entity_rows),
-        ):
-            if values:
+        for name, wanted in flt.keywords.items():
+            if wanted:
+                index = self.rows.get(name, {})
                 hit = np.zeros(n, dtype=bool)
-                rows = set().union(*(index.get(v, set()) for v in values))
+                rows = set().union(*(index.get(BY_NAME[name].key(v), set()) for v in wanted))
                 hit[list(rows)] = True
                 keep &= hit
         if flt.published_from or flt.published_to:
@@ -345,7 +350,7 @@ class KgScorer:
                 if a.organization_vectors is not None and len(a.organization_vectors):
                     extra.extend(list(a.organization_vectors))
                 published = a.published_at.timestamp() if a.published_at else float("nan")
-                values = (sig, a.headline.astype(np.float32), a.entity_ids, a.organizations)
+                values = (sig, a.headline.astype(np.float32), a.entity_ids, a.filter_keywords())
                 if row is None:
                     row = len(table.doc_ids)
                     table.row_of[a.doc_id] = row
@@ -354,7 +359,7 @@ class KgScorer:
                     table.signature.append(values[0])
                     table.headline.append(values[1])
                     table.entity_ids.append(values[2])
-                    table.organizations.append(values[3])
+                    table.keywords.append(values[3])
                     table.published.append(published)
                 else:
                     table.unindex(row)
@@ -362,7 +367,7 @@ class KgScorer:
                     table.signature[row] = values[0]
                     table.headline[row] = values[1]
                     table.entity_ids[row] = values[2]
-                    table.organizations[row] = values[3]
+                    table.keywords[row] = values[3]
                     table.published[row] = published
                 table.reindex(row)
                 if extra:
@@ -399,7 +404,7 @@ class KgScorer:
             fresh.signature.append(table.signature[row])
             fresh.headline.append(table.headline[row])
             fresh.entity_ids.append(table.entity_ids[row])
-            fresh.organizations.append(table.organizations[row])
+            fresh.keywords.append(table.keywords[row])
             fresh.published.append(table.published[row])
             if row in table.extras:
                 fresh.extras[new] = table.extras[row]

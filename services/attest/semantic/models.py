@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attest.core.common import Filters
+from attest.core.document import Keywords
 
 Vector = npt.NDArray[np.float32]
 
@@ -55,10 +56,18 @@ class SemanticDoc:
     summary: str = ""
     published_at: datetime | None = None
     source_url: str = ""
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    # The keyword fields (attest.core.document) by name.
+    keywords: Keywords = field(default_factory=dict)
     passages: tuple[PassageIn, ...] = ()
     article_vector: Vector | None = None
+
+    @property
+    def organizations(self) -> tuple[str, ...]:
+        return self.keywords.get("organizations", ())
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        return self.keywords.get("entity_ids", ())
 
 
 @dataclass(frozen=True)
@@ -83,8 +92,7 @@ class SemanticHit:
     dense_score: float | None = None
     kg_score: float | None = None
     best_node_id: str = ""
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    keywords: Keywords = field(default_factory=dict)
     published_at: datetime | None = None
     source_url: str = ""
 

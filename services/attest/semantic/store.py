@@ -7,10 +7,11 @@ thing in the embedded default and in production:
 * point ids are UUID5 of (tenant, doc_id, passage_index), so writing a point
   again overwrites it;
 * every payload holds ``tenant``, ``doc_id`` and ``passage_index`` besides the
-  caller's fields; ``organizations`` are stored case-folded and
-  ``published_at`` as epoch seconds (an integer, so it reads back as written);
-* payload indexes on tenant, doc_id, organizations, entity_ids and
-  published_at; every search, count and delete is filtered by tenant;
+  caller's fields; the document's keyword fields (``attest.core.document``)
+  are lists of strings, a folded one (``organizations``) stored case-folded,
+  and ``published_at`` is epoch seconds (an integer, so it reads back as written);
+* payload indexes on tenant, doc_id, every keyword field and published_at;
+  every search, count and delete is filtered by tenant;
 * a third collection, ``<prefix>-changes``, created on first use, is a log of
   article writes and deletes (tenant, doc_id, the writer's clock in
   microseconds, the writer's id), so that replicas sharing a Qdrant server
@@ -49,6 +50,7 @@ from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from attest.core.context import budget, remaining_seconds
+from attest.core.document import BY_NAME, KEYWORD_FIELDS, Keywords
 from attest.core.errors import (
     AttestError,
     DeadlineExceeded,
@@ -89,15 +91,14 @@ class Point:
 
 @dataclass(frozen=True)
 class VectorFilter:
-    """Restricts a search to one tenant and, optionally, organizations, entities and dates.
+    """Restricts a search to one tenant and, optionally, keyword fields and dates.
 
-    Organizations and entity ids match when a point has any of the given
-    values; the date bounds are inclusive.
+    A keyword field (by name, ``attest.core.document``) matches when a point
+    has any of the given values; the date bounds are inclusive.
     """
 
     tenant: str
-    organizations: tuple[str, ...] = ()
-    entity_ids: tuple[str, ...] = ()
+    keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
 
@@ -282,10 +283,11 @@ def _stored_payload(kind: Kind, tenant: str, point: Point) -> dict[str, Any]:
         if key in payload and payload[key] != value:
             raise InvalidArgument(f"payload {key} {payload[key]!r} contradicts the point's")
     payload.update(own)
-    if "organizations" in payload:
-        payload["organizations"] = [str(o).casefold() for o in payload["organizations"]]
-    if "entity_ids" in payload:
-        payload["entity_ids"] = [str(e) for e in payload["entity_ids"]]
+    for f in KEYWORD_FIELDS:
+        if f.name in payload:
+            raw = payload[f.name]
+            values = [raw] if isinstance(raw, str) else (raw or [])
+            payload[f.name] = [f.key(str(v)) for v in values]
     published = payload.get(DATE_FIELD)
     if published is None:
         payload.pop(DATE_FIELD, None)
@@ -351,8 +353,7 @@ class _Conditions:
     """A VectorFilter checked and normalised, before it becomes an engine filter."""
 
     tenant: str
-    organizations: list[str]
-    entity_ids: list[str]
+    keywords: dict[str, list[str]]  # field name -> stored (folded) values, any of which matches
     published_from: int | None
     published_to: int | None
 
@@ -365,8 +366,11 @@ def _conditions(flt: VectorFilter) -> _Conditions:
         raise InvalidArgument("published_from is after published_to", field="published_from")
     return _Conditions(
         tenant=flt.tenant,
-        organizations=[o.casefold() for o in flt.organizations],
-        entity_ids=list(flt.entity_ids),
+        keywords={
+            name: [BY_NAME[name].key(v) for v in values]
+            for name, values in flt.keywords.items()
+            if values
+        },
         published_from=lo,
         published_to=hi,
     )
@@ -486,10 +490,8 @@ def _edge_filter(c: _Conditions) -> qe.Filter:
     must: list[qe.FieldCondition | qe.Filter] = [
         qe.FieldCondition("tenant", match=qe.MatchValue(c.tenant))
     ]
-    if c.organizations:
-        must.append(qe.FieldCondition("organizations", match=qe.MatchAny(c.organizations)))
-    if c.entity_ids:
-        must.append(qe.FieldCondition("entity_ids", match=qe.MatchAny(c.entity_ids)))
+    for name, values in c.keywords.items():
+        must.append(qe.FieldCondition(name, match=qe.MatchAny(values)))
     if c.published_from is not None or c.published_to is not None:
         window = qe.RangeFloat(gte=c.published_from, lte=c.published_to)
         must.append(qe.FieldCondition(DATE_FIELD, range=window))
@@ -598,8 +600,7 @@ class EdgeVectorStore:
         schema: dict[str, qe.PayloadSchemaType | qe.PayloadSchemaParams] = {
             "tenant": qe.KeywordIndexParams(is_tenant=True),
             "doc_id": qe.PayloadSchemaType.Keyword,
-            "organizations": qe.PayloadSchemaType.Keyword,
-            "entity_ids": qe.PayloadSchemaType.Keyword,
+            **{f.name: qe.PayloadSchemaType.Keyword for f in KEYWORD_FIELDS},
             DATE_FIELD: qe.IntegerIndexParams(lookup=False, range=True),
         }
         return schema
@@ -862,10 +863,8 @@ def _client_filter(c: _Conditions) -> qm.Filter:
     must: list[qm.Condition] = [
         qm.FieldCondition(key="tenant", match=qm.MatchValue(value=c.tenant))
     ]
-    if c.organizations:
-        must.append(qm.FieldCondition(key="organizations", match=qm.MatchAny(any=c.organizations)))
-    if c.entity_ids:
-        must.append(qm.FieldCondition(key="entity_ids", match=qm.MatchAny(any=c.entity_ids)))
+    for name, values in c.keywords.items():
+        must.append(qm.FieldCondition(key=name, match=qm.MatchAny(any=values)))
     if c.published_from is not None or c.published_to is not None:
         window = qm.Range(gte=c.published_from, lte=c.published_to)
         must.append(qm.FieldCondition(key=DATE_FIELD, range=window))
@@ -1028,8 +1027,7 @@ class QdrantVectorStore:
         schemas: dict[str, qm.PayloadSchemaType | qm.PayloadSchemaParams] = {
             "tenant": qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True),
             "doc_id": qm.PayloadSchemaType.KEYWORD,
-            "organizations": qm.PayloadSchemaType.KEYWORD,
-            "entity_ids": qm.PayloadSchemaType.KEYWORD,
+            **{f.name: qm.PayloadSchemaType.KEYWORD for f in KEYWORD_FIELDS},
             DATE_FIELD: qm.IntegerIndexParams(
                 type=qm.IntegerIndexType.INTEGER, lookup=False, range=True
             ),

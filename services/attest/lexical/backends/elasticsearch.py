@@ -61,6 +61,9 @@ class ElasticsearchBackend(EngineBackend):
             index=index, settings=definition["settings"], mappings=definition["mappings"]
         )
 
+    async def _put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        await self._timed().indices.put_mapping(index=index, properties=properties)
+
     async def _mget(self, index: str, ids: list[str], fields: list[str]) -> dict[str, Any]:
         response = await self._timed().mget(index=index, ids=ids, source_includes=fields)
         return dict(response.body)

@@ -77,6 +77,10 @@ class EngineBackend(abc.ABC):
                 if not await self._index_exists(name):
                     await self._create_index(name, definition)
                     log.info("created %s index %s", self.name, name)
+                else:
+                    # An index made before a keyword field was declared gains
+                    # its mapping (adding a field is allowed on a live index).
+                    await self._put_mapping(name, q.keyword_mappings())
             except Exception as exc:
                 if self._is_already_exists(exc):
                     continue
@@ -174,6 +178,9 @@ class EngineBackend(abc.ABC):
 
     @abc.abstractmethod
     async def _create_index(self, index: str, definition: dict[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    async def _put_mapping(self, index: str, properties: dict[str, Any]) -> None: ...
 
     @abc.abstractmethod
     async def _mget(self, index: str, ids: list[str], fields: list[str]) -> dict[str, Any]: ...

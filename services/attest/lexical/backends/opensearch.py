@@ -55,6 +55,11 @@ class OpenSearchBackend(EngineBackend):
             index=index, body=definition, request_timeout=self._budget()
         )
 
+    async def _put_mapping(self, index: str, properties: dict[str, Any]) -> None:
+        await self._client.indices.put_mapping(
+            index=index, body={"properties": properties}, request_timeout=self._budget()
+        )
+
     async def _mget(self, index: str, ids: list[str], fields: list[str]) -> dict[str, Any]:
         result: dict[str, Any] = await self._client.mget(
             index=index,

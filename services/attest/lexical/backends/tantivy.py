@@ -22,6 +22,12 @@ from typing import Any
 import tantivy
 
 from attest.core.common import Filters
+from attest.core.document import (
+    BY_NAME,
+    KEYWORD_FIELDS,
+    keywords_from_stored,
+    keywords_to_stored,
+)
 from attest.core.errors import Unavailable
 from attest.core.validation import EARLIEST_PUBLISHED, LATEST_PUBLISHED
 from attest.lexical.models import (
@@ -89,8 +95,9 @@ def _schema() -> tantivy.Schema:
     sb.add_integer_field("passage_count", stored=True)
     sb.add_text_field("title", stored=True, tokenizer_name=ANALYZER, index_option="position")
     sb.add_text_field("text", stored=True, tokenizer_name=ANALYZER, index_option="position")
-    sb.add_text_field("organizations", stored=True, tokenizer_name=FOLDED, index_option="basic")
-    sb.add_text_field("entity_ids", stored=True, tokenizer_name="raw", index_option="basic")
+    for f in KEYWORD_FIELDS:
+        tokenizer = FOLDED if f.folded else "raw"
+        sb.add_text_field(f.name, stored=True, tokenizer_name=tokenizer, index_option="basic")
     sb.add_date_field("published_at", stored=True, indexed=True, fast=True)
     sb.add_text_field("source_url", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("metadata", stored=True, tokenizer_name="raw", index_option="basic")
@@ -133,7 +140,17 @@ class _LevelIndex:
 
     def __init__(self, path: Path, heap: int) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        self.index = tantivy.Index(_schema(), path=str(path), reuse=True)
+        try:
+            self.index = tantivy.Index(_schema(), path=str(path), reuse=True)
+        except ValueError as err:
+            if "schema does not match" not in str(err):
+                raise
+            # tantivy cannot add a field to an existing index: one written
+            # before a document field was declared must be built again.
+            raise Unavailable(
+                f"the tantivy index at {path} was written with other document fields; "
+                "move it away and index the documents again (attest ingest)"
+            ) from err
         self.index.register_tokenizer(ANALYZER, english_analyzer())
         self.index.register_tokenizer(FOLDED, _folded_analyzer())
         self.writer = self.index.writer(heap, 1)
@@ -195,8 +212,7 @@ class TantivyBackend:
             "tenant": tenant,
             "doc_id": doc.id,
             "title": doc.title,
-            "organizations": list(doc.organizations),
-            "entity_ids": list(doc.entity_ids),
+            **keywords_to_stored(doc.keywords),
             "source_url": doc.source_url,
         }
         if doc.published_at is not None:
@@ -278,10 +294,10 @@ class TantivyBackend:
     def _filter_query(self, level: _LevelIndex, tenant: str, query: SearchQuery) -> tantivy.Query:
         must = [level.term("tenant", tenant)]
         f = query.filters
-        if f.organizations:
-            must.append(_any(level, "organizations", [v.lower() for v in f.organizations]))
-        if f.entity_ids:
-            must.append(_any(level, "entity_ids", list(f.entity_ids)))
+        for name, values in f.keywords.items():
+            if values:
+                folded = BY_NAME[name].folded
+                must.append(_any(level, name, [v.lower() if folded else v for v in values]))
         if f.published_from or f.published_to:
             # tantivy holds dates from 1677 to 2262 only, and every stored date
             # is inside EARLIEST..LATEST_PUBLISHED, so wider bounds are clamped
@@ -341,8 +357,7 @@ class TantivyBackend:
                     title=_first(stored, "title", ""),
                     text=_first(stored, "text", ""),
                     highlights=tuple(highlights),
-                    organizations=tuple(stored.get("organizations") or ()),
-                    entity_ids=tuple(stored.get("entity_ids") or ()),
+                    keywords=keywords_from_stored(stored),
                     published_at=published,
                     source_url=_first(stored, "source_url", ""),
                 )
