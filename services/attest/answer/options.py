@@ -7,7 +7,6 @@ anything is DEADLINE_EXCEEDED. The same plan drives Ask, AskStream and jobs.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from attest.answer.settings import AnswerSettings
@@ -17,16 +16,13 @@ from attest.core.common import filters_from_proto
 from attest.core.errors import DeadlineExceeded, InvalidArgument
 from attest.core.validation import check_enum
 from attest.generate.v1 import generate_pb2
-from attest.retrieval.fusion import RETRIEVER_NAMES, FusionSettings, Method
+from attest.retrieval.fanout import SEMANTIC_RETRIEVERS, fusion_of
+from attest.retrieval.fusion import FusionSettings
 
 DEFAULT_RETRIEVERS = (
     common_pb2.RETRIEVER_BM25,
     common_pb2.RETRIEVER_DENSE,
     common_pb2.RETRIEVER_KG_ENHANCED,
-)
-# The retrievers served by the semantic service.
-SEMANTIC_RETRIEVERS = frozenset(
-    {common_pb2.RETRIEVER_DENSE, common_pb2.RETRIEVER_KG, common_pb2.RETRIEVER_KG_ENHANCED}
 )
 
 
@@ -45,6 +41,8 @@ class Plan:
     question: str
     retrievers: tuple[common_pb2.Retriever.ValueType, ...]
     fusion: FusionSettings
+    # The request's method, which the re-search resolves against its own settings.
+    fusion_method: common_pb2.FusionMethod.ValueType
     filters: tuple[common_pb2.Filter, ...]
     top_k_per_retriever: int
     fused_top_k: int
@@ -72,27 +70,6 @@ def _range(value: int, low: int, high: int, field: str) -> None:
 
 def _or_default(value: int, default: int) -> int:
     return value if value else default
-
-
-def fusion_of(
-    method: common_pb2.FusionMethod.ValueType, configured: FusionSettings
-) -> FusionSettings:
-    """UNSPECIFIED: the configured fusion; RRF: plain, equal weights; WEIGHTED and
-    DBSF: that method with the configured weights (for a configured linear model,
-    equal weights over the retrievers it uses)."""
-    if method == common_pb2.FUSION_METHOD_RRF:
-        return FusionSettings(method="rrf", rrf_k=configured.rrf_k, fitted_on="plain RRF")
-    if method in (common_pb2.FUSION_METHOD_WEIGHTED, common_pb2.FUSION_METHOD_DBSF):
-        name: Method = "weighted" if method == common_pb2.FUSION_METHOD_WEIGHTED else "dbsf"
-        if configured.method == "linear":
-            # A linear model has no per-retriever weight: the retrievers it
-            # uses count equally.
-            used = {r: 1.0 for r in RETRIEVER_NAMES if configured.weight(r) > 0}
-            return dataclasses.replace(
-                configured, method=name, weights=used, default_weight=0.0, features={}
-            )
-        return dataclasses.replace(configured, method=name)
-    return configured
 
 
 def validate(
@@ -191,6 +168,7 @@ def validate(
         question=question,
         retrievers=retrievers,
         fusion=fusion,
+        fusion_method=retrieval.fusion,
         filters=tuple(retrieval.filters),
         top_k_per_retriever=per_retriever,
         fused_top_k=fused_top_k,

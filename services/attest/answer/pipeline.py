@@ -1,10 +1,11 @@
 """The answer pipeline, defined once for Ask, AskStream and queued jobs.
 
 retrieve (BM25 ∥ dense ∥ KG path scores ∥ personal knowledge facts, each with
-its own timeout) → fuse
-(RRF or weighted) → rerank documents and their passages → generate (summaries,
-answer, a 0-10 confidence per citation, re-search of weak sentences through
-the same retrievers) → final answer with per-stage timings.
+its own timeout: ``attest.retrieval.fanout`` at document level) → fuse
+(the request's method) → rerank documents and their passages → generate
+(summaries, answer, a 0-10 confidence per citation, re-search of weak
+sentences through the same fan-out, retrievers and fusion method, at passage
+level) → final answer with per-stage timings.
 
 A retriever, the reranker or the LLM that fails is skipped and named in the
 answer's degradations; when every requested retriever fails the request is
@@ -18,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from google.protobuf.duration_pb2 import Duration
@@ -34,6 +35,12 @@ from attest.generate.v1 import generate_pb2
 from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
+
+# The knowledge helpers moved to the fan-out; these two are re-exported for
+# the benchmarks that import them from here.
+from attest.retrieval.fanout import FACT_PASSAGE_LOOKUP_TOP_K as FACT_PASSAGE_LOOKUP_TOP_K
+from attest.retrieval.fanout import Hit, Level, Limits, Query, retrieve
+from attest.retrieval.fanout import fact_passages as fact_passages
 from attest.retrieval.fusion import Ranked, fuse_with
 from attest.semantic.v1 import semantic_pb2
 
@@ -41,20 +48,18 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 INSUFFICIENT = "insufficient information available"
-# The names fusion settings weigh retrievers by (as `attest eval ir` names them).
-RETRIEVER_NAMES = {
-    common_pb2.RETRIEVER_BM25: "bm25",
-    common_pb2.RETRIEVER_DENSE: "dense",
-    common_pb2.RETRIEVER_KG: "kg",
-    common_pb2.RETRIEVER_KG_ENHANCED: "kg_enhanced",
-    common_pb2.RETRIEVER_KNOWLEDGE: "knowledge",
-}
 # The lists a semantic service answered (its stored vectors can then be fetched).
 _SEMANTIC_NAMES = frozenset({"dense", "kg", "kg_enhanced"})
-# Passage hits searched when looking up the passage a knowledge fact came from.
-FACT_PASSAGE_LOOKUP_TOP_K = 50
-# Passages per document handed to the reranker (its default per-document limit).
-RERANK_PASSAGES = 8
+# The answer's stage of each retriever. The stages have no knowledge stage of
+# their own: its time and its degradation are reported under STAGE_RETRIEVE_KG,
+# the reason naming the knowledge service.
+_RETRIEVER_STAGES = {
+    common_pb2.RETRIEVER_BM25: answer_pb2.STAGE_RETRIEVE_BM25,
+    common_pb2.RETRIEVER_DENSE: answer_pb2.STAGE_RETRIEVE_DENSE,
+    common_pb2.RETRIEVER_KG: answer_pb2.STAGE_RETRIEVE_KG,
+    common_pb2.RETRIEVER_KG_ENHANCED: answer_pb2.STAGE_RETRIEVE_KG,
+    common_pb2.RETRIEVER_KNOWLEDGE: answer_pb2.STAGE_RETRIEVE_KG,
+}
 
 _GENERATE_STAGES = {
     generate_pb2.STEP_SUMMARIZE: answer_pb2.STAGE_SUMMARIZE,
@@ -98,52 +103,6 @@ class Backends(Protocol):
     async def knowledge_search(
         self, request: knowledge_pb2.SearchRequest, seconds: float
     ) -> knowledge_pb2.SearchResponse: ...
-
-
-@dataclass
-class _Candidate:
-    """A document found by at least one retriever, with what each said about it."""
-
-    doc_id: str
-    title: str = ""
-    body: str = ""
-    summary: str = ""
-    source_url: str = ""
-    published_at: object | None = None  # a protobuf Timestamp when known
-    bm25: float | None = None
-    dense: float | None = None
-    kg: float | None = None
-    fused: float | None = None
-    # passage index -> (text, best retrieval rank)
-    passages: dict[int, tuple[str, int]] = field(default_factory=dict)
-    # passage index -> the personal facts that led the knowledge retriever to it
-    facts: dict[int, list[common_pb2.SourceFact]] = field(default_factory=dict)
-
-    def add_passage(self, index: int, text: str, rank: int) -> None:
-        if text.strip() and (index not in self.passages or self.passages[index][1] > rank):
-            self.passages[index] = (text, rank)
-
-    def passage_list(self) -> list[tuple[int, str]]:
-        """Passages for the reranker, best retrieval rank first; the body when none was found."""
-        if self.passages:
-            ranked = sorted(self.passages.items(), key=lambda kv: kv[1][1])
-            return [(i, text) for i, (text, _) in ranked[:RERANK_PASSAGES]]
-        text = self.body or self.summary
-        return [(-1, text)] if text.strip() else []
-
-    def stored_vector_index(self, passage_index: int) -> int | None:
-        """The stored semantic record whose vector embeds the same text as the
-        reranker would for this entry of ``passage_list``, or None.
-
-        A passage's record embeds "title, newline, passage", as the reranker's
-        fallback does. Without passages the entry is the article text: when
-        that is the summary the semantic service returned (no BM25 body), the
-        article record embeds "title, newline, summary", the same text again;
-        a BM25 body has no record of its own and is embedded by the reranker.
-        """
-        if passage_index >= 0:
-            return passage_index
-        return -1 if not self.body and self.summary else None
 
 
 @dataclass(frozen=True)
@@ -221,12 +180,6 @@ def _duration(seconds: float) -> Duration:
     return d
 
 
-async def _timed(call: Awaitable[T]) -> tuple[T, float]:
-    start = time.perf_counter()
-    result = await call
-    return result, time.perf_counter() - start
-
-
 class AnswerPipeline:
     """Runs one plan against the backends and yields the public stream events."""
 
@@ -299,214 +252,52 @@ class AnswerPipeline:
 
     async def _retrieve(
         self, plan: Plan, clock: _Clock, degradations: list[answer_pb2.Degradation]
-    ) -> tuple[dict[str, _Candidate], list[Ranked], _QuestionVector | None]:
-        candidates: dict[str, _Candidate] = {}
-        timeout = self.settings.timeouts.retrieve
+    ) -> tuple[dict[str, Hit], list[Ranked], _QuestionVector | None]:
         # Embedded once, before the searches that score it (BM25 does not wait);
         # dense, KG, Explain and the reranker's fallback all reuse the vector.
         embedding: asyncio.Task[_QuestionVector | None] | None = None
+        vector = None
         if plan.semantic_retrievers:
             embedding = asyncio.ensure_future(self._embed_question(plan, clock))
-        # Embedding and searching share the vector retrievers' timeout, so a
-        # semantic service that hangs costs no more time than before.
-        vectors_until = time.monotonic() + timeout
+            task = embedding
 
-        def candidate(doc_id: str) -> _Candidate:
-            if doc_id not in candidates:
-                candidates[doc_id] = _Candidate(doc_id)
-            return candidates[doc_id]
+            async def vector() -> semantic_pb2.Vector | None:
+                # Shielded: several searches wait for the one embedding.
+                question = await asyncio.shield(task)
+                return question.vector if question is not None else None
 
-        async def bm25() -> Ranked:
-            limit = clock.timeout(timeout, "BM25 retrieval")
-
-            def request(level: lexical_pb2.SearchLevel.ValueType) -> lexical_pb2.SearchRequest:
-                return lexical_pb2.SearchRequest(
-                    query=plan.question,
-                    top_k=plan.top_k_per_retriever,
-                    filters=plan.filters,
-                    level=level,
-                )
-
-            docs, passages = await asyncio.gather(
-                self.backends.lexical_search(request(lexical_pb2.SEARCH_LEVEL_DOCUMENT), limit),
-                self.backends.lexical_search(request(lexical_pb2.SEARCH_LEVEL_PASSAGE), limit),
-            )
-            for h in docs.hits:
-                c = candidate(h.doc_id)
-                c.bm25 = h.score
-                c.title, c.body, c.source_url = h.title, h.text, h.source_url
-                if h.HasField("published_at"):
-                    c.published_at = h.published_at
-            for rank, h in enumerate(passages.hits):
-                if h.doc_id in candidates:
-                    candidates[h.doc_id].add_passage(h.passage_index, h.text, rank)
-            return Ranked("bm25", [(h.doc_id, h.score) for h in docs.hits])
-
-        async def semantic(retriever: common_pb2.Retriever.ValueType) -> Ranked:
-            # Shielded: several searches wait for the one embedding.
-            question = await asyncio.shield(embedding) if embedding is not None else None
-            vector = question.vector if question is not None else None
-            left = vectors_until - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceeded("the vector retrieval's time went to embedding the question")
-            limit = clock.timeout(min(timeout, left), "vector retrieval")
-            if retriever == common_pb2.RETRIEVER_DENSE:
-                mode, variant = semantic_pb2.SEARCH_MODE_DENSE, semantic_pb2.KG_VARIANT_UNSPECIFIED
-            else:
-                mode = semantic_pb2.SEARCH_MODE_KG
-                variant = (
-                    semantic_pb2.KG_VARIANT_ENHANCED
-                    if retriever == common_pb2.RETRIEVER_KG_ENHANCED
-                    else semantic_pb2.KG_VARIANT_PLAIN
-                )
-            calls = [
-                self.backends.semantic_search(
-                    semantic_pb2.SearchRequest(
-                        query=plan.question,
-                        query_vector=vector,
-                        top_k=plan.top_k_per_retriever,
-                        filters=plan.filters,
-                        level=semantic_pb2.SEARCH_LEVEL_DOCUMENT,
-                        mode=mode,
-                        kg_variant=variant,
-                    ),
-                    limit,
-                )
-            ]
-            if retriever == common_pb2.RETRIEVER_DENSE:
-                calls.append(
-                    self.backends.semantic_search(
-                        semantic_pb2.SearchRequest(
-                            query=plan.question,
-                            query_vector=vector,
-                            top_k=plan.top_k_per_retriever,
-                            filters=plan.filters,
-                            level=semantic_pb2.SEARCH_LEVEL_PASSAGE,
-                            mode=semantic_pb2.SEARCH_MODE_DENSE,
-                        ),
-                        limit,
-                    )
-                )
-            responses = await asyncio.gather(*calls)
-            for h in responses[0].hits:
-                c = candidate(h.doc_id)
-                if h.HasField("dense_score"):
-                    c.dense = h.dense_score
-                if h.HasField("kg_score"):
-                    c.kg = h.kg_score
-                c.title = c.title or h.title
-                c.summary = c.summary or h.text
-                c.source_url = c.source_url or h.source_url
-                if c.published_at is None and h.HasField("published_at"):
-                    c.published_at = h.published_at
-            if len(responses) > 1:
-                for rank, h in enumerate(responses[1].hits):
-                    candidate(h.doc_id).add_passage(h.passage_index, h.text, rank)
-            return Ranked(
-                RETRIEVER_NAMES[retriever], [(h.doc_id, h.score) for h in responses[0].hits]
-            )
-
-        async def knowledge() -> Ranked:
-            # The personal base only: a fact of the ESG graph has no document
-            # to cite. Each fact stands for the passage it was extracted from.
-            limit = clock.timeout(timeout, "knowledge retrieval")
-            until = time.monotonic() + limit
-            response = await self.backends.knowledge_search(
-                knowledge_pb2.SearchRequest(
-                    query=plan.question,
-                    top_k=min(self.settings.knowledge_top_k, plan.top_k_per_retriever),
-                    knowledge_bases=[knowledge_pb2.KNOWLEDGE_BASE_PERSONAL],
-                ),
-                limit,
-            )
-            found = fact_passages(response.facts)
-            provenance = facts_by_passage(response.facts)
-            if not found:
-                return Ranked("knowledge", [])
-            # The passage's own text, looked up through the lexical service
-            # under the same tenant and filters as BM25: the generator cites
-            # the passage, never the fact's wording, and a passage outside the
-            # filters (or no longer indexed) is not found and not used.
-            left = until - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceeded("the knowledge retrieval's time went to the search")
-            lookups = await asyncio.gather(
-                *(
-                    self.backends.lexical_search(
-                        lexical_pb2.SearchRequest(
-                            query=statement,
-                            top_k=FACT_PASSAGE_LOOKUP_TOP_K,
-                            filters=plan.filters,
-                            level=lexical_pb2.SEARCH_LEVEL_PASSAGE,
-                        ),
-                        clock.timeout(left, "looking up the passages of knowledge facts"),
-                    )
-                    for (_, _), (statement, _) in found.items()
-                )
-            )
-            items: list[tuple[str, float]] = []
-            scored: set[str] = set()
-            for rank, (((doc_id, index), (_, score)), looked_up) in enumerate(
-                zip(found.items(), lookups, strict=True)
-            ):
-                hit = next(
-                    (h for h in looked_up.hits if h.doc_id == doc_id and h.passage_index == index),
-                    None,
-                )
-                if hit is None or not hit.text.strip():
-                    log.info("passage %s#%d of a knowledge fact not found; skipped", doc_id, index)
-                    continue
-                c = candidate(doc_id)
-                c.add_passage(index, hit.text, rank)
-                c.facts[index] = provenance[(doc_id, index)]
-                c.title = c.title or hit.title
-                c.source_url = c.source_url or hit.source_url
-                if c.published_at is None and hit.HasField("published_at"):
-                    c.published_at = hit.published_at
-                if doc_id not in scored:
-                    scored.add(doc_id)
-                    items.append((doc_id, score))
-            return Ranked("knowledge", items)
-
-        jobs: list[tuple[answer_pb2.Stage.ValueType, str, Awaitable[Ranked]]] = []
-        for r in plan.retrievers:
-            if r == common_pb2.RETRIEVER_BM25:
-                jobs.append((answer_pb2.STAGE_RETRIEVE_BM25, "lexical", bm25()))
-            elif r == common_pb2.RETRIEVER_KNOWLEDGE:
-                # The answer's stages have no knowledge stage of their own: its
-                # time and its degradation are reported under STAGE_RETRIEVE_KG,
-                # the reason naming the knowledge service.
-                jobs.append((answer_pb2.STAGE_RETRIEVE_KG, "knowledge", knowledge()))
-            elif r == common_pb2.RETRIEVER_DENSE:
-                jobs.append((answer_pb2.STAGE_RETRIEVE_DENSE, "semantic", semantic(r)))
-            else:
-                jobs.append((answer_pb2.STAGE_RETRIEVE_KG, "semantic", semantic(r)))
-        results = await asyncio.gather(*(_timed(job) for _, _, job in jobs), return_exceptions=True)
+        retrieval = await retrieve(
+            self.backends,
+            Query(
+                text=plan.question,
+                retrievers=plan.retrievers,
+                filters=plan.filters,
+                top_k=plan.top_k_per_retriever,
+                level=Level.DOCUMENT,
+                knowledge_top_k=self.settings.knowledge_top_k,
+            ),
+            # Embedding and searching share the vector retrievers' timeout, so a
+            # semantic service that hangs costs no more time than before.
+            Limits(self.settings.timeouts.retrieve, clock.deadline),
+            vector,
+        )
         question = await embedding if embedding is not None else None
-        lists: list[Ranked] = []
         failures: list[str] = []
-        for (stage, service, _), result in zip(jobs, results, strict=True):
-            if isinstance(result, Unavailable | DeadlineExceeded):
-                reason = f"{service} service unavailable: {result.message}"
-                degradations.append(answer_pb2.Degradation(stage=stage, reason=reason))
-                failures.append(f"{answer_pb2.Stage.Name(stage)}: {reason}")
-                log.warning("retriever skipped: %s", reason)
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            ranked, seconds = result
-            clock.record(stage, seconds)
-            lists.append(ranked)
-        if not lists:
+        for failure in retrieval.failures:
+            stage = _RETRIEVER_STAGES[failure.retriever]
+            degradations.append(answer_pb2.Degradation(stage=stage, reason=failure.reason))
+            failures.append(f"{answer_pb2.Stage.Name(stage)}: {failure.reason}")
+            log.warning("retriever skipped: %s", failure.reason)
+        for retriever, seconds in retrieval.seconds:
+            clock.record(_RETRIEVER_STAGES[retriever], seconds)
+        if not retrieval.lists:
             raise Unavailable("no retriever could run: " + "; ".join(failures))
-        # Passages can arrive before their document's candidate exists; drop
-        # documents no ranking retriever returned.
-        ranked_ids = {key for r in lists for key, _ in r.items}
-        return {k: v for k, v in candidates.items() if k in ranked_ids}, lists, question
+        hits = {str(key): hit for key, hit in retrieval.hits.items()}
+        return hits, retrieval.lists, question
 
     # -- rerank --------------------------------------------------------------------------
 
-    def _source(self, c: _Candidate, passage_index: int, text: str) -> answer_pb2.AnswerSource:
+    def _source(self, c: Hit, passage_index: int, text: str) -> answer_pb2.AnswerSource:
         source = common_pb2.Source(
             doc_id=c.doc_id,
             passage_index=passage_index,
@@ -525,7 +316,7 @@ class AnswerPipeline:
         return out
 
     async def _stored_vectors(
-        self, kept: list[_Candidate], seconds: float
+        self, kept: list[Hit], seconds: float
     ) -> tuple[list[rerank_pb2.DocumentVectors], str]:
         """Stored vectors of the passages the reranker gets, per document (an empty
         vector where none is stored), and their model; ([], "") when none are known."""
@@ -564,7 +355,7 @@ class AnswerPipeline:
         self,
         plan: Plan,
         clock: _Clock,
-        kept: list[_Candidate],
+        kept: list[Hit],
         degradations: list[answer_pb2.Degradation],
         question: _QuestionVector | None = None,
         *,
@@ -695,6 +486,7 @@ class AnswerPipeline:
             max_researches=plan.max_researches,
             research=common_pb2.RetrievalOptions(
                 retrievers=plan.retrievers,
+                fusion=plan.fusion_method,
                 filters=plan.filters,
                 top_k_per_retriever=plan.top_k_per_retriever,
             ),
@@ -781,70 +573,6 @@ class AnswerPipeline:
             total=_duration(total),
             degradations=degradations,
         )
-
-
-def fact_provenance(fact: knowledge_pb2.Fact) -> tuple[str, int] | None:
-    """(document id, passage index) a personal fact was extracted from, or None
-    for a fact without a passage (an ESG graph fact, a fact stored without one)."""
-    kind = fact.WhichOneof("fact")
-    if kind is None:
-        return None
-    inner = getattr(fact, kind)
-    if inner.knowledge_base != knowledge_pb2.KNOWLEDGE_BASE_PERSONAL or not inner.source_doc_id:
-        return None
-    if not inner.HasField("provenance") or inner.provenance.passage_index < 0:
-        return None
-    return inner.source_doc_id, inner.provenance.passage_index
-
-
-def fact_statement(fact: knowledge_pb2.Fact) -> str:
-    """A fact in words, as shown under its source and as its passage is looked up
-    by: "subject relation object", "entity, aspect: value", "entity: description"."""
-    kind = fact.WhichOneof("fact")
-    if kind == "description":
-        return f"{fact.description.entity.name}: {fact.description.text}"
-    if kind == "triple":
-        t = fact.triple
-        other = t.object_entity.name if t.HasField("object_entity") else t.object_value
-        return f"{t.subject.name} {t.relation} {other}"
-    if kind == "aspect_fact":
-        a = fact.aspect_fact
-        return f"{a.entity.name}, {a.aspect}: {a.value}"
-    return ""
-
-
-def fact_passages(
-    facts: Sequence[knowledge_pb2.Fact],
-) -> dict[tuple[str, int], tuple[str, float]]:
-    """The passages personal facts came from, in the facts' order, each once:
-    (document id, passage index) -> (the first fact's statement, the best fact score)."""
-    return {
-        key: (found[0].statement, max(f.score for f in found))
-        for key, found in facts_by_passage(facts).items()
-    }
-
-
-def facts_by_passage(
-    facts: Sequence[knowledge_pb2.Fact],
-) -> dict[tuple[str, int], list[common_pb2.SourceFact]]:
-    """Personal facts with a passage, grouped by (document id, passage index) in the
-    facts' order, each as a source's provenance."""
-    out: dict[tuple[str, int], list[common_pb2.SourceFact]] = {}
-    for fact in facts:
-        key = fact_provenance(fact)
-        statement = fact_statement(fact)[:4096]
-        if key is None or not statement.strip():
-            continue
-        provenance = getattr(fact, str(fact.WhichOneof("fact"))).provenance
-        out.setdefault(key, []).append(
-            common_pb2.SourceFact(
-                statement=statement,
-                start_char=provenance.start_char,
-                end_char=provenance.end_char,
-                score=fact.score,
-            )
-        )
-    return out
 
 
 def best_path(explained: semantic_pb2.ExplainResponse) -> common_pb2.KgPath | None:
