@@ -213,10 +213,14 @@ async def test_the_research_sends_the_answers_vector_to_the_semantic_service(kno
     vector = np.linspace(-1, 1, 384, dtype=np.float32)
     if known:
         vectors.put(sentence, vector)
-    search = researcher.search_fn(common_pb2.RetrievalOptions(), vectors)
+    # BM25 (no lexical service here) and dense: one semantic search per re-search.
+    options = common_pb2.RetrievalOptions(
+        retrievers=[common_pb2.RETRIEVER_BM25, common_pb2.RETRIEVER_DENSE]
+    )
+    search = researcher.search_fn(options, vectors)
     assert await search(sentence, 3) == []
     # Without the answer's vectors (another model) nothing is sent either.
-    assert await researcher.search_fn(common_pb2.RetrievalOptions())(sentence, 3) == []
+    assert await researcher.search_fn(options)(sentence, 3) == []
     first, second = semantic.requests
     assert first.query == second.query == sentence
     assert not second.HasField("query_vector")

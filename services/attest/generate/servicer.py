@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -13,7 +14,7 @@ from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.common import from_timestamp, to_timestamp
 from attest.core.context import budget
-from attest.core.errors import InvalidArgument
+from attest.core.errors import InvalidArgument, Unavailable
 from attest.core.rpc_errors import from_rpc
 from attest.generate.models import (
     Citation,
@@ -32,9 +33,13 @@ from attest.generate.pipeline import AnswerOptions, Generator, SearchFn
 from attest.generate.settings import GenerateLimits, GenerateSettings, build_generator
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.generate.vectors import TextVectors
-from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
+from attest.knowledge.v1 import knowledge_pb2
+from attest.lexical.v1 import lexical_pb2
+from attest.retrieval.fanout import Level, Limits, Query, fusion_of, retrieve
+from attest.semantic.v1 import semantic_pb2
 
 Context = grpc.aio.ServicerContext[Any, Any]
+log = logging.getLogger(__name__)
 
 _MODES = {
     generate_pb2.GENERATION_MODE_UNSPECIFIED: None,
@@ -208,9 +213,74 @@ def event_to_proto(event: Event) -> generate_pb2.AnswerResponse:
 
 # -- re-search through the lexical and semantic services -------------------------------------
 
+# The retrievers of a re-search whose options name none (RetrievalOptions'
+# server default; the answer service always names its plan's).
+DEFAULT_RESEARCH_RETRIEVERS = (
+    common_pb2.RETRIEVER_BM25,
+    common_pb2.RETRIEVER_DENSE,
+    common_pb2.RETRIEVER_KG_ENHANCED,
+)
+
+
+def research_retrievers(
+    options: common_pb2.RetrievalOptions,
+) -> tuple[common_pb2.Retriever.ValueType, ...]:
+    """The re-search's retrievers, each once, in the order given; unknown ones are
+    INVALID_ARGUMENT."""
+    for i, r in enumerate(options.retrievers):
+        if r not in common_pb2.Retriever.values() or r == common_pb2.RETRIEVER_UNSPECIFIED:
+            raise InvalidArgument(
+                f"unknown or unspecified retriever {r}", field=f"research.retrievers[{i}]"
+            )
+    if options.fusion not in common_pb2.FusionMethod.values():
+        raise InvalidArgument(f"unknown fusion method {options.fusion}", field="research.fusion")
+    return tuple(dict.fromkeys(options.retrievers)) or DEFAULT_RESEARCH_RETRIEVERS
+
+
+class _StubSearcher:
+    """The fan-out's searches over this service's stubs: each call capped by the
+    request's deadline, failures translated (a dependency's: the retriever is
+    skipped). A service without an address, and the knowledge service (the
+    re-search has none), are unavailable."""
+
+    def __init__(self, lexical: Any, semantic: Any) -> None:
+        self._lexical = lexical
+        self._semantic = semantic
+
+    @staticmethod
+    async def _call(service: str, stub: Any, request: Any, seconds: float) -> Any:
+        if stub is None:
+            raise Unavailable(f"no {service} service is configured for re-search")
+        try:
+            return await stub.Search(request, timeout=budget(seconds))
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc(exc, service=service, dependency=True) from None
+
+    async def lexical_search(
+        self, request: lexical_pb2.SearchRequest, seconds: float
+    ) -> lexical_pb2.SearchResponse:
+        response: lexical_pb2.SearchResponse = await self._call(
+            "lexical", self._lexical, request, seconds
+        )
+        return response
+
+    async def semantic_search(
+        self, request: semantic_pb2.SearchRequest, seconds: float
+    ) -> semantic_pb2.SearchResponse:
+        response: semantic_pb2.SearchResponse = await self._call(
+            "semantic", self._semantic, request, seconds
+        )
+        return response
+
+    async def knowledge_search(
+        self, request: knowledge_pb2.SearchRequest, seconds: float
+    ) -> knowledge_pb2.SearchResponse:
+        raise Unavailable("re-search has no knowledge service")
+
 
 class Researcher:
-    """Searches a sentence through the lexical and semantic services (RRF of both)."""
+    """Searches a sentence again through the lexical and semantic services, with
+    the answer's retrievers and fusion (``attest.retrieval.fanout`` at passage level)."""
 
     def __init__(self, settings: GenerateSettings) -> None:
         self._settings = settings
@@ -241,74 +311,60 @@ class Researcher:
     def search_fn(
         self, options: common_pb2.RetrievalOptions, vectors: TextVectors | None = None
     ) -> SearchFn:
-        """The re-search of one answer. A query whose vector the answer's
-        ``vectors`` hold (the support judge embedded the sentence) goes to the
-        semantic service with that vector, which then does not embed it again;
-        pass ``vectors`` only when that service embeds with the same model."""
-        from attest.lexical.v1 import lexical_pb2
-        from attest.semantic.v1 import semantic_pb2
-
+        """The re-search of one answer: the options' retrievers (at passage
+        level) fused with the options' fusion method. A query whose vector the
+        answer's ``vectors`` hold (the support judge embedded the sentence) goes
+        to the semantic service with that vector, which then does not embed it
+        again; pass ``vectors`` only when that service embeds with the same model."""
         self._open()
-        filters = list(options.filters)
+        retrievers = research_retrievers(options)
+        fusion = fusion_of(options.fusion, self._settings.research.fusion())
+        filters = tuple(options.filters)
         per = options.top_k_per_retriever or 20
-        timeout = self._settings.research.timeout_seconds
+        limits = Limits(self._settings.research.timeout_seconds)
+        searcher = _StubSearcher(self._lexical, self._semantic)
 
         async def search(query: str, top_k: int) -> list[Source]:
-            vector = vectors.get(query) if vectors is not None else None
-            query_vector = None if vector is None else semantic_pb2.Vector(values=vector.tolist())
-            calls = []
-            if self._lexical is not None:
-                calls.append(
-                    self._lexical.Search(
-                        lexical_pb2.SearchRequest(
-                            query=query,
-                            top_k=per,
-                            filters=filters,
-                            level=lexical_pb2.SEARCH_LEVEL_PASSAGE,
-                        ),
-                        timeout=budget(timeout),
+            found = vectors.get(query) if vectors is not None else None
+
+            async def vector() -> semantic_pb2.Vector | None:
+                return None if found is None else semantic_pb2.Vector(values=found.tolist())
+
+            retrieval = await retrieve(
+                searcher,
+                Query(
+                    text=query,
+                    retrievers=retrievers,
+                    filters=filters,
+                    top_k=per,
+                    level=Level.PASSAGE,
+                ),
+                limits,
+                vector,
+            )
+            for failure in retrieval.failures:
+                log.warning("re-search without %s: %s", failure.service, failure.reason)
+            if not retrieval.lists:
+                # The revision is skipped (the generator keeps the answer without it).
+                raise Unavailable(
+                    "no retriever could run: " + "; ".join(f.reason for f in retrieval.failures)
+                )
+            out = []
+            for key, _ in retrieval.fuse(fusion, top_k):
+                doc_id, index = cast(tuple[str, int], key)
+                hit = retrieval.hits[key]
+                text = hit.text_of(index)
+                if text.strip():
+                    out.append(
+                        Source(
+                            doc_id=doc_id,
+                            passage_index=index,
+                            title=hit.title,
+                            text=text,
+                            source_url=hit.source_url,
+                        )
                     )
-                )
-            if self._semantic is not None:
-                calls.append(
-                    self._semantic.Search(
-                        semantic_pb2.SearchRequest(
-                            query=query,
-                            query_vector=query_vector,
-                            top_k=per,
-                            filters=filters,
-                            level=semantic_pb2.SEARCH_LEVEL_PASSAGE,
-                        ),
-                        timeout=budget(timeout),
-                    )
-                )
-            try:
-                responses = await asyncio.gather(*calls)
-            except grpc.aio.AioRpcError as exc:
-                # The revision is skipped, whatever the status (the generator
-                # keeps the answer without it).
-                raise from_rpc(exc, dependency=True) from None
-            hits: dict[tuple[str, int], Any] = {}
-            lists = []
-            for n, response in enumerate(responses):
-                items = []
-                for h in response.hits:
-                    key = (h.doc_id, h.passage_index)
-                    hits.setdefault(key, h)
-                    items.append((key, float(h.score)))
-                lists.append(Ranked(str(n), items))
-            fused = reciprocal_rank_fusion(lists, top_k=top_k)
-            return [
-                Source(
-                    doc_id=hits[key].doc_id,
-                    passage_index=hits[key].passage_index,
-                    title=hits[key].title,
-                    text=hits[key].text,
-                    source_url=hits[key].source_url,
-                )
-                for key, _ in fused
-                if isinstance(key, tuple) and hits[key].text.strip()
-            ]
+            return out
 
         return search
 
@@ -433,6 +489,7 @@ class GenerateServicer(generate_pb2_grpc.GenerateServiceServicer):
         _range(researches, 0, 20, "max_researches")
         _range(request.research_top_k, 0, 20, "research_top_k")
         _range(request.max_sentences, 0, 50, "max_sentences")
+        research_retrievers(request.research)
         # Vectors from the caller's model are this service's own only when the
         # names agree (SemanticService.Embed and this embedder name models alike).
         same_model = bool(request.embedding_model) and (

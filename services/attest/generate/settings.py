@@ -7,12 +7,16 @@ for vLLM, SGLang or TGI's Messages API) to generate with an LLM.
 
 from __future__ import annotations
 
-from pydantic import Field
+import functools
+from pathlib import Path
+
+from pydantic import Field, field_validator
 
 from attest.core.settings import ServerSettings, ServiceSettings, StrictModel, service_config
 from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
 from attest.generate.llm import LLMSettings, create_client
 from attest.generate.pipeline import Generator, PipelineSettings
+from attest.retrieval.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
 from attest.semantic.embedding import PACKAGED_MINILM, Backend, Embedder
 
 
@@ -31,6 +35,30 @@ class ResearchSettings(StrictModel):
     lexical_address: str = Field(default="", description="Lexical service HOST:PORT.")
     semantic_address: str = Field(default="", description="Semantic service HOST:PORT.")
     timeout_seconds: float = Field(default=5.0, gt=0)
+    fusion_settings: Path | None = Field(
+        default=None,
+        description="Fusion settings for a re-search whose fusion method is unset (JSON, as "
+        "the answer service's ATTEST_ANSWER_FUSION_SETTINGS; give both the same file); None "
+        "uses the settings shipped with Attest.",
+    )
+
+    @field_validator("fusion_settings")
+    @classmethod
+    def _fusion_file_is_usable(cls, value: Path | None) -> Path | None:
+        try:
+            _fusion_file(value)
+        except FusionSettingsError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
+    def fusion(self) -> FusionSettings:
+        """The configured fusion, read once per file."""
+        return _fusion_file(self.fusion_settings)
+
+
+@functools.lru_cache(maxsize=8)
+def _fusion_file(path: Path | None) -> FusionSettings:
+    return load_fusion_settings(path)
 
 
 class GenerateSettings(ServiceSettings):

@@ -1,0 +1,331 @@
+"""Re-search runs the answer's own retrievers and fusion (``attest.retrieval.fanout``).
+
+A two-article corpus where only the KG retriever finds the article that
+supports a weak sentence. The lexical and semantic services are fakes served
+over real gRPC (the generate service's re-search reaches them through its own
+stubs, as deployed); BM25 and dense find the water report for every query,
+KG finds the supply audit for a query that names Halvorsen (the entity the
+audit is linked to), and KG scores rank articles only (a passage-level KG
+search is refused, as the semantic service refuses it). The answer pipeline
+runs in process against the same fakes and calls the real generate servicer,
+whose LLM is a fake HTTP server that writes a two-sentence answer, rates the
+second sentence 3 (re-searched), and in the re-search rates whichever source
+holds the audit's text 8.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+
+from attest.answer.options import validate
+from attest.answer.pipeline import AnswerPipeline
+from attest.answer.settings import AnswerSettings
+from attest.answer.v1 import answer_pb2
+from attest.common.v1 import common_pb2
+from attest.core.errors import InvalidArgument, Unavailable
+from attest.generate.llm import LLMSettings
+from attest.generate.pipeline import PipelineSettings
+from attest.generate.servicer import GenerateServicer
+from attest.generate.settings import GenerateSettings, ResearchSettings, build_generator
+from attest.generate.v1 import generate_pb2
+from attest.knowledge.v1 import knowledge_pb2
+from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
+from attest.rerank.v1 import rerank_pb2
+from attest.retrieval.fanout import Level, Limits, Query, retrieve
+from attest.retrieval.fusion import FusionSettings
+from attest.semantic.embedding import Embedder
+from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
+from tests.integration.fake_llm import FakeLLM, cite_json
+
+QUESTION = "How much water did Norvale Copper save in 2023?"
+REPORT = "Norvale Copper saved 2 million litres of water in 2023."
+AUDIT = "The Oslo smelter has taken ore from the Norvale pit since 2019."
+FIRST = "Norvale Copper saved 2 million litres of water."
+WEAK = "Halvorsen buys from Norvale."
+ANSWER = f"{FIRST} {WEAK}"
+
+EMBEDDER = Embedder()
+
+
+class Lexical(lexical_pb2_grpc.LexicalServiceServicer):
+    """BM25 finds the water report (article and passage 0) for any query."""
+
+    def __init__(self) -> None:
+        self.requests: list[lexical_pb2.SearchRequest] = []
+
+    async def Search(self, request: lexical_pb2.SearchRequest, context: Any) -> Any:
+        self.requests.append(request)
+        if request.level == lexical_pb2.SEARCH_LEVEL_PASSAGE:
+            hit = lexical_pb2.Hit(doc_id="report", passage_index=0, score=4.0, text=REPORT)
+        else:
+            hit = lexical_pb2.Hit(doc_id="report", passage_index=-1, score=4.0, text=REPORT)
+        hit.title = "Norvale water report"
+        return lexical_pb2.SearchResponse(hits=[hit])
+
+
+class Semantic(semantic_pb2_grpc.SemanticServiceServicer):
+    """Dense finds the water report; KG finds the audit for a query naming Halvorsen."""
+
+    def __init__(self) -> None:
+        self.requests: list[semantic_pb2.SearchRequest] = []
+
+    async def Search(self, request: semantic_pb2.SearchRequest, context: Any) -> Any:
+        self.requests.append(request)
+        passage = request.level == semantic_pb2.SEARCH_LEVEL_PASSAGE
+        if request.mode == semantic_pb2.SEARCH_MODE_KG:
+            if passage:
+                message = "KG scores rank articles; use level DOCUMENT"
+                if context is None:
+                    raise InvalidArgument(message, field="level")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            if "Halvorsen" not in request.query:
+                return semantic_pb2.SearchResponse()
+            hit = semantic_pb2.Hit(
+                doc_id="audit", passage_index=-1, score=1.3, kg_score=1.3, text=AUDIT
+            )
+            hit.title = "Smelter supply audit"
+            return semantic_pb2.SearchResponse(hits=[hit])
+        hit = semantic_pb2.Hit(
+            doc_id="report",
+            passage_index=0 if passage else -1,
+            score=0.8,
+            dense_score=0.8,
+            title="Norvale water report",
+            text=REPORT,
+        )
+        return semantic_pb2.SearchResponse(hits=[hit])
+
+
+def scripted_llm(prompt: str) -> str:
+    if "Summarize the source" in prompt:
+        body = re.search(r"<source[^>]*>\n(.*)\n</source>", prompt, re.S)
+        return body.group(1) if body else ""
+    if "Question:" in prompt:
+        return ANSWER
+    if WEAK in prompt and FIRST not in prompt:
+        # The re-search of the weak sentence: the audit supports it, if given.
+        found = re.search(r'<source id="(\d+)">\n' + re.escape(AUDIT), prompt)
+        return cite_json((1, int(found.group(1)), 8)) if found else cite_json()
+    return cite_json((1, 1, 9), (2, 1, 3))
+
+
+class Backends:
+    """The answer pipeline's backends in process: searches go to the fakes,
+    generation to the real generate servicer; no reranker, no embedding."""
+
+    def __init__(self, lexical: Lexical, semantic: Semantic, generate: GenerateServicer) -> None:
+        self.lexical = lexical
+        self.semantic = semantic
+        self.generator = generate
+
+    async def lexical_search(
+        self, request: lexical_pb2.SearchRequest, seconds: float
+    ) -> lexical_pb2.SearchResponse:
+        response: lexical_pb2.SearchResponse = await self.lexical.Search(request, None)
+        return response
+
+    async def semantic_search(
+        self, request: semantic_pb2.SearchRequest, seconds: float
+    ) -> semantic_pb2.SearchResponse:
+        response: semantic_pb2.SearchResponse = await self.semantic.Search(request, None)
+        return response
+
+    async def explain(self, request: Any, seconds: float) -> Any:
+        raise Unavailable("no explanations here")
+
+    async def embed(self, request: Any, seconds: float) -> Any:
+        raise Unavailable("each search embeds the question")
+
+    async def get_vectors(self, request: Any, seconds: float) -> Any:
+        raise Unavailable("no stored vectors here")
+
+    async def rerank(
+        self, request: rerank_pb2.RerankRequest, seconds: float
+    ) -> rerank_pb2.RerankResponse:
+        raise Unavailable("no reranker here")
+
+    async def generate(
+        self, request: generate_pb2.AnswerRequest, seconds: float
+    ) -> AsyncIterator[generate_pb2.AnswerResponse]:
+        async for event in self.generator.Answer(request, None):  # type: ignore[arg-type]
+            yield event
+
+    async def knowledge_search(
+        self, request: knowledge_pb2.SearchRequest, seconds: float
+    ) -> knowledge_pb2.SearchResponse:
+        raise Unavailable("no knowledge service here")
+
+
+@pytest.fixture
+async def services() -> AsyncIterator[tuple[Lexical, Semantic, GenerateServicer]]:
+    lexical, semantic = Lexical(), Semantic()
+    server = grpc.aio.server()
+    lexical_pb2_grpc.add_LexicalServiceServicer_to_server(lexical, server)
+    semantic_pb2_grpc.add_SemanticServiceServicer_to_server(semantic, server)
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    await server.start()
+    try:
+        fake = await FakeLLM("tgi", scripted_llm).start()
+        try:
+            settings = GenerateSettings(
+                llm=LLMSettings(url=fake.url),
+                research=ResearchSettings(lexical_address=address, semantic_address=address),
+                # The fake model's ratings as given, weak sentences kept marked.
+                pipeline=PipelineSettings(llm_citation_rating="model", withdraw_unsupported=False),
+            )
+            generate = GenerateServicer(settings, build_generator(settings, embedder=EMBEDDER))
+            try:
+                yield lexical, semantic, generate
+            finally:
+                await generate.close()
+        finally:
+            await fake.stop()
+    finally:
+        await server.stop(None)
+
+
+async def ask(
+    services: tuple[Lexical, Semantic, GenerateServicer],
+    retrievers: list[common_pb2.Retriever.ValueType],
+    fusion: common_pb2.FusionMethod.ValueType,
+) -> answer_pb2.Answer:
+    settings = AnswerSettings()
+    options = answer_pb2.AskOptions(
+        retrieval=common_pb2.RetrievalOptions(retrievers=retrievers, fusion=fusion),
+        fused_top_k=2,
+        rerank_top_k=2,
+        max_researches=1,
+        confidence_threshold=5,
+    )
+    plan = validate(QUESTION, options, settings, deadline_seconds=None)
+    pipeline = AnswerPipeline(Backends(*services), settings)  # type: ignore[arg-type]
+    revisions = []
+    final = None
+    async for event in pipeline.run(plan):
+        if event.WhichOneof("event") == "revision":
+            revisions.append(event.revision)
+        elif event.WhichOneof("event") == "final":
+            final = event.final
+    assert final is not None
+    assert [r.sentence_index for r in revisions] == [1], "the weak sentence is re-searched"
+    assert final.researches == 1
+    return final
+
+
+def cited(answer: answer_pb2.Answer, index: int) -> set[str]:
+    return {c.doc_id for c in answer.sentences[index].citations}
+
+
+BM25, DENSE, KG = common_pb2.RETRIEVER_BM25, common_pb2.RETRIEVER_DENSE, common_pb2.RETRIEVER_KG
+
+
+async def test_the_revision_cites_the_article_only_kg_found(services: Any) -> None:
+    lexical, semantic, _ = services
+    answer = await ask(services, [BM25, DENSE, KG], common_pb2.FUSION_METHOD_RRF)
+    # The question names no Halvorsen: the answer starts from the report alone.
+    assert [s.source.doc_id for s in answer.sources if s.added_for_sentence < 0] == ["report"]
+    assert cited(answer, 0) == {"report"}
+    # The weak sentence's re-search asked KG for articles (never passages) and
+    # added the audit, the article's own record, which the revision cites
+    # first (the report's weak citation stays after it).
+    assert [(c.doc_id, c.confidence) for c in answer.sentences[1].citations] == [
+        ("audit", 8),
+        ("report", 3),
+    ]
+    assert answer.sentences[1].confidence == 8
+    [added] = [s for s in answer.sources if s.added_for_sentence == 1]
+    assert (added.source.doc_id, added.source.passage_index) == ("audit", -1)
+    assert added.source.text == AUDIT
+    kg = [r for r in semantic.requests if r.mode == semantic_pb2.SEARCH_MODE_KG]
+    assert [(r.query, r.level) for r in kg] == [
+        (QUESTION, semantic_pb2.SEARCH_LEVEL_DOCUMENT),
+        (WEAK, semantic_pb2.SEARCH_LEVEL_DOCUMENT),
+    ]
+    assert [r.query for r in lexical.requests if r.query == WEAK]
+
+
+async def test_without_kg_the_revision_does_not_find_it(services: Any) -> None:
+    _, semantic, _ = services
+    answer = await ask(services, [BM25, DENSE], common_pb2.FUSION_METHOD_RRF)
+    assert "audit" not in {s.source.doc_id for s in answer.sources}
+    assert cited(answer, 1) == {"report"}
+    assert answer.sentences[1].confidence == 3
+    assert not [r for r in semantic.requests if r.mode == semantic_pb2.SEARCH_MODE_KG]
+
+
+async def test_the_revision_fuses_with_the_requests_fusion(services: Any) -> None:
+    # The configured fusion (a linear model fitted on BM25 and dense) gives KG
+    # no weight: KG runs in the re-search, but its article does not make it.
+    _, semantic, _ = services
+    answer = await ask(services, [BM25, DENSE, KG], common_pb2.FUSION_METHOD_UNSPECIFIED)
+    assert (WEAK, semantic_pb2.SEARCH_LEVEL_DOCUMENT) in [
+        (r.query, r.level) for r in semantic.requests if r.mode == semantic_pb2.SEARCH_MODE_KG
+    ]
+    assert "audit" not in {s.source.doc_id for s in answer.sources}
+    assert cited(answer, 1) == {"report"}
+
+
+class Down:
+    """A searcher whose semantic service is down."""
+
+    def __init__(self) -> None:
+        self.lexical = Lexical()
+
+    async def lexical_search(
+        self, request: lexical_pb2.SearchRequest, seconds: float
+    ) -> lexical_pb2.SearchResponse:
+        response: lexical_pb2.SearchResponse = await self.lexical.Search(request, None)
+        return response
+
+    async def semantic_search(self, request: Any, seconds: float) -> Any:
+        raise Unavailable("down")
+
+    async def knowledge_search(self, request: Any, seconds: float) -> Any:
+        raise Unavailable("down")
+
+
+async def test_passage_level_keys_passages_and_reports_failures() -> None:
+    retrieval = await retrieve(
+        Down(),
+        Query(text=WEAK, retrievers=(BM25, DENSE, KG), top_k=5, level=Level.PASSAGE),
+        Limits(timeout=1.0),
+    )
+    assert [(f.retriever, f.service, f.message) for f in retrieval.failures] == [
+        (DENSE, "semantic", "down"),
+        (KG, "semantic", "down"),
+    ]
+    assert [r.name for r in retrieval.lists] == ["bm25"]
+    fused = retrieval.fuse(FusionSettings(method="rrf"), top_k=3)
+    assert [key for key, _ in fused] == [("report", 0)]
+    hit = retrieval.hits[("report", 0)]
+    assert hit.text_of(0) == REPORT
+    assert hit.bm25 == 4.0
+    assert hit.fused == pytest.approx(1 / 61)
+
+
+async def test_a_spent_deadline_skips_every_retriever() -> None:
+    retrieval = await retrieve(
+        Down(),
+        Query(text=WEAK, retrievers=(BM25,), level=Level.PASSAGE),
+        Limits(timeout=1.0, deadline=0.0),
+    )
+    assert not retrieval.lists
+    [failure] = retrieval.failures
+    assert "time budget was spent before BM25 retrieval" in failure.reason
+
+
+async def test_an_unknown_research_retriever_is_invalid(services: Any) -> None:
+    _, _, generate = services
+    request = generate_pb2.AnswerRequest(
+        question=QUESTION,
+        sources=[common_pb2.Source(doc_id="report", text=REPORT)],
+        research=common_pb2.RetrievalOptions(retrievers=[common_pb2.Retriever.ValueType(99)]),
+    )
+    with pytest.raises(InvalidArgument, match="unknown or unspecified retriever"):
+        async for _ in generate.Answer(request, None):  # type: ignore[arg-type]
+            pass
