@@ -7,6 +7,12 @@ the title and text scores plus half the other, like ``multi_match`` with
 ``best_fields`` and a tie breaker of 0.5. Query text is analysed here and
 turned into term queries, so no query syntax is ever interpreted. Documents and passages live in two
 indexes, as in the other backends, so each level has its own BM25 statistics.
+
+The document's keyword fields (``attest.core.document``) share two fields of
+the schema: ``keyword_terms``, one indexed term ``<field>\x1f<value>`` per
+value (case-folded for a folded field), which the filters match, and
+``keywords``, the fields as stored JSON. tantivy cannot add a field to an
+existing index, so declaring a keyword field changes no schema.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import tantivy
 from attest.core.common import Filters
 from attest.core.document import (
     BY_NAME,
-    KEYWORD_FIELDS,
     keywords_from_stored,
     keywords_to_stored,
 )
@@ -52,7 +57,8 @@ from attest.lexical.settings import LexicalSettings
 log = logging.getLogger(__name__)
 
 ANALYZER = "attest_en"
-FOLDED = "attest_folded"
+KEYWORD_TERMS = "keyword_terms"
+KEYWORDS = "keywords"
 # Lucene's English stop set (EnglishAnalyzer.ENGLISH_STOP_WORDS_SET), plus "s":
 # Lucene strips possessive 's before stemming, while tantivy's simple
 # tokenizer splits "company's" into "company" and "s".
@@ -78,14 +84,6 @@ def english_analyzer() -> tantivy.TextAnalyzer:
     )
 
 
-def _folded_analyzer() -> tantivy.TextAnalyzer:
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw())
-        .filter(tantivy.Filter.lowercase())
-        .build()
-    )
-
-
 def _schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
     sb.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
@@ -95,9 +93,8 @@ def _schema() -> tantivy.Schema:
     sb.add_integer_field("passage_count", stored=True)
     sb.add_text_field("title", stored=True, tokenizer_name=ANALYZER, index_option="position")
     sb.add_text_field("text", stored=True, tokenizer_name=ANALYZER, index_option="position")
-    for f in KEYWORD_FIELDS:
-        tokenizer = FOLDED if f.folded else "raw"
-        sb.add_text_field(f.name, stored=True, tokenizer_name=tokenizer, index_option="basic")
+    sb.add_text_field(KEYWORD_TERMS, stored=False, tokenizer_name="raw", index_option="basic")
+    sb.add_bytes_field(KEYWORDS, stored=True)
     sb.add_date_field("published_at", stored=True, indexed=True, fast=True)
     sb.add_text_field("source_url", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("metadata", stored=True, tokenizer_name="raw", index_option="basic")
@@ -106,6 +103,10 @@ def _schema() -> tantivy.Schema:
 
 def _key(tenant: str, doc_id: str) -> str:
     return f"{tenant}{_KEY_SEPARATOR}{doc_id}"
+
+
+def _keyword_term(name: str, value: str) -> str:
+    return f"{name}{_KEY_SEPARATOR}{BY_NAME[name].key(value)}"
 
 
 def _first(doc: dict[str, list[Any]], name: str, default: Any = None) -> Any:
@@ -145,14 +146,13 @@ class _LevelIndex:
         except ValueError as err:
             if "schema does not match" not in str(err):
                 raise
-            # tantivy cannot add a field to an existing index: one written
-            # before a document field was declared must be built again.
+            # tantivy cannot change an existing index's fields: one written
+            # with an earlier layout must be built again.
             raise Unavailable(
-                f"the tantivy index at {path} was written with other document fields; "
+                f"the tantivy index at {path} was written with an earlier layout; "
                 "move it away and index the documents again (attest ingest)"
             ) from err
         self.index.register_tokenizer(ANALYZER, english_analyzer())
-        self.index.register_tokenizer(FOLDED, _folded_analyzer())
         self.writer = self.index.writer(heap, 1)
         self.schema = self.index.schema
 
@@ -212,7 +212,8 @@ class TantivyBackend:
             "tenant": tenant,
             "doc_id": doc.id,
             "title": doc.title,
-            **keywords_to_stored(doc.keywords),
+            KEYWORD_TERMS: [_keyword_term(n, v) for n, vs in doc.keywords.items() for v in vs],
+            KEYWORDS: json.dumps(keywords_to_stored(doc.keywords), sort_keys=True).encode(),
             "source_url": doc.source_url,
         }
         if doc.published_at is not None:
@@ -296,8 +297,7 @@ class TantivyBackend:
         f = query.filters
         for name, values in f.keywords.items():
             if values:
-                folded = BY_NAME[name].folded
-                must.append(_any(level, name, [v.lower() if folded else v for v in values]))
+                must.append(_any(level, KEYWORD_TERMS, [_keyword_term(name, v) for v in values]))
         if f.published_from or f.published_to:
             # tantivy holds dates from 1677 to 2262 only, and every stored date
             # is inside EARLIEST..LATEST_PUBLISHED, so wider bounds are clamped
@@ -357,7 +357,7 @@ class TantivyBackend:
                     title=_first(stored, "title", ""),
                     text=_first(stored, "text", ""),
                     highlights=tuple(highlights),
-                    keywords=keywords_from_stored(stored),
+                    keywords=keywords_from_stored(json.loads(_first(stored, KEYWORDS, b"{}"))),
                     published_at=published,
                     source_url=_first(stored, "source_url", ""),
                 )
