@@ -350,3 +350,42 @@ def search(question: str, program: str, top_k: int, address: str | None, timeout
             click.echo(line)
 
     _run(address, timeout, body)
+
+
+@kb.command("eval-planner")
+@click.option(
+    "--planner",
+    type=click.Choice(["heuristic", "llm"]),
+    default="heuristic",
+    show_default=True,
+    help="heuristic: no model. llm: the LLM at ATTEST_KNOWLEDGE_LLM__URL (settings as the "
+    "generator's); its replies are scored twice, as the llm planner and as the hybrid one.",
+)
+@click.option(
+    "--qa-set",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=Path("tests/unit/test_kb_qa_esg.jsonl"),
+    show_default=True,
+    help="A KB-QA set over the ESG graph (attest.knowledge.kbqa).",
+)
+@click.option("--limit", type=click.IntRange(1), default=None, help="The first N questions only.")
+@click.option("--verbose", is_flag=True, help="A line per question: right or wrong, the program.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+def eval_planner(
+    planner: str, qa_set: Path, limit: int | None, verbose: bool, json_path: Path | None
+) -> None:
+    """Accuracy of a planner on a KB-QA set: overall, by kind, by half, seconds a question."""
+    from attest.core.errors import AttestError
+    from attest.knowledge.planner_eval import evaluate_planner, format_report
+
+    try:
+        figures = asyncio.run(
+            evaluate_planner(planner, qa_set, limit, echo=click.echo, verbose=verbose)
+        )
+    except AttestError as err:
+        raise click.ClickException(err.details) from err
+    for line in format_report(figures):
+        click.echo(line)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

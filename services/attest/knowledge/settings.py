@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 
 from attest.core.settings import ServerSettings, ServiceSettings, StrictModel, service_config
+from attest.generate.llm import LLMSettings
 from attest.knowledge.kb import LINK_THRESHOLD, RELATION_THRESHOLD, SINGLE_WORD_LINK_THRESHOLD
 from attest.knowledge.personal import PERSONAL_LINK_THRESHOLD, PERSONAL_RELATION_THRESHOLD
 from attest.knowledge.plans import PlanLimits
@@ -104,4 +105,21 @@ class KnowledgeSettings(ServiceSettings):
     )
     personal: PersonalSettings = PersonalSettings()
     plans: PlanLimits = PlanLimits()
+    planner: Literal["heuristic", "llm", "hybrid"] = Field(
+        default="heuristic",
+        description="Who plans Search programs: heuristic (no model); llm (the LLM's plan when "
+        "it validates, else the heuristic planner's); hybrid (the LLM's plan only when it "
+        "also names no entity the linker did not find). See attest.knowledge.llm_planner.",
+    )
+    llm: LLMSettings = Field(
+        default=LLMSettings(),
+        description="The planner's LLM, set as the generator's (ATTEST_KNOWLEDGE_LLM__URL, "
+        "__KIND, __RESPONSE_FORMAT, ...); used when planner is llm or hybrid.",
+    )
     limits: KnowledgeLimits = KnowledgeLimits()
+
+    @model_validator(mode="after")
+    def _planner_needs_an_llm(self) -> KnowledgeSettings:
+        if self.planner != "heuristic" and not self.llm.url:
+            raise ValueError(f"planner={self.planner} needs llm.url (ATTEST_KNOWLEDGE_LLM__URL)")
+        return self
