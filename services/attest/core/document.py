@@ -58,9 +58,33 @@ class KeywordField:
         return value.casefold() if self.folded else value
 
 
+# The 183 two-letter codes of ISO 639-1.
+_ISO_639_1_CODES = """
+    aa ab ae af ak am an ar as av ay az ba be bg bi bm bn bo br bs ca ce ch co cr cs cu cv
+    cy da de dv dz ee el en eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho
+    hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka kg ki kj kk kl km kn ko kr ks ku
+    kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl nn
+    no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm
+    sn so sq sr ss st su sv sw ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi
+    vo wa wo xh yi yo za zh zu
+"""
+ISO_639_1 = frozenset(_ISO_639_1_CODES.split())
+
+
+def language_code(value: str) -> str:
+    """An ISO 639-1 code, in lower case."""
+    code = value.strip().lower()
+    if code not in ISO_639_1:
+        raise ValueError(
+            f"{value[:32]!r} is not an ISO 639-1 language code (two letters, such as 'en' or 'de')"
+        )
+    return code
+
+
 KEYWORD_FIELDS: tuple[KeywordField, ...] = (
     KeywordField("organizations", "organization", folded=True),
     KeywordField("entity_ids", "entity"),
+    KeywordField("language", "language", repeated=False, check=language_code),
 )
 BY_NAME = {f.name: f for f in KEYWORD_FIELDS}
 BY_FILTER = {f.filter: f for f in KEYWORD_FIELDS}

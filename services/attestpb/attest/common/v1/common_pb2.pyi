@@ -191,6 +191,7 @@ class Document(_message.Message):
     ENTITY_IDS_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
     PASSAGES_FIELD_NUMBER: _builtins.int
+    LANGUAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Caller-chosen identifier, unique within the caller's tenant. 1-256 characters."""
     title: _builtins.str
@@ -199,6 +200,10 @@ class Document(_message.Message):
     """Full plain-text body."""
     source_url: _builtins.str
     """Where the document was published, if known."""
+    language: _builtins.str
+    """Language of the document as an ISO 639-1 code ("en", "de"; matched in
+    lower case); empty when unknown. Any other value is INVALID_ARGUMENT.
+    """
     @_builtins.property
     def published_at(self) -> _timestamp_pb2.Timestamp:
         """Publication time; unset when unknown."""
@@ -233,10 +238,11 @@ class Document(_message.Message):
         entity_ids: _abc.Iterable[_builtins.str] | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         passages: _abc.Iterable[Global___Passage] | None = ...,
+        language: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "entity_ids", b"entity_ids", "id", b"id", "metadata", b"metadata", "organizations", b"organizations", "passages", b"passages", "published_at", b"published_at", "source_url", b"source_url", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "entity_ids", b"entity_ids", "id", b"id", "language", b"language", "metadata", b"metadata", "organizations", b"organizations", "passages", b"passages", "published_at", b"published_at", "source_url", b"source_url", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -294,14 +300,17 @@ class Filter(_message.Message):
     GTE_FIELD_NUMBER: _builtins.int
     LTE_FIELD_NUMBER: _builtins.int
     field: _builtins.str
-    """Field to restrict: "organization", "entity" or "published_at"."""
+    """Field to restrict: "organization", "entity", "language" or "published_at"."""
     gte: _builtins.str
     """For "published_at": inclusive lower bound, an ISO-8601 date or date-time; empty for none."""
     lte: _builtins.str
     """For "published_at": inclusive upper bound, an ISO-8601 date or date-time; empty for none."""
     @_builtins.property
     def any_of(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """For "organization" and "entity": the record must have at least one of these values."""
+        """For "organization", "entity" and "language": the record must have at least
+        one of these values (organizations compared without regard to case,
+        languages as ISO 639-1 codes).
+        """
 
     def __init__(
         self,
@@ -373,6 +382,7 @@ class Source(_message.Message):
     PUBLISHED_AT_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
+    LANGUAGE_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document the source comes from."""
     passage_index: _builtins.int
@@ -387,6 +397,8 @@ class Source(_message.Message):
     """Summary of the text made by the generator; empty until the source has been summarized.
     On input, a non-empty summary is used as is and the source is not summarized again.
     """
+    language: _builtins.str
+    """Language of the document (Document.language); empty when unknown."""
     @_builtins.property
     def published_at(self) -> _timestamp_pb2.Timestamp:
         """Publication time of the document; unset when unknown."""
@@ -409,10 +421,11 @@ class Source(_message.Message):
         published_at: _timestamp_pb2.Timestamp | None = ...,
         summary: _builtins.str = ...,
         facts: _abc.Iterable[Global___SourceFact] | None = ...,
+        language: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "facts", b"facts", "passage_index", b"passage_index", "published_at", b"published_at", "source_url", b"source_url", "summary", b"summary", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "facts", b"facts", "language", b"language", "passage_index", b"passage_index", "published_at", b"published_at", "source_url", b"source_url", "summary", b"summary", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -156,8 +156,9 @@ class IngestItem(_message.Message):
     """One JSON object as bytes, parsed by the server so that malformed JSON or
     invalid UTF-8 is reported per item in the job. Keys: "id" (or BEIR's
     "_id"), "title", "body" (or BEIR's "text"), "published_at" (ISO-8601
-    date or date-time), "source_url", "organizations" (list of strings),
-    "metadata" (object of strings); other keys are ignored. Up to 8 MiB of
+    date or date-time), "source_url", "organizations" and "entity_ids" (lists
+    of strings), "language" (an ISO 639-1 code), "metadata" (object of
+    strings); other keys are ignored. Up to 8 MiB of
     body; larger records are reported as BODY_TOO_LARGE.
     """
     origin: _builtins.str

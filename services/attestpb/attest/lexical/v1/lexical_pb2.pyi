@@ -155,6 +155,7 @@ class Hit(_message.Message):
     ENTITY_IDS_FIELD_NUMBER: _builtins.int
     PUBLISHED_AT_FIELD_NUMBER: _builtins.int
     SOURCE_URL_FIELD_NUMBER: _builtins.int
+    LANGUAGE_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document."""
     passage_index: _builtins.int
@@ -167,6 +168,8 @@ class Hit(_message.Message):
     """Document body or passage text."""
     source_url: _builtins.str
     """Where the document was published, if known."""
+    language: _builtins.str
+    """Language of the document (ISO 639-1), if known."""
     @_builtins.property
     def highlights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Matching fragments with query terms wrapped in <em>...</em>, when requested."""
@@ -196,10 +199,11 @@ class Hit(_message.Message):
         entity_ids: _abc.Iterable[_builtins.str] | None = ...,
         published_at: _timestamp_pb2.Timestamp | None = ...,
         source_url: _builtins.str = ...,
+        language: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "highlights", b"highlights", "organizations", b"organizations", "passage_index", b"passage_index", "published_at", b"published_at", "score", b"score", "source_url", b"source_url", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "highlights", b"highlights", "language", b"language", "organizations", b"organizations", "passage_index", b"passage_index", "published_at", b"published_at", "score", b"score", "source_url", b"source_url", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
