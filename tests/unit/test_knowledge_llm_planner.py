@@ -22,8 +22,10 @@ from attest.knowledge.llm_planner import (
     required_args,
 )
 from attest.knowledge.planner import HeuristicPlanner
-from attest.knowledge.plans import ARGS, OPERATIONS, Interpreter, PlanLimits
-from attest.knowledge.settings import KnowledgeSettings
+from attest.knowledge.plans import ARGS, OPERATIONS, Interpreter, PlanLimits, validate_program
+from attest.knowledge.servicer import KnowledgeServicer
+from attest.knowledge.settings import KnowledgeSettings, PersonalSettings
+from attest.knowledge.v1 import knowledge_pb2
 from attest.semantic.embedding import Embedder
 from tests.integration.fake_llm import FakeLLM, Reply
 from tests.unit.plan_steps import step
@@ -252,3 +254,38 @@ def test_the_planner_setting() -> None:
         KnowledgeSettings(planner="llm")
     settings = KnowledgeSettings(planner="hybrid", llm=LLMSettings(url="http://127.0.0.1:1"))
     assert settings.planner == "hybrid"
+
+
+async def test_search_plans_with_the_llm_when_configured(
+    kb: EsgKnowledgeBase, fake: FakeLLM
+) -> None:
+    settings = KnowledgeSettings(
+        planner="llm",
+        llm=LLMSettings(kind="openai", url=fake.url, max_attempts=1, backoff_seconds=0),
+        personal=PersonalSettings(enabled=False),
+    )
+    servicer = KnowledgeServicer(settings, kb=kb)
+    await servicer.warm_up()
+    request = knowledge_pb2.SearchRequest(
+        query=TWO_HOP, knowledge_bases=[knowledge_pb2.KNOWLEDGE_BASE_ESG_GRAPH]
+    )
+    plan = program(
+        step("find_entity_or_value", "m", entity_id="gri-305", relation="measures"),
+        step("find_entity_or_value", "t", entity_id="$m", relation="types"),
+    )
+    fake.script = [Reply(plan), Reply(program(step("delete_all", "x", entity_id="gri-305")))]
+    try:
+        response = await servicer.Search(request, None)  # type: ignore[arg-type]
+        assert response.planner == knowledge_pb2.PLANNER_LLM
+        assert json.loads(response.program) == json.loads(validate_program(plan, LIMITS).dumps())
+        assert response.degraded_reason == ""
+        assert [s.results > 0 for s in response.steps] == [True, True]
+        # A refused plan: the heuristic planner's program runs, and the response says why.
+        response = await servicer.Search(request, None)  # type: ignore[arg-type]
+        assert response.planner == knowledge_pb2.PLANNER_RULES
+        assert "refused at program.steps[0].op: unknown operation 'delete_all'" in (
+            response.degraded_reason
+        )
+        assert response.program == HeuristicPlanner(kb, LIMITS).plan(TWO_HOP).dumps()
+    finally:
+        await servicer.close()

@@ -19,6 +19,7 @@ from attest.core.context import tenant_var
 from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from attest.core.settings import LoggingSettings, ServerSettings
 from attest.core.validation import check_enum, check_id, check_range, check_text
+from attest.generate.llm import LLMClient, create_client
 from attest.knowledge import convert
 from attest.knowledge.bases import CombinedKnowledgeBase
 from attest.knowledge.graph import load_graph
@@ -32,6 +33,7 @@ from attest.knowledge.kb import (
     KnowledgeBase,
     Triple,
 )
+from attest.knowledge.llm_planner import LLMPlanner, Planned
 from attest.knowledge.personal import (
     NameVectors,
     PersonalFact,
@@ -76,6 +78,7 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
         self._personal = personal
         self._names: NameVectors | None = None
         self._warm = False
+        self._llm: LLMClient | None = None
 
     def register(self, server: grpc.aio.Server) -> None:
         knowledge_pb2_grpc.add_KnowledgeServiceServicer_to_server(self, server)
@@ -102,6 +105,8 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
 
     async def close(self) -> None:
         self._warm = False
+        if self._llm is not None:
+            await self._llm.close()
         if self._personal is not None:
             await self._personal.close()
 
@@ -310,9 +315,29 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
             # BM25 and vectors over the personal facts' texts, besides the program.
             retrieved = await self.personal_store().retrieve(tenant_var.get(), query, top_k)
 
+        by_llm: Planned | None = None
+        if program is None and self._settings.planner != "heuristic":
+            # The LLM plans (the heuristic planner when its plan is refused; the reason says).
+            if self._llm is None:
+                self._llm = create_client(self._settings.llm)
+            by_llm = await LLMPlanner(
+                kb,
+                plan_limits,
+                self._llm,
+                heuristic=HeuristicPlanner(kb, plan_limits, extractor=esg.linker.extractor),
+                require_linked=self._settings.planner == "hybrid",
+            ).plan(query)
+
         def search() -> knowledge_pb2.SearchResponse:
             if program is not None:
                 planned, planner, reason = program, knowledge_pb2.PLANNER_CALLER, ""
+            elif by_llm is not None:
+                planned, reason = by_llm.program, by_llm.reason
+                planner = (
+                    knowledge_pb2.PLANNER_LLM
+                    if by_llm.planner == "llm"
+                    else knowledge_pb2.PLANNER_RULES
+                )
             else:
                 planned = HeuristicPlanner(kb, plan_limits, extractor=esg.linker.extractor).plan(
                     query
