@@ -6,7 +6,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import tantivy
 
+from attest.core.errors import Unavailable
 from attest.lexical.backends.tantivy import TantivyBackend, english_analyzer
 from attest.lexical.models import DocumentIn, Filters, Level, PassageIn, SearchQuery
 from attest.lexical.settings import LexicalSettings
@@ -159,3 +161,16 @@ async def test_state_survives_reopening(backend, tmp_path):
         assert (counts.documents, counts.passages) == (3, 2)
     finally:
         await reopened.close()
+
+
+async def test_an_index_of_an_earlier_layout_is_unavailable_with_what_to_do(tmp_path: Path):
+    # A documents index with the per-field keyword layout used before.
+    earlier = tantivy.SchemaBuilder()
+    earlier.add_text_field("doc_id", stored=True, tokenizer_name="raw")
+    earlier.add_text_field("organizations", stored=True, tokenizer_name="raw")
+    path = tmp_path / "lexical" / "unit-documents"
+    path.mkdir(parents=True)
+    tantivy.Index(earlier.build(), path=str(path), reuse=True)
+    backend = TantivyBackend(LexicalSettings(data_dir=tmp_path, index_name="unit"))
+    with pytest.raises(Unavailable, match="earlier layout; move it away and index the documents"):
+        await backend.warm_up()
