@@ -21,11 +21,12 @@ import pytest_asyncio
 from attest.common.v1 import common_pb2
 from attest.core import cache
 from attest.core.channels import create_channel
-from attest.core.common import filters_from_proto
+from attest.core.common import Filters, filters_from_proto
 from attest.core.document import keywords_from_message, keywords_to_message, merge_keywords
 from attest.core.errors import InvalidArgument
 from attest.core.server import running
 from attest.core.settings import ServerSettings
+from attest.ingest.assembly import assemble
 from attest.ingest.convert import item_from_proto
 from attest.ingest.documents import (
     Article,
@@ -35,13 +36,15 @@ from attest.ingest.documents import (
     content_hash,
 )
 from attest.ingest.jobs import _matches
-from attest.ingest.settings import IngestLimits
-from attest.ingest.sinks import _document_proto
+from attest.ingest.settings import IngestLimits, IngestSettings
+from attest.ingest.sinks import LocalSinks, _document_proto
 from attest.ingest.state import RegistryEntry
 from attest.ingest.v1 import ingest_pb2
 from attest.knowledge.graph import load_graph
+from attest.lexical.models import SearchQuery
 from attest.lexical.v1 import lexical_pb2
 from attest.semantic.index import SemanticIndex
+from attest.semantic.models import SemanticQuery
 from attest.semantic.servicer import SemanticServicer
 from attest.semantic.settings import SemanticSettings
 from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
@@ -276,3 +279,49 @@ def test_a_source_gets_the_language_of_the_hits_that_found_it():
     source = common_pb2.Source(doc_id="w-de", passage_index=-1, text="x")
     keywords_to_message(known, source)
     assert source.language == "de"  # Source has no organizations field: left out
+
+
+# -- the whole ingestion, embedded ----------------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+async def test_ingestion_stores_the_language_in_both_stores(tmp_path: Path):
+    lines = [
+        {"id": "n-de", "title": "Wasser", "body": "Water use at the plant fell.", "language": "de"},
+        {"id": "n-en", "title": "Water", "body": "Water use at the mill fell.", "language": "en"},
+        {"id": "n-bad", "title": "Water", "body": "Water use rose.", "language": "Deutsch"},
+    ]
+    # As the Ingest RPC receives them: a bad item fails alone.
+    items = [
+        item_from_proto(
+            ingest_pb2.IngestItem(raw_json=json.dumps(line).encode(), origin=f"news.jsonl:{i}"),
+            f"items[{i}]",
+            IngestLimits(),
+        )
+        for i, line in enumerate(lines)
+    ]
+    assembly = await assemble(IngestSettings(data_dir=tmp_path))
+    try:
+        snapshot = assembly.core.ingest("default", items)
+        assert assembly.inline is not None
+        await assembly.inline.drain()
+        job = assembly.core.job("default", snapshot.job_id, failures_limit=10)
+        assert [(f.doc_id, f.code, f.reason[:9]) for f in job.failures] == [
+            ("n-bad", "INVALID_FIELD", "language:")
+        ]
+        sinks = assembly.core.sinks
+        assert isinstance(sinks, LocalSinks)
+        german = Filters(keywords={"language": ("de",)})
+        bm25 = await sinks.lexical.search(
+            "default", SearchQuery(text="water use", top_k=10, filters=german)
+        )
+        assert [(h.doc_id, h.keywords.get("language")) for h in bm25] == [("n-de", ("de",))]
+        dense = await sinks.semantic.search(
+            "default", SemanticQuery(text="water use", top_k=10, filters=german)
+        )
+        assert [(h.doc_id, h.keywords.get("language")) for h in dense] == [("n-de", ("de",))]
+        # The registry knows it too: a delete by language takes the German one only.
+        result = await assembly.core.delete("default", filters=german)
+        assert (result.matched, result.deleted, list(result.doc_ids)) == (1, 1, ["n-de"])
+    finally:
+        await assembly.close()
