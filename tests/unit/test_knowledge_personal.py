@@ -329,3 +329,35 @@ async def test_link_mentions_embeds_once_and_links_as_one_by_one(store: Personal
     }
     assert together[1].chosen == personal_entity_id("Marrowgate Bank")
     assert together[2].chosen is None
+
+
+async def test_store_deletes_first_only_what_the_engines_may_hold(store: PersonalStore) -> None:
+    deleted: list[str] = []
+    delete = store.lexical.delete
+
+    async def spy(tenant: str, doc_ids: Sequence[str]) -> int:
+        deleted.extend(doc_ids)
+        return await delete(tenant, doc_ids)
+
+    store.lexical.delete = spy  # type: ignore[method-assign]
+    # A new document: nothing to delete; a new one without facts: nothing at all.
+    assert (await store.put("acme", "d1", BANK_DOC)).counts["aspect"] == 1
+    empty = await store.put("acme", "d2", [])
+    assert (sum(empty.counts.values()), empty.removed, deleted) == (0, 0, [])
+    # A document it holds is replaced: its facts are deleted first.
+    replaced = await store.put("acme", "d1", [description("Marrowgate Bank", "A lender.")])
+    assert (replaced.removed, deleted) == (4, ["d1"])
+    assert await bm25(store, "acme", "coal lending") == ["Marrowgate Bank: A lender."]
+    # A write that failed half-way leaves the document unsettled: the next one deletes.
+    index = store.lexical.index
+
+    async def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk full")
+
+    store.lexical.index = fail  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await store.put("acme", "d3", [aspect("Norvale Copper", "output", "Output rose.")])
+    store.lexical.index = index  # type: ignore[method-assign]
+    await store.put("acme", "d3", [aspect("Norvale Copper", "output", "Output rose.")])
+    assert deleted == ["d1", "d3"]
+    assert [f.text() for f in await store.retrieve("acme", "output rose", 3)]

@@ -391,6 +391,8 @@ class PersonalStore:
         # One writer per tenant: two Store calls for one tenant's document must
         # not interleave their delete and write.
         self._writing: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # (tenant, doc_id) of writes begun and not finished (a failure half-way).
+        self._unsettled: set[tuple[str, str]] = set()
 
     async def warm_up(self) -> None:
         if self._lock is not None:
@@ -446,10 +448,19 @@ class PersonalStore:
         stored = [_with_source(f, doc_id) for f in facts]
         texts = [fact_text(f) for f in stored]
         vectors = await asyncio.to_thread(self.encode, texts) if texts else None
+        key = (tenant, doc_id)
         async with self._writing[tenant]:
             removed = len(view.document_facts(doc_id))
-            await self.lexical.delete(tenant, [doc_id])
-            await self.vectors.delete_documents(tenant, [doc_id])
+            # A document this process has not seen holds nothing in either engine
+            # (the view is loaded from the vector store, and a write that failed
+            # half-way leaves its key unsettled): nothing to delete first, and
+            # without facts nothing to do. Each engine write costs commits.
+            if doc_id in view.documents or key in self._unsettled:
+                await self.lexical.delete(tenant, [doc_id])
+                await self.vectors.delete_documents(tenant, [doc_id])
+            elif not stored:
+                return StoreResult(dict.fromkeys(FORMS, 0), 0, (), 0)
+            self._unsettled.add(key)
             if stored:
                 assert vectors is not None
                 await self.lexical.index(
@@ -475,6 +486,7 @@ class PersonalStore:
                     [Point(doc_id, ARTICLE_INDEX, mean / max(float(np.linalg.norm(mean)), 1e-9))],
                 )
             view.replace(doc_id, stored, vectors if vectors is not None else _empty())
+            self._unsettled.discard(key)
         counts: dict[Form, int] = dict.fromkeys(FORMS, 0)
         refs: dict[str, EntityRef] = {}
         for fact in stored:
@@ -494,6 +506,7 @@ class PersonalStore:
             for doc_id in doc_ids:
                 removed += len(view.document_facts(doc_id))
                 view.replace(doc_id, [], _empty())
+                self._unsettled.discard((tenant, doc_id))
         return removed
 
     async def retrieve(self, tenant: str, query: str, top_k: int) -> list[Fact]:
