@@ -21,7 +21,9 @@ from attest.knowledge.kb import (
 )
 from attest.knowledge.kbqa import KINDS, evaluate, gold, load_items, report
 from attest.knowledge.planner import HeuristicPlanner
+from attest.knowledge.planner_eval import evaluate_planner, format_report
 from attest.knowledge.plans import OPERATIONS, Interpreter, PlanLimits, validate_program
+from attest.knowledge.settings import KnowledgeSettings
 from attest.semantic.embedding import Embedder
 from tests.unit.plan_steps import step
 
@@ -377,3 +379,28 @@ def test_heuristic_planner_accuracy_on_the_qa_set(kb: EsgKnowledgeBase) -> None:
     # The issue's examples: the topics of Environment, Scope 2 emissions and Emissions,
     # and what greenhouse gas emission measures (and is a measure of).
     assert {"esg-03", "esg-06", "esg-22"} <= right
+
+
+async def test_eval_planner_reports_the_same_figures(kb: EsgKnowledgeBase) -> None:
+    """`attest kb eval-planner --planner heuristic`: kbqa's scoring, with halves both ways."""
+    figures = (await evaluate_planner("heuristic", QA_SET, settings=KnowledgeSettings(), kb=kb))[
+        "heuristic"
+    ]
+    planner = HeuristicPlanner(kb, LIMITS)
+    outcomes = evaluate(load_items(QA_SET), kb.graph, planner.plan, Interpreter(kb, LIMITS).run)
+    expected = report(outcomes)
+    assert figures["questions"] == 48
+    assert figures["accuracy"] == expected["accuracy"]
+    assert figures["right"] == sum(o.correct for o in outcomes)
+    for kind, (value, count) in expected["by_kind"].items():
+        right, n = figures["by_kind"][kind]
+        assert (right / n, n) == (value, count)
+    assert [r / n for r, n in figures["by_parity"].values()] == [
+        v for v, _ in expected["by_half"].values()
+    ]
+    first, second = figures["by_half"]["first"], figures["by_half"]["second"]
+    assert first[1] == second[1] == 24
+    assert first[0] + second[0] == figures["right"]
+    lines = format_report({"heuristic": figures})
+    assert lines[0].startswith(f"heuristic: {figures['right']}/48 right")
+    assert lines[2].startswith(f"  by half: first {first[0]}/24, second {second[0]}/24; odd items")
