@@ -163,14 +163,21 @@ async def test_state_survives_reopening(backend, tmp_path):
         await reopened.close()
 
 
-async def test_an_index_of_an_earlier_layout_is_unavailable_with_what_to_do(tmp_path: Path):
-    # A documents index with the per-field keyword layout used before.
+async def test_an_earlier_index_whose_records_have_no_tenant_is_unavailable(tmp_path: Path):
+    # An index of the earlier layout is rebuilt in the current one when opened
+    # (tests/unit/test_tantivy_earlier_layout.py), from the tenant each record was
+    # indexed under; one whose records have none cannot be, and is left as it is.
     earlier = tantivy.SchemaBuilder()
     earlier.add_text_field("doc_id", stored=True, tokenizer_name="raw")
     earlier.add_text_field("organizations", stored=True, tokenizer_name="raw")
     path = tmp_path / "lexical" / "unit-documents"
     path.mkdir(parents=True)
-    tantivy.Index(earlier.build(), path=str(path), reuse=True)
+    index = tantivy.Index(earlier.build(), path=str(path), reuse=True)
+    writer = index.writer(15_000_000, 1)
+    writer.add_document(tantivy.Document(doc_id="d1", organizations=["Acme"]))
+    writer.commit()
+    writer.wait_merging_threads()
     backend = TantivyBackend(LexicalSettings(data_dir=tmp_path, index_name="unit"))
-    with pytest.raises(Unavailable, match="earlier layout; move it away and index the documents"):
+    with pytest.raises(Unavailable, match="1 of its 1 records have no tenant to rebuild them"):
         await backend.warm_up()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["unit-documents"]

@@ -13,6 +13,15 @@ the schema: ``keyword_terms``, one indexed term ``<field>\x1f<value>`` per
 value (case-folded for a folded field), which the filters match, and
 ``keywords``, the fields as stored JSON. tantivy cannot add a field to an
 existing index, so declaring a keyword field changes no schema.
+
+An index written with the earlier layout (one schema field per keyword
+field, before ``keyword_terms``) is rebuilt in this layout when it is opened,
+from its own stored records: the tenant of each record, which was indexed but
+not stored, comes back from the term dictionary of ``tenant``. The new index
+is built beside the old one (``<name>.rebuilding``) and swapped in by renames,
+and the earlier index is kept as ``<name>.earlier-layout-<time>``; a start
+interrupted at any step completes or restarts the rebuild, and an index
+already in this layout is never rebuilt again.
 """
 
 from __future__ import annotations
@@ -20,6 +29,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shutil
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +42,7 @@ import tantivy
 from attest.core.common import Filters
 from attest.core.document import (
     BY_NAME,
+    Keywords,
     keywords_from_stored,
     keywords_to_stored,
 )
@@ -109,6 +122,13 @@ def _keyword_term(name: str, value: str) -> str:
     return f"{name}{_KEY_SEPARATOR}{BY_NAME[name].key(value)}"
 
 
+def _keyword_fields(keywords: Keywords) -> dict[str, Any]:
+    return {
+        KEYWORD_TERMS: [_keyword_term(n, v) for n, vs in keywords.items() for v in vs],
+        KEYWORDS: json.dumps(keywords_to_stored(keywords), sort_keys=True).encode(),
+    }
+
+
 def _first(doc: dict[str, list[Any]], name: str, default: Any = None) -> Any:
     values = doc.get(name) or []
     return values[0] if values else default
@@ -140,18 +160,17 @@ class _LevelIndex:
     """One tantivy index (documents or passages) with its single writer."""
 
     def __init__(self, path: Path, heap: int) -> None:
+        _complete_rebuild(path)
         path.mkdir(parents=True, exist_ok=True)
         try:
-            self.index = tantivy.Index(_schema(), path=str(path), reuse=True)
+            self.index = _open_current(path)
         except ValueError as err:
             if "schema does not match" not in str(err):
                 raise
             # tantivy cannot change an existing index's fields: one written
-            # with an earlier layout must be built again.
-            raise Unavailable(
-                f"the tantivy index at {path} was written with an earlier layout; "
-                "move it away and index the documents again (attest ingest)"
-            ) from err
+            # with the earlier layout is rebuilt in this one.
+            _rebuild_earlier_layout(path, heap)
+            self.index = _open_current(path)
         self.index.register_tokenizer(ANALYZER, english_analyzer())
         self.writer = self.index.writer(heap, 1)
         self.schema = self.index.schema
@@ -212,8 +231,7 @@ class TantivyBackend:
             "tenant": tenant,
             "doc_id": doc.id,
             "title": doc.title,
-            KEYWORD_TERMS: [_keyword_term(n, v) for n, vs in doc.keywords.items() for v in vs],
-            KEYWORDS: json.dumps(keywords_to_stored(doc.keywords), sort_keys=True).encode(),
+            **_keyword_fields(doc.keywords),
             "source_url": doc.source_url,
         }
         if doc.published_at is not None:
@@ -430,3 +448,171 @@ def _clamp(value: datetime | None) -> datetime | None:
 
 def _any(level: _LevelIndex, field: str, values: list[str]) -> tantivy.Query:
     return tantivy.Query.boolean_query([(Should, level.term(field, v)) for v in values])
+
+
+# -- the earlier layout ------------------------------------------------------------
+
+# The stored fields a record of the earlier layout keeps as they are; its keyword
+# fields move into KEYWORD_TERMS and KEYWORDS, and ``key`` and ``tenant`` (indexed,
+# not stored) are written again from the tenant its record was found under.
+_CARRIED = (
+    "doc_id",
+    "passage_index",
+    "passage_count",
+    "title",
+    "text",
+    "published_at",
+    "source_url",
+    "metadata",
+)
+
+
+def _open_current(path: Path) -> tantivy.Index:
+    return tantivy.Index(_schema(), path=str(path), reuse=True)
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _sync_dir(path: Path) -> None:
+    """Makes the renames, creations and removals in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _complete_rebuild(path: Path) -> Path | None:
+    """Completes or undoes a rebuild of the index at ``path``; the earlier index's new path.
+
+    ``<name>.rebuilt`` is written only once ``<name>.rebuilding`` holds every
+    record: with it the two are swapped (the earlier index moved aside first),
+    whichever step a stop interrupted. Without it the earlier index is still
+    untouched, and the rebuild starts over (removing a partial one) when it is
+    opened, holding its writer.
+    """
+    building, done = _beside(path, ".rebuilding"), _beside(path, ".rebuilt")
+    aside = None
+    if done.exists():
+        if building.exists():
+            if path.exists():
+                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+                aside = _beside(path, f".earlier-layout-{stamp}")
+                n = 1
+                while aside.exists():
+                    n += 1
+                    aside = _beside(path, f".earlier-layout-{stamp}-{n}")
+                path.rename(aside)
+            building.rename(path)
+        done.unlink()
+        _sync_dir(path.parent)
+    return aside
+
+
+def _earlier_records(path: Path, index: tantivy.Index) -> dict[str, list[Any]]:
+    """The address of every record of an index of the earlier layout, by tenant."""
+    searcher = index.searcher()
+    total = searcher.num_docs
+    out: dict[str, list[Any]] = {}
+    if not total:
+        return out
+    try:
+        # The term dictionary still counts deleted records; the searches do not.
+        tenants = searcher.terms_with_prefix("tenant", "")
+    except ValueError:
+        tenants = []
+    for tenant, frequency in tenants:
+        query = tantivy.Query.term_query(index.schema, "tenant", tenant)
+        hits = searcher.search(query, max(int(frequency), 1), count=False).hits
+        if hits:
+            out[str(tenant)] = [address for _, address in hits]
+    placed = sum(len(a) for a in out.values())
+    if placed != total:
+        raise Unavailable(
+            f"the tantivy index at {path} was written with an earlier layout, and "
+            f"{total - placed} of its {total} records have no tenant to rebuild them under; "
+            "move it away and index the documents again (attest ingest)"
+        )
+    return out
+
+
+def _current_record(tenant: str, stored: dict[str, list[Any]]) -> tantivy.Document:
+    fields: dict[str, Any] = {name: stored[name] for name in _CARRIED if stored.get(name)}
+    fields.update(
+        key=_key(tenant, str(_first(stored, "doc_id", ""))),
+        tenant=tenant,
+        **_keyword_fields(keywords_from_stored(stored)),
+    )
+    return tantivy.Document(**fields)
+
+
+def _write_current(
+    path: Path, earlier: tantivy.Index, records: dict[str, list[Any]], heap: int
+) -> None:
+    """Writes ``records`` of ``earlier`` to ``<name>.rebuilding`` in the current layout."""
+    building = _beside(path, ".rebuilding")
+    if building.exists():
+        shutil.rmtree(building)
+    building.mkdir()
+    index = tantivy.Index(_schema(), path=str(building))
+    index.register_tokenizer(ANALYZER, english_analyzer())
+    writer = index.writer(heap, 1)
+    searcher = earlier.searcher()
+    for tenant, addresses in records.items():
+        for address in addresses:
+            writer.add_document(_current_record(tenant, searcher.doc(address).to_dict()))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    rebuilt = index.searcher()
+    for tenant, addresses in records.items():
+        query = tantivy.Query.term_query(index.schema, "tenant", tenant)
+        found = int(getattr(rebuilt.search(query, 1, count=True), "count", 0) or 0)
+        if found != len(addresses):
+            raise Unavailable(
+                f"rebuilding the tantivy index at {path} wrote {found} of tenant "
+                f"{tenant!r}'s {len(addresses)} records; the earlier index is unchanged"
+            )
+
+
+def _rebuild_earlier_layout(path: Path, heap: int) -> None:
+    """Rebuilds the index at ``path``, of the earlier layout, in the current one.
+
+    Every live record is written again with its tenant, stored fields and
+    keyword values, so searches, filters and counts answer as before. The
+    earlier index is kept beside it (``<name>.earlier-layout-<time>``).
+    """
+    started = time.monotonic()
+    earlier = tantivy.Index.open(str(path))
+    # Its writer, held until the rebuild is complete, keeps a second process
+    # from rebuilding the same index at the same time.
+    lock = earlier.writer(heap, 1)
+    try:
+        records = _earlier_records(path, earlier)
+        total = sum(len(a) for a in records.values())
+        log.info(
+            "the tantivy index at %s has an earlier layout: rebuilding its %d records "
+            "(%d tenants) in the current one",
+            path,
+            total,
+            len(records),
+        )
+        _write_current(path, earlier, records, heap)
+        _beside(path, ".rebuilt").touch()
+        _sync_dir(path.parent)
+    finally:
+        lock.rollback()
+        lock.wait_merging_threads()
+        del lock, earlier
+    aside = _complete_rebuild(path)
+    log.info(
+        "rebuilt the tantivy index at %s in the current layout: %d records of %d tenants "
+        "in %.1f s; the earlier index is kept at %s and can be removed",
+        path,
+        total,
+        len(records),
+        time.monotonic() - started,
+        aside,
+    )
