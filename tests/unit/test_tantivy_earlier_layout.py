@@ -9,13 +9,19 @@ import logging
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tantivy
 
+from attest.common.v1 import common_pb2
+from attest.core.common import Filters
+from attest.core.context import tenant_var
 from attest.lexical.backends.tantivy import TantivyBackend, english_analyzer
-from attest.lexical.models import DocumentIn, Filters, Level, PassageIn, SearchQuery
+from attest.lexical.models import DocumentIn, Hit, Level, PassageIn, SearchQuery
+from attest.lexical.servicer import LexicalServicer
 from attest.lexical.settings import LexicalSettings
+from attest.lexical.v1 import lexical_pb2
 
 WATER = DocumentIn(
     id="w1",
@@ -94,7 +100,7 @@ def write_earlier_layout(data_dir: Path, name: str, tenants: dict[str, list[Docu
         for tenant, documents in tenants.items():
             for doc in documents:
                 key = f"{tenant}\x1f{doc.id}"
-                shared = {
+                shared: dict[str, Any] = {
                     "key": key,
                     "tenant": tenant,
                     "doc_id": doc.id,
@@ -160,7 +166,7 @@ def queries() -> Iterator[SearchQuery]:
             yield SearchQuery(text="water emissions permit", top_k=10, level=level, filters=f)
 
 
-def answers(hits: Sequence) -> list[tuple]:
+def answers(hits: Sequence[Hit]) -> list[tuple[Any, ...]]:
     return [
         (
             h.doc_id,
@@ -274,3 +280,39 @@ async def test_a_partial_rebuild_is_thrown_away_and_done_again(earlier, referenc
     finally:
         await backend.close()
     assert not partial.exists()
+
+
+async def test_the_lexical_service_opens_an_earlier_layout_and_answers_per_tenant(earlier):
+    # The path `attest serve all --embedded` and `attest demo` take: the
+    # servicer's warm-up opens the backend, which rebuilds the index.
+    servicer = LexicalServicer(LexicalSettings(data_dir=earlier, index_name="unit"))
+    await servicer.warm_up()
+    try:
+
+        async def search(
+            tenant: str, organization: str, level: lexical_pb2.SearchLevel.ValueType
+        ) -> list[tuple[str, int]]:
+            token = tenant_var.set(tenant)
+            try:
+                request = lexical_pb2.SearchRequest(
+                    query="water emissions",
+                    top_k=10,
+                    level=level,
+                    filters=[common_pb2.Filter(field="organization", any_of=[organization])],
+                )
+                response = await servicer.Search(request, None)  # type: ignore[arg-type]
+            finally:
+                tenant_var.reset(token)
+            return [(h.doc_id, h.passage_index) for h in response.hits]
+
+        document, passage = lexical_pb2.SEARCH_LEVEL_DOCUMENT, lexical_pb2.SEARCH_LEVEL_PASSAGE
+        assert await search("acme", "brightwater utilities", document) == [("w1", -1)]
+        assert sorted(await search("acme", "BRIGHTWATER UTILITIES", passage)) == [
+            ("w1", 0),
+            ("w1", 1),
+        ]
+        assert await search("beta", "brightwater utilities", document) == []
+        assert await search("beta", "riverside mills", passage) == [("w1", 0)]
+        assert await search("gamma", "riverside mills", document) == []
+    finally:
+        await servicer.close()
