@@ -30,6 +30,7 @@ from attest.answer.options import Plan
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
+from attest.core.document import keywords_to_message
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate.v1 import generate_pb2
 from attest.knowledge.v1 import knowledge_pb2
@@ -308,6 +309,7 @@ class AnswerPipeline:
         )
         if c.published_at is not None:
             source.published_at.CopyFrom(c.published_at)  # type: ignore[arg-type]
+        keywords_to_message(c.keywords, source)
         out = answer_pb2.AnswerSource(source=source, added_for_sentence=-1)
         for name in ("bm25", "dense", "kg", "fused"):
             value = getattr(c, name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from attest.core.document import Keywords
+
 
 class Mode(StrEnum):
     LLM = "llm"
@@ -37,6 +39,8 @@ class Source:
     source_url: str = ""
     published_at: object | None = None  # datetime; kept opaque here
     summary: str = ""
+    # The document's keyword fields (attest.core.document), passed through.
+    keywords: Keywords = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, int]:

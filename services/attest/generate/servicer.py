@@ -14,6 +14,7 @@ from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.common import from_timestamp, to_timestamp
 from attest.core.context import budget
+from attest.core.document import keywords_from_message, keywords_to_message
 from attest.core.errors import InvalidArgument, Unavailable
 from attest.core.rpc_errors import from_rpc
 from attest.generate.models import (
@@ -107,6 +108,7 @@ def sources_from_proto(
                     s.published_at, s.HasField("published_at"), f"{where}.published_at"
                 ),
                 summary=s.summary,
+                keywords=keywords_from_message(s, where),
             )
         )
     return out
@@ -132,6 +134,7 @@ def source_to_proto(s: Source) -> common_pb2.Source:
     stamp = to_timestamp(s.published_at) if s.published_at is not None else None  # type: ignore[arg-type]
     if stamp is not None:
         out.published_at.CopyFrom(stamp)
+    keywords_to_message(s.keywords, out)
     return out
 
 
@@ -362,6 +365,7 @@ class Researcher:
                             title=hit.title,
                             text=text,
                             source_url=hit.source_url,
+                            keywords=hit.keywords,
                         )
                     )
             return out

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, TypeVar
 
 from attest.common.v1 import common_pb2
+from attest.core.document import keywords_from_message, merge_keywords
 from attest.core.errors import DeadlineExceeded, Unavailable
 from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
@@ -105,6 +106,9 @@ class Hit:
     summary: str = ""
     source_url: str = ""
     published_at: object | None = None  # a protobuf Timestamp when known
+    # The document's keyword fields (attest.core.document), from the first
+    # retriever that returned each.
+    keywords: dict[str, tuple[str, ...]] = field(default_factory=dict)
     bm25: float | None = None
     dense: float | None = None
     kg: float | None = None
@@ -259,6 +263,7 @@ async def retrieve(
                 c.bm25 = h.score
                 c.title = c.title or h.title
                 c.source_url = c.source_url or h.source_url
+                merge_keywords(c.keywords, keywords_from_message(h))
                 c.add_passage(h.passage_index, h.text, rank)
                 items.append((key, float(h.score)))
             return Ranked("bm25", items)
@@ -274,6 +279,7 @@ async def retrieve(
             c = hit(h.doc_id, h.doc_id)
             c.bm25 = h.score
             c.title, c.body, c.source_url = h.title, h.text, h.source_url
+            merge_keywords(c.keywords, keywords_from_message(h))
             if h.HasField("published_at"):
                 c.published_at = h.published_at
         for rank, h in enumerate(passages.hits):
@@ -323,6 +329,7 @@ async def retrieve(
                     c.dense = h.dense_score
                 c.title = c.title or h.title
                 c.source_url = c.source_url or h.source_url
+                merge_keywords(c.keywords, keywords_from_message(h))
                 c.add_passage(h.passage_index, h.text, rank)
                 items.append((key, float(h.score)))
             return Ranked(name, items)
@@ -345,6 +352,7 @@ async def retrieve(
             c.title = c.title or h.title
             c.summary = c.summary or h.text
             c.source_url = c.source_url or h.source_url
+            merge_keywords(c.keywords, keywords_from_message(h))
             if c.published_at is None and h.HasField("published_at"):
                 c.published_at = h.published_at
             items.append((key, float(h.score)))
@@ -406,6 +414,7 @@ async def retrieve(
             c.facts[index] = provenance[(doc_id, index)]
             c.title = c.title or h.title
             c.source_url = c.source_url or h.source_url
+            merge_keywords(c.keywords, keywords_from_message(h))
             if c.published_at is None and h.HasField("published_at"):
                 c.published_at = h.published_at
             if key not in scored:
