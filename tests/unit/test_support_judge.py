@@ -19,6 +19,9 @@ from attest.generate.judge import (
     JudgeModels,
     SupportJudge,
     combine,
+    relation_cover,
+    relation_stems,
+    same_word,
     sentence_features,
     support_features,
 )
@@ -74,6 +77,38 @@ def test_features_read_claims_numbers_and_negation() -> None:
     assert x[2, F["negation"]] == 1.0
     assert x[0, F["negation"]] == 0.0
     assert x[0, F["claims"]] > x[1, F["claims"]]
+
+
+def test_the_relation_asked_is_what_the_question_says_beyond_its_names() -> None:
+    assert relation_stems("Who won the women's singles Wimbledon in 2019?") == {
+        "won",
+        "women",
+        "singl",
+    }
+    assert relation_stems("Who is the director of the Avatar movie?") == {"director", "movi"}
+    assert relation_stems("Norvale Copper?") == set()
+    # Word families, not spellings: a shared prefix of four letters or more.
+    assert same_word("acquir", "acquisit")
+    assert same_word("direct", "director")
+    assert not same_word("won", "win")
+    assert not same_word("cart", "carbon")
+
+
+def test_a_sentence_naming_the_event_but_not_the_relation_answers_less() -> None:
+    question = "Who won the women's singles Wimbledon in 2019?"
+    heading = "Wimbledon 2019: women's singles draw with Serena Williams and Johanna Konta."
+    answer = "Simona Halep won the women's singles at Wimbledon in 2019."
+    relation = relation_stems(question)
+    assert relation_cover(relation, {"wimbledon", "2019", "women", "singl"}) == pytest.approx(2 / 3)
+    x = JUDGE.features(question, [heading, answer], [heading, answer])
+    assert x[0, 0, F["relation_in_sentence"]] == pytest.approx(2 / 3)
+    assert x[1, 0, F["relation_in_sentence"]] == 1.0
+    # The shipped answer model counts it: the heading, as well supported by
+    # its own source, is the less likely answer.
+    weights = dict(zip(SENTENCE_FEATURES, JUDGE.models.answer.weights, strict=True))
+    assert weights["relation_in_sentence"] > 0
+    conf = JUDGE.judge(question, [heading, answer], [heading, answer])
+    assert conf[1, 1] > conf[0, 0]
 
 
 def test_a_quoted_sentence_answering_another_question_is_not_confident() -> None:

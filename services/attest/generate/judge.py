@@ -108,6 +108,8 @@ FEATURES: tuple[str, ...] = (
     "question_names",  # share of the names the question mentions that the source mentions
     "names_in_sentence",  # share of the names the question mentions that the sentence mentions
     "question_in_sentence",  # share of the question's content-word stems in the sentence
+    "relation_in_sentence",  # share of what the question asks of its names (``relation_stems``)
+    # that the sentence says, word families matched (``same_word``)
 )
 
 # The support model reads only what compares the sentence with the source:
@@ -134,6 +136,9 @@ SENTENCE_FEATURES: tuple[str, ...] = (
     "question_in_sentence",  # it says what the question asks about, not just something near it
     "best_support",  # its best support probability over the sources
     "second_support",  # the second best (corroboration)
+    # It says the relation asked about: "Wimbledon 2019 - women's singles: Serena
+    # Williams and Johanna Konta" names the event but not who won it.
+    "relation_in_sentence",
 )
 
 _NEGATION = re.compile(
@@ -237,6 +242,37 @@ def question_names(question: str) -> set[str]:
     return {re.sub(r"['’]s$", "", t) for t in key_terms(question) if any(ch.isalpha() for ch in t)}
 
 
+def relation_stems(question: str) -> set[str]:
+    """What a question asks of the things it names: the stems of its content
+    words that are neither its names (``question_names``) nor numbers, e.g.
+    "won", "women", "singl" for "Who won the women's singles Wimbledon in
+    2019?"."""
+    names = {stem(n) for n in question_names(question)}
+    return {stem(t) for t in content_tokens(question) if not _DIGITS.search(t)} - names
+
+
+def same_word(a: str, b: str) -> bool:
+    """Whether two stems are of one word family: equal, or sharing a prefix of
+    at least four letters that is at least 60 % of the shorter one
+    ("acquir" and "acquisit", "direct" and "director"; not "won" and "win")."""
+    if a == b:
+        return True
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n >= 4 and n >= 0.6 * min(len(a), len(b))
+
+
+def relation_cover(relation: set[str], words: set[str]) -> float:
+    """Share of the ``relation`` stems that ``words`` has a word of the same
+    family for; 1 when the question asks nothing beyond its names."""
+    if not relation:
+        return 1.0
+    return sum(any(same_word(r, w) for w in words) for r in relation) / len(relation)
+
+
 def grounded(question: str, pairs: Sequence[tuple[str, str]]) -> bool:
     """Whether an answer is about what the question names: some (sentence,
     cited source) pair mentions at least half of the question's names
@@ -328,6 +364,7 @@ class SupportJudge:
             len(q_names & _name_words(s)) / len(q_names) if q_names else 0.0 for s in sources
         ]
         q_stems = _stems(question)
+        relation = relation_stems(question)
         q_cover = np.array(
             [len(q_stems & st) / len(q_stems) if q_stems else 0.0 for st in source_stems]
         )
@@ -350,6 +387,7 @@ class SupportJudge:
             keys = key_terms(strip_dateline(sentence))
             words = _stems(sentence)
             asked_in_sentence = len(q_stems & words) / len(q_stems) if q_stems else 0.0
+            relation_said = relation_cover(relation, words)
             numbers = {k for k in keys if _DIGITS.search(k)}
             negated = _negated(sentence)
             fact = None
@@ -403,6 +441,7 @@ class SupportJudge:
                 f[13] = name_cover[j]
                 f[14] = in_sentence
                 f[15] = asked_in_sentence
+                f[16] = relation_said
         out[:, :, 0] = lift(out[:, :, 0])
         out[:, :, 6] = lift(out[:, :, 6])
         out[:, :, 11] = lift(out[:, :, 11])
@@ -471,6 +510,7 @@ def sentence_features(
             x[:, :, col["question_in_sentence"]].max(axis=1),
             ranked[:, -1],
             second,
+            x[:, :, col["relation_in_sentence"]].max(axis=1),
         ],
         axis=1,
     )
