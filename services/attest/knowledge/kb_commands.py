@@ -370,7 +370,13 @@ def search(question: str, program: str, top_k: int, address: str | None, timeout
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="The first N questions only.")
 @click.option("--verbose", is_flag=True, help="A line per question: right or wrong, the program.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the figures to this file as JSON.",
+)
 def eval_planner(
     planner: str, qa_set: Path, limit: int | None, verbose: bool, json_path: Path | None
 ) -> None:
