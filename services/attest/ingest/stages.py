@@ -113,41 +113,64 @@ class Enricher:
 def abstractive_summaries(records: Sequence[Record], address: str, timeout: float) -> int:
     """Replace the extractive summaries of ``records`` by the generate service's
     (query-independent) ones; returns how many were replaced. A failed call
-    raises the Attest error of a failed dependency (``attest.core.rpc_errors``)."""
-    import grpc
+    raises the Attest error of a failed dependency (``attest.core.rpc_errors``).
+
+    The call goes through the process's channel factory
+    (``attest.core.channels.create_channel``): its TLS, service token, retry
+    policy and deadline cap, like every other call to another service. Ingest
+    runs this from worker threads and Celery tasks, where no event loop runs,
+    so the call gets a loop of its own."""
+    import asyncio
 
     from attest.common.v1 import common_pb2
-    from attest.core.rpc_errors import from_rpc
-    from attest.generate.v1 import generate_pb2, generate_pb2_grpc
+    from attest.generate.v1 import generate_pb2
 
     if not records:
         return 0
-    with grpc.insecure_channel(address) as channel:
-        stub = generate_pb2_grpc.GenerateServiceStub(channel)
-        try:
-            response = stub.Summarize(
-                generate_pb2.SummarizeRequest(
-                    sources=[
-                        common_pb2.Source(
-                            doc_id=r["article"]["id"],
-                            passage_index=-1,
-                            title=r["article"]["title"],
-                            text=r["article"]["body"][:100_000],
-                        )
-                        for r in records
-                    ],
-                    max_sentences=3,
-                ),
-                timeout=timeout,
+    request = generate_pb2.SummarizeRequest(
+        sources=[
+            common_pb2.Source(
+                doc_id=r["article"]["id"],
+                passage_index=-1,
+                title=r["article"]["title"],
+                text=r["article"]["body"][:100_000],
             )
-        except grpc.RpcError as err:
-            raise from_rpc(err, service="generate", dependency=True) from err
+            for r in records
+        ],
+        max_sentences=3,
+    )
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        response = asyncio.run(_summarize(address, request, timeout))
+    else:  # called on an event loop's thread: run the call beside it
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            response = pool.submit(asyncio.run, _summarize(address, request, timeout)).result()
     replaced = 0
     for summary in response.summaries:
         if 0 <= summary.source_index < len(records) and summary.summary.strip():
             records[summary.source_index]["summary"] = summary.summary.strip()
             replaced += 1
     return replaced
+
+
+async def _summarize(address: str, request: Any, seconds: float) -> Any:
+    import grpc
+
+    from attest.core.channels import create_channel
+    from attest.core.rpc_errors import from_rpc
+    from attest.generate.v1 import generate_pb2_grpc
+
+    channel = create_channel(address)
+    try:
+        stub = generate_pb2_grpc.GenerateServiceStub(channel)
+        return await stub.Summarize(request, timeout=seconds)
+    except grpc.RpcError as err:
+        raise from_rpc(err, service="generate", dependency=True) from err
+    finally:
+        await channel.close()
 
 
 # -- embed -------------------------------------------------------------------------
