@@ -217,6 +217,7 @@ async def step(
             result["start_s"] = round(time.perf_counter() - began, 2)
             if len(lines) > have:
                 loaded = await asyncio.to_thread(ingest_lines, address, lines[have:])
+            if len(lines) > have and loaded["indexed"]:  # none: the data dir held them
                 hook = times.extract_s + times.store_s
                 result["ingest"] = {
                     "articles": len(lines) - have,
