@@ -33,14 +33,12 @@ from attest.common.v1 import common_pb2
 from attest.core.document import keywords_to_message
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate.v1 import generate_pb2
-from attest.knowledge.v1 import knowledge_pb2
-from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
 
 # The knowledge helpers moved to the fan-out; these two are re-exported for
 # the benchmarks that import them from here.
 from attest.retrieval.fanout import FACT_PASSAGE_LOOKUP_TOP_K as FACT_PASSAGE_LOOKUP_TOP_K
-from attest.retrieval.fanout import Hit, Level, Limits, Query, retrieve
+from attest.retrieval.fanout import Hit, Level, Limits, Query, Searcher, retrieve
 from attest.retrieval.fanout import fact_passages as fact_passages
 from attest.retrieval.fusion import Ranked, fuse_with
 from attest.semantic.v1 import semantic_pb2
@@ -70,16 +68,9 @@ _GENERATE_STAGES = {
 }
 
 
-class Backends(Protocol):
-    """The services the pipeline calls; failures arrive as typed Attest errors."""
-
-    async def lexical_search(
-        self, request: lexical_pb2.SearchRequest, seconds: float
-    ) -> lexical_pb2.SearchResponse: ...
-
-    async def semantic_search(
-        self, request: semantic_pb2.SearchRequest, seconds: float
-    ) -> semantic_pb2.SearchResponse: ...
+class Backends(Searcher, Protocol):
+    """The services the pipeline calls: the fan-out's searches (``Searcher``)
+    and the rest; failures arrive as typed Attest errors."""
 
     async def explain(
         self, request: semantic_pb2.ExplainRequest, seconds: float
@@ -100,10 +91,6 @@ class Backends(Protocol):
     def generate(
         self, request: generate_pb2.AnswerRequest, seconds: float
     ) -> AsyncIterator[generate_pb2.AnswerResponse]: ...
-
-    async def knowledge_search(
-        self, request: knowledge_pb2.SearchRequest, seconds: float
-    ) -> knowledge_pb2.SearchResponse: ...
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from datetime import datetime
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from attest.common.v1 import common_pb2
-from attest.core.document import BY_FILTER, Keywords
+from attest.core.document import BY_FILTER, HasKeywords, Keywords
 from attest.core.errors import InvalidArgument
 from attest.core.validation import datetime_from_timestamp, parse_date
 
@@ -23,7 +23,7 @@ NO_MATCH = "\x00no-match"
 
 
 @dataclass(frozen=True, slots=True)
-class Filters:
+class Filters(HasKeywords):
     """Conjunctive restrictions; no values and None mean "no restriction".
 
     ``keywords`` maps a keyword field's name (``attest.core.document``) to the
@@ -33,14 +33,6 @@ class Filters:
     keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
-
-    @property
-    def organizations(self) -> tuple[str, ...]:
-        return self.keywords.get("organizations", ())
-
-    @property
-    def entity_ids(self) -> tuple[str, ...]:
-        return self.keywords.get("entity_ids", ())
 
     @property
     def restricts_keywords(self) -> bool:

@@ -71,6 +71,22 @@ _ISO_639_1_CODES = """
 ISO_639_1 = frozenset(_ISO_639_1_CODES.split())
 
 
+class HasKeywords:
+    """Read access by name to the first keyword fields, for models that keep
+    their keyword fields in ``keywords`` (a mixin: it adds no field)."""
+
+    __slots__ = ()
+    keywords: Keywords
+
+    @property
+    def organizations(self) -> tuple[str, ...]:
+        return self.keywords.get("organizations", ())
+
+    @property
+    def entity_ids(self) -> tuple[str, ...]:
+        return self.keywords.get("entity_ids", ())
+
+
 def language_code(value: str) -> str:
     """An ISO 639-1 code, in lower case."""
     code = value.strip().lower()

@@ -21,6 +21,7 @@ from typing import Any
 from attest.core import validation
 from attest.core.document import (
     KEYWORD_FIELDS,
+    HasKeywords,
     Keywords,
     keywords_from_stored,
     keywords_to_stored,
@@ -60,7 +61,7 @@ class ItemError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Article:
+class Article(HasKeywords):
     """A validated, normalized document."""
 
     id: str
@@ -71,14 +72,6 @@ class Article:
     # The keyword fields (attest.core.document) by name.
     keywords: Keywords = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def organizations(self) -> tuple[str, ...]:
-        return self.keywords.get("organizations", ())
-
-    @property
-    def entity_ids(self) -> tuple[str, ...]:
-        return self.keywords.get("entity_ids", ())
 
     def to_json(self) -> dict[str, Any]:
         """JSON for Celery and the job store: each keyword field a list under its name."""

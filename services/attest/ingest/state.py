@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from attest.core.document import Keywords, keywords_from_stored
+from attest.core.document import HasKeywords, Keywords, keywords_from_stored
 from attest.core.errors import FailedPrecondition
 
 log = logging.getLogger(__name__)
@@ -596,7 +596,7 @@ class JobSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
-class RegistryEntry:
+class RegistryEntry(HasKeywords):
     """What the stores hold for one document: its version and what it produced."""
 
     content_hash: str
@@ -604,14 +604,6 @@ class RegistryEntry:
     # The keyword fields (attest.core.document) by name, for deletes by filter.
     keywords: Keywords = field(default_factory=dict)
     published_at: str | None = None
-
-    @property
-    def organizations(self) -> tuple[str, ...]:
-        return self.keywords.get("organizations", ())
-
-    @property
-    def entity_ids(self) -> tuple[str, ...]:
-        return self.keywords.get("entity_ids", ())
 
     def to_json(self) -> str:
         # [hash, passages, organizations, entity_ids, published_at] as first

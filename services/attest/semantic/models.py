@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from attest.core.common import Filters
-from attest.core.document import Keywords
+from attest.core.document import HasKeywords, Keywords
 
 Vector = npt.NDArray[np.float32]
 
@@ -49,7 +49,7 @@ class PassageIn:
 
 
 @dataclass(frozen=True)
-class SemanticDoc:
+class SemanticDoc(HasKeywords):
     id: str
     title: str
     body: str
@@ -60,14 +60,6 @@ class SemanticDoc:
     keywords: Keywords = field(default_factory=dict)
     passages: tuple[PassageIn, ...] = ()
     article_vector: Vector | None = None
-
-    @property
-    def organizations(self) -> tuple[str, ...]:
-        return self.keywords.get("organizations", ())
-
-    @property
-    def entity_ids(self) -> tuple[str, ...]:
-        return self.keywords.get("entity_ids", ())
 
 
 @dataclass(frozen=True)
