@@ -166,3 +166,38 @@ def test_one_server_at_a_time_on_a_personal_base(cli: CliRunner) -> None:
 
     asyncio.run(scenario())
     assert run(cli, "link", "GHG emissions").startswith("'GHG emissions' -> greenhouse-gas")
+
+
+def test_eval_planner_refuses_an_unwritable_json_path_before_evaluating(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    """A --json path that cannot be written is an error at once (not a
+    traceback after the whole evaluation)."""
+    (tmp_path / "a-file").write_text("x")
+    result = cli.invoke(
+        kb, ["eval-planner", "--limit", "1", "--json", str(tmp_path / "a-file" / "out.json")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--json" in result.output
+    assert "cannot write" in result.output
+    assert "right" not in result.output  # nothing was evaluated
+
+
+def test_eval_planner_fails_when_the_llm_planned_nothing(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an LLM that never answers every question falls back to the
+    heuristic planner: the command says so and exits 1 instead of reporting
+    the heuristic planner's accuracy as the LLM's."""
+    monkeypatch.setattr("attest.knowledge.planner_eval.Embedder", TrigramEmbedder)
+    monkeypatch.setenv("ATTEST_KNOWLEDGE_LLM__URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("ATTEST_KNOWLEDGE_LLM__KIND", "openai")
+    monkeypatch.setenv("ATTEST_KNOWLEDGE_LLM__MAX_ATTEMPTS", "1")
+    out = tmp_path / "figures.json"
+    result = cli.invoke(
+        kb, ["eval-planner", "--planner", "llm", "--limit", "1", "--json", str(out)]
+    )
+    assert result.exit_code == 1, result.output
+    assert "the LLM planned none of the questions" in result.output
+    assert "the llm and hybrid figures above are the heuristic planner's" in result.output
+    assert json.loads(out.read_text())["llm"]["llm_plans_used"] == 0

@@ -384,14 +384,38 @@ def eval_planner(
     from attest.core.errors import AttestError
     from attest.knowledge.planner_eval import evaluate_planner, format_report
 
+    created = False
+    if json_path is not None:
+        # Before the evaluation (which can take minutes with an LLM): a path
+        # that cannot be written is an error now, not a traceback at the end.
+        created = not json_path.exists()
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            with json_path.open("a", encoding="utf-8"):
+                pass
+        except OSError as err:
+            raise click.BadParameter(
+                f"cannot write {str(json_path)!r}: {err.strerror or err}", param_hint="--json"
+            ) from err
     try:
         figures = asyncio.run(
             evaluate_planner(planner, qa_set, limit, echo=click.echo, verbose=verbose)
         )
-    except AttestError as err:
-        raise click.ClickException(err.details) from err
+    except BaseException as err:
+        if created and json_path is not None:
+            json_path.unlink(missing_ok=True)  # no empty file left behind
+        if isinstance(err, AttestError):
+            raise click.ClickException(err.details) from err
+        raise
     for line in format_report(figures):
         click.echo(line)
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+    llm = figures.get("llm")
+    if llm is not None and llm.get("llm_plans_used") == 0:
+        # Every question fell back: the "llm" figures are the heuristic planner's.
+        raise click.ClickException(
+            "the LLM planned none of the questions (fallbacks: "
+            + ", ".join(f"{why} x{n}" for why, n in llm.get("fallbacks", {}).items())
+            + "); the llm and hybrid figures above are the heuristic planner's"
+        )
