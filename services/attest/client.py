@@ -72,7 +72,9 @@ class AnswerClient:
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - a gRPC deadline, passed through
     ) -> answer_pb2.Answer:
-        """The complete answer to ``question``."""
+        """The complete answer to ``question``: a coroutine (``await
+        client.ask(question)``); a failed call raises a subclass of
+        ``attest.core.errors.AttestError``."""
         request = answer_pb2.AskRequest(question=question, options=ask_options)
         try:
             response = await self._service().Ask(
@@ -89,7 +91,8 @@ class AnswerClient:
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - a gRPC deadline, passed through
     ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
-        """The answer's events: retrieval, sentences, revisions, final."""
+        """The answer's events as an async iterator (``async for event in
+        client.ask_stream(question)``): retrieval, sentences, revisions, final."""
         request = answer_pb2.AskStreamRequest(question=question, options=ask_options)
         call = self._service().AskStream(request, timeout=timeout or self._settings.timeout_seconds)
         try:
