@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from attest.ingest.settings import IngestSettings
 from attest.semantic.embedding import (
     PACKAGED_MINILM,
     Embedder,
+    _concrete,
     _file_layout,
     _load_exported,
     _Loaded,
@@ -56,7 +58,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def torch_vectors() -> np.ndarray:
-    return Embedder().encode(TEXTS)
+    return Embedder(backend="torch").encode(TEXTS)
 
 
 def test_onnx_float32_gives_torchs_vectors(cache: Path, torch_vectors: np.ndarray) -> None:
@@ -96,7 +98,7 @@ def test_only_int8_vectors_carry_another_model_name() -> None:
 
 
 def test_export_is_kept_in_the_cache_and_reused(cache: Path) -> None:
-    model = Embedder()._model().model
+    model = Embedder(backend="torch")._model().model
     first, scratch = onnx_model_file(model, "onnx")
     assert scratch is None
     assert first.is_file()
@@ -112,6 +114,56 @@ def test_export_is_kept_in_the_cache_and_reused(cache: Path) -> None:
     assert int8.stat().st_size < first.stat().st_size / 3
 
 
+def test_auto_is_onnx_on_a_cpu_with_torchs_vectors(cache: Path, torch_vectors: np.ndarray) -> None:
+    embedder = Embedder()
+    assert embedder.backend == "auto"
+    assert embedder.backend_used == "onnx"
+    assert embedder.name == "all-MiniLM-L6-v2"
+    assert np.abs(embedder.encode(TEXTS) - torch_vectors).max() < 1e-5
+
+
+def test_auto_is_torch_where_onnx_does_not_apply(tmp_path: Path) -> None:
+    source = resolve_model_path(PACKAGED_MINILM)
+    assert _concrete(source, "cpu", "auto") == "onnx"
+    assert _concrete(source, "cuda", "auto") == "torch"
+    # A model whose files declare another pooling: the ONNX path does not implement it.
+    for name in ("modules.json", "sentence_bert_config.json"):
+        (tmp_path / name).write_bytes((source / name).read_bytes())
+    (tmp_path / "1_Pooling").mkdir()
+    pooling = json.loads((source / "1_Pooling" / "config.json").read_text())
+    pooling["pooling_mode_cls_token"] = True
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    assert _concrete(tmp_path, "cpu", "auto") == "torch"
+    # An explicit backend is never changed.
+    assert _concrete(tmp_path, "cpu", "onnx") == "onnx"
+
+
+def test_auto_falls_back_to_torch_when_the_export_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_vectors: np.ndarray
+) -> None:
+    from attest.semantic import embedding
+
+    # A copy of the model in a directory of its own, so nothing loaded or
+    # exported for the packaged one is reused.
+    source = resolve_model_path(PACKAGED_MINILM)
+    model_dir = tmp_path / "minilm"
+    shutil.copytree(source, model_dir)
+    monkeypatch.setenv("ATTEST_CACHE_DIR", str(tmp_path / "cache"))
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("no exporter here")
+
+    monkeypatch.setattr(embedding, "onnx_model_file", broken)
+    auto = Embedder(str(model_dir))
+    assert np.abs(auto.encode(TEXTS) - torch_vectors).max() < 1e-5
+    assert auto.backend_used == "torch"
+    assert str(model_dir) in embedding._AUTO_TORCH
+    # An explicit onnx backend says what went wrong instead.
+    with pytest.raises(RuntimeError, match="no exporter"):
+        Embedder(str(model_dir), backend="onnx").warm_up()
+    embedding._AUTO_TORCH.discard(str(model_dir))
+
+
 def test_unknown_backend_and_non_cpu_device_are_refused() -> None:
     with pytest.raises(FailedPrecondition, match="not one of"):
         Embedder(backend="tensorrt").warm_up()  # type: ignore[arg-type]
@@ -122,7 +174,7 @@ def test_unknown_backend_and_non_cpu_device_are_refused() -> None:
 def test_semantic_settings_choose_the_backend(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert SemanticSettings(data_dir=tmp_path).embedding_backend == "torch"
+    assert SemanticSettings(data_dir=tmp_path).embedding_backend == "auto"
     monkeypatch.setenv("ATTEST_SEMANTIC_EMBEDDING_BACKEND", "onnx-int8")
     settings = SemanticSettings(data_dir=tmp_path)
     assert settings.embedding_backend == "onnx-int8"
@@ -133,7 +185,7 @@ def test_semantic_settings_choose_the_backend(
 
 
 def test_ingest_embeds_with_the_configured_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert IngestSettings().embed.backend == "torch"
+    assert IngestSettings().embed.backend == "auto"
     monkeypatch.setenv("ATTEST_INGEST_EMBED__BACKEND", "onnx-int8")
     assert IngestSettings().embed.backend == "onnx-int8"
 
@@ -217,7 +269,7 @@ def test_rerank_and_generate_settings_choose_their_embedders_backend(
     from attest.rerank.rerankers import EmbeddingReranker
     from attest.rerank.settings import RerankSettings
 
-    assert RerankSettings().embedding_backend == GenerateSettings().embedding_backend == "torch"
+    assert RerankSettings().embedding_backend == GenerateSettings().embedding_backend == "auto"
     monkeypatch.setenv("ATTEST_RERANK_EMBEDDING_BACKEND", "onnx-int8")
     monkeypatch.setenv("ATTEST_GENERATE_EMBEDDING_BACKEND", "onnx")
     reranker = EmbeddingReranker(RerankSettings())

@@ -44,8 +44,10 @@ def test_two_backends_get_two_keys_and_the_same_embedder_one(
     int8 = embedder_key(SemanticSettings(embedding_backend="onnx-int8"))
     assert len({torch, onnx, int8}) == 3
     assert embedder_key(SemanticSettings(embedding_backend="torch")) == torch
+    # The default, auto, is keyed by what it runs on: ONNX on a CPU for MiniLM.
+    assert embedder_key(SemanticSettings()) == onnx
     # Device and batch size do not change the vectors' meaning.
-    assert embedder_key(SemanticSettings(embedding_batch_size=7)) == torch
+    assert embedder_key(SemanticSettings(embedding_batch_size=7)) == onnx
 
 
 def test_cached_lists_are_reused_by_the_same_embedder_only(

@@ -181,7 +181,8 @@ def embedder_key(settings: SemanticSettings | None = None) -> str:
 
     That is the embedder of ``settings`` (by default the in-process service's,
     from ``ATTEST_SEMANTIC_*``): its model (the packaged name, or the resolved
-    directory), backend, dimension and normalisation. The device and batch
+    directory), the backend it runs on (``auto`` resolved), dimension and
+    normalisation. The device and batch
     size are left out: they move vectors by rounding only. The dimension
     needs the model loaded; the service started next reuses it.
     """
@@ -193,7 +194,7 @@ def embedder_key(settings: SemanticSettings | None = None) -> str:
     embedder = Embedder(model, device=settings.embedding_device, backend=settings.embedding_backend)
     parts = {
         "model": model if model == PACKAGED_MINILM else str(resolve_model_path(model).resolve()),
-        "backend": settings.embedding_backend,
+        "backend": embedder.backend_used,
         "dimension": embedder.dimension,
         # Embedder.encode returns unit vectors whatever the model's own pooling does.
         "normalized": True,

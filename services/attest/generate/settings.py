@@ -17,7 +17,7 @@ from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
 from attest.generate.llm import LLMSettings, create_client
 from attest.generate.pipeline import Generator, PipelineSettings
 from attest.retrieval.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
-from attest.semantic.embedding import PACKAGED_MINILM, Backend, Embedder
+from attest.semantic.embedding import DEFAULT_BACKEND, PACKAGED_MINILM, Backend, Embedder
 
 
 class GenerateLimits(StrictModel):
@@ -74,8 +74,8 @@ class GenerateSettings(ServiceSettings):
     )
     embedding_device: str = "cpu"
     embedding_backend: Backend = Field(
-        default="torch",
-        description="Extractive mode's forward pass: torch, onnx or onnx-int8, as the "
+        default=DEFAULT_BACKEND,
+        description="Extractive mode's forward pass: auto, torch, onnx or onnx-int8, as the "
         "semantic service's embedding_backend.",
     )
     research: ResearchSettings = ResearchSettings()

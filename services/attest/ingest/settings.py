@@ -15,7 +15,12 @@ from attest.core.settings import (
     StrictModel,
     service_config,
 )
-from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM, Backend
+from attest.semantic.embedding import (
+    DEFAULT_BACKEND,
+    DEFAULT_BATCH_SIZE,
+    PACKAGED_MINILM,
+    Backend,
+)
 
 
 class EnrichSettings(StrictModel):
@@ -49,8 +54,8 @@ class EmbedSettings(StrictModel):
     device: str = "cpu"
     batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
     backend: Backend = Field(
-        default="torch",
-        description="torch, onnx or onnx-int8: the semantic service's embedding_backend "
+        default=DEFAULT_BACKEND,
+        description="auto, torch, onnx or onnx-int8: the semantic service's embedding_backend "
         "(it refuses int8 vectors into a torch index and the other way round).",
     )
     graph_path: Path | None = Field(

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from attest.core.settings import ServerSettings, ServiceSettings, StrictModel, service_config
-from attest.semantic.embedding import PACKAGED_MINILM, Backend
+from attest.semantic.embedding import DEFAULT_BACKEND, PACKAGED_MINILM, Backend
 
 
 class RerankLimits(StrictModel):
@@ -57,8 +57,8 @@ class RerankSettings(ServiceSettings):
     max_length: int = Field(default=200, ge=8, le=2048, description="Tokens per passage.")
     embedding_model: str = Field(default=PACKAGED_MINILM, description="Fallback model.")
     embedding_backend: Backend = Field(
-        default="torch",
-        description="The fallback model's forward pass: torch, onnx or onnx-int8, as the "
+        default=DEFAULT_BACKEND,
+        description="The fallback model's forward pass: auto, torch, onnx or onnx-int8, as the "
         "semantic service's embedding_backend (int8 vectors are not scored against "
         "stored vectors of another backend).",
     )

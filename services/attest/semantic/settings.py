@@ -14,7 +14,12 @@ from attest.core.settings import (
     StrictModel,
     service_config,
 )
-from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM, Backend
+from attest.semantic.embedding import (
+    DEFAULT_BACKEND,
+    DEFAULT_BATCH_SIZE,
+    PACKAGED_MINILM,
+    Backend,
+)
 
 
 class QdrantSettings(StrictModel):
@@ -48,10 +53,11 @@ class SemanticSettings(ServiceSettings):
     embedding_device: str = "cpu"
     embedding_batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
     embedding_backend: Backend = Field(
-        default="torch",
-        description="torch; onnx (ONNX Runtime, same vectors, CPU only); onnx-int8 (int8 "
-        "weights, CPU only; vectors move, so index and query with the same backend). The "
-        "ONNX ones need the 'onnx' extra. See loadtest/bench_encoder.py.",
+        default=DEFAULT_BACKEND,
+        description="auto (onnx on the CPU where the model allows it, else torch); torch; "
+        "onnx (ONNX Runtime, same vectors, CPU only); onnx-int8 (int8 weights, CPU only; "
+        "vectors move, so index and query with the same backend). See "
+        "loadtest/bench_encoder.py.",
     )
     kg_top_n: int = Field(default=3, ge=0, le=50, description="Next-best nodes averaged.")
     kg_node_weighting: Literal["idf", "none"] = Field(
