@@ -12,6 +12,13 @@ client process, and every call's latency is recorded as its client saw it
 
     uv run python loadtest/bench_refusal.py --burst 64 --burst 128
 
+``--client ghz`` sends each burst with ghz, a Go gRPC client in a process of
+its own (``--concurrency N --total N``: N calls at once), instead of N
+coroutines of this Python process. Callers on other machines do not share a
+client's interpreter; with the Python client each call's latency also holds
+the client's own work on the calls sent before it (about 0.3 ms each here),
+which is the client's cost, not the service's.
+
 Prints, per burst size, the median and slowest refusal of each round and
 how many took longer than 100 ms; writes loadtest/reports/refusal.json.
 A benchmark command, not a test.
@@ -27,6 +34,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +43,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadtest.grpc_load import free_port  # noqa: E402
+from loadtest.grpc_load import (  # noqa: E402
+    LoadTestError,
+    find_ghz,
+    free_port,
+    protoset_of,
+)
 
 REPORT = ROOT / "loadtest" / "reports" / "refusal.json"
 TARGET_S = 0.1
@@ -58,7 +71,50 @@ async def _burst(stub: Any, size: int) -> list[tuple[float, str]]:
     return list(await asyncio.gather(*(one() for _ in range(size))))
 
 
-async def measure(address: str, bursts: list[int], rounds: int) -> dict[str, Any]:
+class _Ghz:
+    """One burst of N calls at once from ghz (a Go client in its own process)."""
+
+    def __init__(self, ghz: str, address: str, workdir: Path) -> None:
+        self.ghz = ghz
+        self.address = address
+        self.protoset = protoset_of(["attest/answer/v1/answer.proto"], workdir / "answer.pb")
+        self.data = workdir / "request.json"
+        self.data.write_text(json.dumps({"question": "what did the port charge?"}), "utf-8")
+        self.output = workdir / "report.json"
+
+    def burst(self, size: int) -> list[tuple[float, str]]:
+        cmd = [
+            self.ghz,
+            "--insecure",
+            f"--protoset={self.protoset}",
+            "--call=attest.answer.v1.AnswerService/Ask",
+            f"--data-file={self.data}",
+            f"--concurrency={size}",
+            f"--total={size}",
+            "--connections=1",
+            "--timeout=30s",
+            "--format=json",
+            f"--output={self.output}",
+            self.address,
+        ]
+        self.output.unlink(missing_ok=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+        if not self.output.is_file():
+            raise LoadTestError(f"ghz failed ({proc.returncode}): {proc.stderr.strip()}")
+        details = json.loads(self.output.read_text("utf-8")).get("details") or []
+        if len(details) != size:
+            raise LoadTestError(f"ghz reported {len(details)} of {size} calls")
+        # ghz names codes as gRPC's Go package does ("ResourceExhausted").
+        names = {"OK": "OK", "ResourceExhausted": "RESOURCE_EXHAUSTED"}
+        return [
+            (float(d["latency"]) / 1e9, names.get(str(d.get("status")), str(d.get("status"))))
+            for d in details
+        ]
+
+
+async def measure(
+    address: str, bursts: list[int], rounds: int, ghz: _Ghz | None = None
+) -> dict[str, Any]:
     import grpc
 
     from attest.answer.v1 import answer_pb2, answer_pb2_grpc
@@ -75,7 +131,11 @@ async def measure(address: str, bursts: list[int], rounds: int) -> dict[str, Any
             for size in bursts:
                 per_round = []
                 for _ in range(rounds):
-                    calls = await _burst(stub, size)
+                    calls = (
+                        await asyncio.to_thread(ghz.burst, size)
+                        if ghz is not None
+                        else await _burst(stub, size)
+                    )
                     latencies = sorted(s for s, _ in calls)
                     per_round.append(
                         {
@@ -97,6 +157,13 @@ def main() -> int:
     parser.add_argument("--burst", type=int, action="append", help="repeatable; 64 128")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--output", type=Path, default=REPORT)
+    parser.add_argument(
+        "--client",
+        choices=("python", "ghz"),
+        default="python",
+        help="who sends the bursts: coroutines of this process, or ghz in its own process",
+    )
+    parser.add_argument("--ghz", help="path of ghz (default: $ATTEST_GHZ, PATH, or built once)")
     args = parser.parse_args()
     bursts = args.burst or [64, 128]
     hole = socket.socket()
@@ -118,9 +185,15 @@ def main() -> int:
     server = subprocess.Popen(
         [*cmd, "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
+    workdir = tempfile.TemporaryDirectory(prefix="attest-refusal-")
     try:
-        results = asyncio.run(measure(f"127.0.0.1:{port}", bursts, args.rounds))
+        address = f"127.0.0.1:{port}"
+        ghz = (
+            _Ghz(find_ghz(args.ghz), address, Path(workdir.name)) if args.client == "ghz" else None
+        )
+        results = asyncio.run(measure(address, bursts, args.rounds, ghz))
     finally:
+        workdir.cleanup()
         server.terminate()
         server.wait(timeout=60)
         hole.close()
@@ -136,6 +209,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_1m": os.getloadavg()[0],
         "rounds": args.rounds,
+        "client": args.client,
         "bursts": results,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
