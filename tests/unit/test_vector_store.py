@@ -91,6 +91,18 @@ async def test_search_ranks_the_nearest_first(store: VectorStore):
     assert top.payload["passage_index"] == 2
 
 
+async def test_hits_leave_out_the_headline_vector_that_scans_keep(store: VectorStore):
+    headline = axis(3).tolist()
+    await store.upsert(
+        "articles", "acme", [article("d1", axis(0), title="t", headline_vector=headline)]
+    )
+    (hit,) = await store.search("articles", axis(0), 5, VectorFilter(tenant="acme"))
+    assert hit.payload["title"] == "t"
+    assert "headline_vector" not in hit.payload
+    (point,) = [p async for p in store.scroll("articles", "acme")]
+    np.testing.assert_allclose(point.payload["headline_vector"], headline, atol=1e-6)
+
+
 async def test_tenants_are_isolated(store: VectorStore):
     await store.upsert("articles", "acme", [article("d1", axis(0)), article("d2", axis(1))])
     await store.upsert("articles", "globex", [article("d1", axis(0))])

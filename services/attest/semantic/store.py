@@ -79,6 +79,12 @@ R = TypeVar("R")
 P = ParamSpec("P")
 
 
+# Payload keys a search hit never carries: an article's KG headline vector is
+# read by the KG table's scans only, and converting its 384 floats per hit was
+# a third of a 100-hit search (4.3 -> 2.7 ms over 1,400 articles, one core).
+NOT_IN_HITS = ("headline_vector",)
+
+
 @dataclass(frozen=True)
 class Point:
     """One vector to store: an article (``passage_index`` -1) or one of its passages."""
@@ -714,7 +720,7 @@ class EdgeVectorStore:
             limit=limit,
             filter=_edge_filter(_conditions(flt)),
             params=qe.SearchParams(hnsw_ef=max(self.hnsw.ef, limit)),
-            with_payload=True,
+            with_payload=qe.PayloadSelector.Exclude(list(NOT_IN_HITS)),
         )
         shard = self._shard(kind)
         hits = await self._run("search", functools.partial(shard.query, request))
@@ -1104,7 +1110,7 @@ class QdrantVectorStore:
             query=query,
             query_filter=query_filter,
             limit=limit,
-            with_payload=True,
+            with_payload=qm.PayloadSelectorExclude(exclude=list(NOT_IN_HITS)),
             # Local mode searches exactly and warns about search params.
             search_params=None
             if self._local
