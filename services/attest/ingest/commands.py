@@ -214,7 +214,9 @@ def load(
 ) -> None:
     """Ingest PATH: a JSONL file (one document a line), a BEIR folder or corpus.jsonl, or
     a folder of .txt/.md/.html files. Prints ingested, updated, unchanged and failed
-    documents, with the reason of each failure."""
+    documents, with the reason of each failure. Exits 0 when every document was
+    ingested or unchanged, 2 when the job finished with failed items, 1 when the job
+    itself failed."""
     configure_logging(LoggingSettings(level="WARNING", json=False))
     total = count_items(path)
     if address:
@@ -225,6 +227,10 @@ def load(
         click.echo(line)
     if report.state != "DONE":
         raise SystemExit(1)
+    if report.failed:
+        # The job finished; some items did not (listed above, and kept as the
+        # job's dead letters): a script must not take that for success.
+        raise SystemExit(2)
 
 
 def _data_dir(data_dir: Path | None) -> Path:
