@@ -168,10 +168,16 @@ def test_cli_ingests_a_folder_and_reports(tmp_path: Path):
     (docs / "empty.txt").write_text("  ", encoding="utf-8")
     runner = CliRunner()
     result = runner.invoke(ingest_command, [str(docs), "--data-dir", str(tmp_path / "state")])
-    assert result.exit_code == 0, result.output
+    # A finished job with a failed item exits 2: a script must not take it for success.
+    assert result.exit_code == 2, result.output
     assert "received 3  ingested 2  updated 0  unchanged 0  failed 1" in result.output
     assert "failed empty.txt (empty.txt): EMPTY_BODY body: is empty" in result.output
     # State is kept on disk: the same folder again is unchanged.
     second = runner.invoke(ingest_command, [str(docs), "--data-dir", str(tmp_path / "state")])
-    assert second.exit_code == 0, second.output
+    assert second.exit_code == 2, second.output
     assert "ingested 0  updated 0  unchanged 2  failed 1" in second.output
+    # Without the bad file every document is in: exit 0.
+    (docs / "empty.txt").unlink()
+    third = runner.invoke(ingest_command, [str(docs), "--data-dir", str(tmp_path / "state")])
+    assert third.exit_code == 0, third.output
+    assert "ingested 0  updated 0  unchanged 2  failed 0" in third.output
