@@ -164,6 +164,60 @@ def test_auto_falls_back_to_torch_when_the_export_fails(
     embedding._AUTO_TORCH.discard(str(model_dir))
 
 
+def test_auto_survives_a_damaged_cached_export(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, torch_vectors: np.ndarray
+) -> None:
+    from attest.semantic import embedding
+
+    model_dir = tmp_path / "minilm"
+    shutil.copytree(resolve_model_path(PACKAGED_MINILM), model_dir)
+    monkeypatch.setenv("ATTEST_CACHE_DIR", str(tmp_path / "cache"))
+    assert Embedder(str(model_dir)).backend_used == "onnx"
+    (_onnx_dir_of(tmp_path / "cache", model_dir) / "model.onnx").write_bytes(b"garbage")
+    # What a later process finds: nothing loaded yet, the damaged file cached.
+    for key in [k for k in embedding._LOADED if k[0] == str(model_dir.resolve())]:
+        del embedding._LOADED[key]
+    embedder = Embedder(str(model_dir))
+    assert np.abs(embedder.encode(TEXTS) - torch_vectors).max() < 1e-5
+    assert embedder.backend_used == "torch"
+    embedding._AUTO_TORCH.discard(str(model_dir.resolve()))
+    for key in [k for k in embedding._LOADED if k[0] == str(model_dir.resolve())]:
+        del embedding._LOADED[key]
+    # An explicit onnx backend says what is wrong instead.
+    with pytest.raises(Exception, match=r"(?i)protobuf"):
+        Embedder(str(model_dir), backend="onnx").warm_up()
+
+
+def test_an_unwritable_cache_entry_exports_to_a_scratch_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from attest.semantic import embedding
+
+    monkeypatch.setenv("ATTEST_CACHE_DIR", str(tmp_path / "cache"))
+    source = resolve_model_path(PACKAGED_MINILM)
+    cached = _onnx_dir_of(tmp_path / "cache", source)
+    cached.mkdir(parents=True)
+    (cached / "model.onnx").write_bytes(b"exported")
+
+    def read_only(*_: object, **__: object) -> None:
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(embedding.tempfile, "TemporaryFile", read_only)
+    # What is there is used without writing...
+    assert embedding._onnx_files_dir(None, source, ["model.onnx"]) == (cached, None)
+    # ...what is missing goes to a directory of this process.
+    directory, scratch = embedding._onnx_files_dir(None, source, ["model-int8.onnx"])
+    assert scratch is not None
+    assert directory == Path(scratch.name)
+    scratch.cleanup()
+
+
+def test_a_cpu_device_index_is_still_the_cpu() -> None:
+    source = resolve_model_path(PACKAGED_MINILM)
+    assert _concrete(source, "cpu:0", "auto") == "onnx"
+    assert _concrete(source, "CPU", "auto") == "onnx"
+
+
 def test_unknown_backend_and_non_cpu_device_are_refused() -> None:
     with pytest.raises(FailedPrecondition, match="not one of"):
         Embedder(backend="tensorrt").warm_up()  # type: ignore[arg-type]

@@ -223,7 +223,7 @@ def _check_tokenizer(model: Any, source: Path, directory: Path) -> None:
 
 
 def _onnx_files_dir(
-    model: Any, source: Path | None = None
+    model: Any, source: Path | None = None, needed: Sequence[str] = ()
 ) -> tuple[Path, tempfile.TemporaryDirectory[str] | None]:
     """Where this model's ONNX files live: the cache, or a directory of this process.
 
@@ -236,6 +236,9 @@ def _onnx_files_dir(
         directory = _onnx_dir_of(root, source) if source is not None else _by_vectors(root, model)
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            if not all((directory / name).is_file() for name in needed):
+                # Something of ``needed`` is still to be written here: can it be?
+                tempfile.TemporaryFile(dir=directory).close()
             return directory, None
         except OSError as exc:
             # A read-only filesystem (a container's): export for this process only.
@@ -415,7 +418,10 @@ def onnx_model_file(
     file when the disk cache is off (the file lives as long as that object).
     """
     _check_onnx_layout(model)
-    directory, scratch = _onnx_files_dir(model, source)
+    needed = ["model-int8.onnx" if backend == "onnx-int8" else "model.onnx"]
+    if source is not None:
+        needed.append(_TOKENIZER_CHECK)
+    directory, scratch = _onnx_files_dir(model, source, needed)
     file = _export_onnx(model, directory, quantized=backend == "onnx-int8")
     if source is not None and scratch is None:
         _check_tokenizer(model, source, directory)
@@ -450,24 +456,38 @@ def _concrete(path: Path, device: str, backend: Backend) -> Backend:
     files declare the layout the ONNX path implements, torch otherwise."""
     if backend != "auto":
         return backend
-    if device != "cpu" or _file_layout(path) is None or str(path) in _AUTO_TORCH:
+    if not _on_cpu(device) or _file_layout(path) is None or str(path.resolve()) in _AUTO_TORCH:
         return "torch"
     import importlib.util
 
     return "onnx" if importlib.util.find_spec("onnxruntime") is not None else "torch"
 
 
+def _on_cpu(device: str) -> bool:
+    return device.split(":", 1)[0].strip().lower() == "cpu"
+
+
 def _load(path: Path, device: str, backend: Backend = DEFAULT_BACKEND) -> _Loaded:
     if backend not in BACKENDS:
         raise FailedPrecondition(f"embedding backend {backend!r} is not one of {BACKENDS}")
-    chosen = _concrete(path, device, backend)
-    if chosen != "torch" and device != "cpu":
-        raise FailedPrecondition(f"embedding backend {chosen!r} runs on the CPU only")
-    key = (str(path.resolve()), device, chosen)
     with _LOADING:
+        # Decided under the lock: a thread that waited here sees a fallback
+        # another one has just made.
+        chosen = _concrete(path, device, backend)
+        if chosen != "torch" and not _on_cpu(device):
+            raise FailedPrecondition(f"embedding backend {chosen!r} runs on the CPU only")
+        key = (str(path.resolve()), device, chosen)
         loaded = _LOADED.get(key)
         if loaded is None and chosen != "torch":
-            loaded = _load_exported(path, chosen)
+            try:
+                loaded = _load_exported(path, chosen)
+            except Exception as exc:
+                if backend != "auto":
+                    raise
+                # A damaged cached export: load the model (below); if the file
+                # fails again there, auto falls back to torch.
+                log.warning("the cached ONNX export of %s did not load: %r", path, exc)
+                loaded = None
         if loaded is None:
             # Never reach for a hub, even if a config names a remote file.
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -483,7 +503,7 @@ def _load(path: Path, device: str, backend: Backend = DEFAULT_BACKEND) -> _Loade
                         raise
                     # auto falls back to the model torch has loaded already.
                     log.warning("ONNX export of %s failed, embedding with torch: %r", path, exc)
-                    _AUTO_TORCH.add(str(path))
+                    _AUTO_TORCH.add(str(path.resolve()))
                     key = (str(path.resolve()), device, "torch")
                     loaded = _LOADED.setdefault(key, loaded)
         _LOADED[key] = loaded
