@@ -44,10 +44,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadtest.grpc_load import (  # noqa: E402
+    SCENARIOS,
+    GhzRun,
     LoadTestError,
     find_ghz,
     free_port,
     protoset_of,
+    status_name,
 )
 
 REPORT = ROOT / "loadtest" / "reports" / "refusal.json"
@@ -72,44 +75,40 @@ async def _burst(stub: Any, size: int) -> list[tuple[float, str]]:
 
 
 class _Ghz:
-    """One burst of N calls at once from ghz (a Go client in its own process)."""
+    """One burst of N calls at once from ghz (a Go client in its own process),
+    with the ``ask`` scenario's call and ghz command of ``grpc_load``."""
 
     def __init__(self, ghz: str, address: str, workdir: Path) -> None:
-        self.ghz = ghz
-        self.address = address
-        self.protoset = protoset_of(["attest/answer/v1/answer.proto"], workdir / "answer.pb")
-        self.data = workdir / "request.json"
-        self.data.write_text(json.dumps({"question": "what did the port charge?"}), "utf-8")
+        scenario = SCENARIOS["ask"]
+        data = workdir / "request.json"
+        data.write_text(json.dumps({"question": "what did the port charge?"}), "utf-8")
+        self.run = GhzRun(
+            ghz=ghz,
+            address=address,
+            scenario=scenario,
+            protoset=protoset_of([scenario.proto], workdir / "answer.pb"),
+            data_file=data,
+            timeout_s=30.0,
+            connections=1,
+            cpus=os.cpu_count() or 1,
+        )
         self.output = workdir / "report.json"
 
     def burst(self, size: int) -> list[tuple[float, str]]:
-        cmd = [
-            self.ghz,
-            "--insecure",
-            f"--protoset={self.protoset}",
-            "--call=attest.answer.v1.AnswerService/Ask",
-            f"--data-file={self.data}",
-            f"--concurrency={size}",
-            f"--total={size}",
-            "--connections=1",
-            "--timeout=30s",
-            "--format=json",
-            f"--output={self.output}",
-            self.address,
-        ]
         self.output.unlink(missing_ok=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+        proc = subprocess.run(
+            self.run.command(size, size, self.output),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         if not self.output.is_file():
             raise LoadTestError(f"ghz failed ({proc.returncode}): {proc.stderr.strip()}")
         details = json.loads(self.output.read_text("utf-8")).get("details") or []
         if len(details) != size:
             raise LoadTestError(f"ghz reported {len(details)} of {size} calls")
-        # ghz names codes as gRPC's Go package does ("ResourceExhausted").
-        names = {"OK": "OK", "ResourceExhausted": "RESOURCE_EXHAUSTED"}
-        return [
-            (float(d["latency"]) / 1e9, names.get(str(d.get("status")), str(d.get("status"))))
-            for d in details
-        ]
+        return [(float(d["latency"]) / 1e9, status_name(str(d.get("status")))) for d in details]
 
 
 async def measure(
