@@ -260,12 +260,15 @@ async def test_without_kg_the_revision_does_not_find_it(services: Any) -> None:
 
 async def test_the_revision_fuses_with_the_requests_fusion(services: Any) -> None:
     # The configured fusion (a linear model fitted on BM25 and dense) gives KG
-    # no weight: KG runs in the re-search, but its article does not make it.
-    _, semantic, _ = services
+    # no weight: the answer's own search asks KG (its scores explain the
+    # sources), the re-search does not, and the audit is not found.
+    lexical, semantic, _ = services
     answer = await ask(services, [BM25, DENSE, KG], common_pb2.FUSION_METHOD_UNSPECIFIED)
-    assert (WEAK, semantic_pb2.SEARCH_LEVEL_DOCUMENT) in [
-        (r.query, r.level) for r in semantic.requests if r.mode == semantic_pb2.SEARCH_MODE_KG
-    ]
+    kg = [(r.query, r.level) for r in semantic.requests if r.mode == semantic_pb2.SEARCH_MODE_KG]
+    assert kg == [(QUESTION, semantic_pb2.SEARCH_LEVEL_DOCUMENT)]
+    # The re-search itself ran, with BM25 and dense.
+    assert WEAK in [r.query for r in lexical.requests]
+    assert WEAK in [r.query for r in semantic.requests if r.mode == semantic_pb2.SEARCH_MODE_DENSE]
     assert "audit" not in {s.source.doc_id for s in answer.sources}
     assert cited(answer, 1) == {"report"}
 

@@ -347,3 +347,12 @@ def test_engine_highlights_are_html_encoded_by_the_engine():
     body = q.search_body("default", SearchQuery(text="water", highlight=True))
     assert body["highlight"]["encoder"] == "html"
     assert body["highlight"]["pre_tags"] == [q.HIGHLIGHT_PRE]
+
+
+@pytest.mark.parametrize("values", [[""], ["Norvale", " "], ["en", "\t"]])
+def test_an_empty_filter_value_is_rejected_with_its_index(values: list[str]):
+    # Dropped, it would leave a filter that matches nothing, with no error.
+    field = "language" if "en" in values else "organization"
+    filters = [common_pb2.Filter(field=field, any_of=values)]
+    where = field_of(lambda: common.filters_from_proto(filters, max_filters=16, max_values=256))
+    assert where == f"filters[0].any_of[{len(values) - 1}]"

@@ -77,6 +77,10 @@ def filters_from_proto(
             raise InvalidArgument(
                 f"at most {max_values} values are allowed", field=f"{where}.any_of"
             )
+        for k, value in enumerate(f.any_of):
+            if not value.strip():
+                # An empty value would silently match nothing.
+                raise InvalidArgument("must not be empty", field=f"{where}.any_of[{k}]")
         declared = BY_FILTER[f.field]
         try:
             values = declared.clean(f.any_of) or (NO_MATCH,)

@@ -36,7 +36,7 @@ from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.generate.vectors import TextVectors
 from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
-from attest.retrieval.fanout import Level, Limits, Query, fusion_of, retrieve
+from attest.retrieval.fanout import RETRIEVER_NAMES, Level, Limits, Query, fusion_of, retrieve
 from attest.semantic.v1 import semantic_pb2
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -320,8 +320,12 @@ class Researcher:
         to the semantic service with that vector, which then does not embed it
         again; pass ``vectors`` only when that service embeds with the same model."""
         self._open()
-        retrievers = research_retrievers(options)
         fusion = fusion_of(options.fusion, self._settings.research.fusion())
+        # A retriever the fusion gives no weight cannot change what the search
+        # finds, so it is not asked (the answer's own search still runs it:
+        # its KG scores explain the sources).
+        asked = research_retrievers(options)
+        retrievers = tuple(r for r in asked if fusion.weight(RETRIEVER_NAMES[r]) > 0) or asked
         filters = tuple(options.filters)
         per = options.top_k_per_retriever or 20
         limits = Limits(self._settings.research.timeout_seconds)

@@ -163,8 +163,9 @@ class AskOptions(_message.Message):
     """
     @_builtins.property
     def retrieval(self) -> _common_pb2.RetrievalOptions:
-        """Retrievers, fusion method, filters (organization, entity, date range) and
-        candidates per retriever. Also used to re-search weak sentences.
+        """Retrievers, fusion method, filters (organization, entity, language, date
+        range) and candidates per retriever. Also used to re-search weak sentences,
+        where a retriever the fusion gives no weight is not run.
         """
 
     @_builtins.property

@@ -309,7 +309,7 @@ class Filter(_message.Message):
     def any_of(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """For "organization", "entity" and "language": the record must have at least
         one of these values (organizations compared without regard to case,
-        languages as ISO 639-1 codes).
+        languages as ISO 639-1 codes). An empty value is INVALID_ARGUMENT.
         """
 
     def __init__(
