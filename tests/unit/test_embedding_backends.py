@@ -72,6 +72,23 @@ def test_onnx_float32_gives_torchs_vectors(cache: Path, torch_vectors: np.ndarra
     assert np.abs(vectors - torch_vectors).max() < 1e-5
 
 
+def test_the_float32_graph_is_fused_and_int8_is_not(cache: Path) -> None:
+    import onnx
+
+    model = Embedder(backend="torch")._model().model
+
+    def ops(backend: str) -> set[str]:
+        file, _ = onnx_model_file(model, backend)
+        graph = onnx.load(str(file), load_external_data=False).graph
+        return {node.op_type for node in graph.node}
+
+    # One Attention node per layer and fused normalisations: ONNX Runtime's
+    # transformer fusions, checked against the plain graph when exported.
+    assert {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"} <= ops("onnx")
+    # int8 weights are quantized from the model's own (unfused) graph, as measured.
+    assert "Attention" not in ops("onnx-int8")
+
+
 def test_onnx_vectors_do_not_depend_on_the_batch(cache: Path) -> None:
     embedder = Embedder(backend="onnx", batch_size=4)
     together = embedder.encode(TEXTS)
