@@ -89,7 +89,7 @@ class Encoders:
 
         self.threads = threads
         self.batch_size = DEFAULT_BATCH_SIZE
-        self.torch_embedder = Embedder()
+        self.torch_embedder = Embedder(backend="torch")
         self.torch_embedder.warm_up()
         model = self.torch_embedder._model().model
         torch.set_num_threads(threads)

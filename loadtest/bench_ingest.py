@@ -24,6 +24,10 @@ the cost of the method from the cost of the pipeline around the model.
     python loadtest/bench_ingest.py --docs 5000 --redis-url redis://127.0.0.1:6379 \\
         --opensearch-url http://127.0.0.1:9200
 
+``--backends torch,auto`` instead compares embedding backends on the inline
+mode alone (alternating, ``--rounds`` each, a fresh data dir per run) and
+prints each run's docs/s and the ratios per round.
+
 Writes a table to stdout and JSON to loadtest/reports/ingest.json. Exits 1
 when the celery mode reaches less than ``--target`` (0.8) of the bare
 passage throughput. A benchmark command, not a test.
@@ -162,6 +166,44 @@ def bare_embedding(lines: list[bytes]) -> dict[str, Any]:
     }
 
 
+def compare_backends(lines: list[bytes], backends: list[str], rounds: int, output: Path) -> int:
+    """Inline ingest with each embedding backend (ingest and semantic alike),
+    alternating, so that a slower moment of a shared machine hits both."""
+    runs: list[dict[str, Any]] = []
+    for round_ in range(1, rounds + 1):
+        for backend in backends:
+            os.environ["ATTEST_INGEST_EMBED__BACKEND"] = backend
+            os.environ["ATTEST_SEMANTIC_EMBEDDING_BACKEND"] = backend
+            with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
+                run = run_inline(lines, Path(tmp))
+            speed = run["indexed"] / run["seconds"]
+            run |= {"backend": backend, "round": round_, "docs_per_s": speed}
+            print(
+                f"round {round_} {backend:<10}{run['seconds']:>8.1f} s{speed:>8.2f} docs/s"
+                f"  ({run['state']}, {run['indexed']} indexed, {run['failed']} failed)",
+                flush=True,
+            )
+            runs.append(run)
+    best = {b: max(r["docs_per_s"] for r in runs if r["backend"] == b) for b in backends}
+    base = backends[0]
+    for b in backends[1:]:
+        ratios = [
+            n["docs_per_s"] / o["docs_per_s"]
+            for o, n in zip(
+                (r for r in runs if r["backend"] == base),
+                (r for r in runs if r["backend"] == b),
+                strict=True,
+            )
+        ]
+        print(f"{b} / {base}: " + ", ".join(f"{x:.2f}x" for x in ratios) + " (per round)")
+    report = {"docs": len(lines), "cpus": os.cpu_count(), "mode": "inline", "runs": runs}
+    report["best_docs_per_s"] = best
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {output}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=5000)
@@ -170,9 +212,18 @@ def main() -> int:
     parser.add_argument("--opensearch-url", default=os.environ.get("ATTEST_TEST_OPENSEARCH_URL"))
     parser.add_argument("--target", type=float, default=0.8)
     parser.add_argument("--output", type=Path, default=REPORT)
+    parser.add_argument(
+        "--backends",
+        default="",
+        help="inline runs only: embedding backends compared side by side (e.g. torch,auto), "
+        "each in a fresh data dir, alternating for --rounds; no bare figures",
+    )
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     lines = reuters_lines(args.docs)
+    if args.backends:
+        return compare_backends(lines, args.backends.split(","), args.rounds, args.output)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
