@@ -23,6 +23,7 @@ from attest.ingest.settings import IngestSettings
 from attest.semantic.embedding import (
     PACKAGED_MINILM,
     Embedder,
+    OnnxEncoder,
     _concrete,
     _file_layout,
     _load_exported,
@@ -87,6 +88,28 @@ def test_the_float32_graph_is_fused_and_int8_is_not(cache: Path) -> None:
     assert {"Attention", "SkipLayerNormalization", "EmbedLayerNormalization"} <= ops("onnx")
     # int8 weights are quantized from the model's own (unfused) graph, as measured.
     assert "Attention" not in ops("onnx-int8")
+
+
+def test_a_graph_that_does_not_fuse_is_exported_plain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch_vectors: np.ndarray
+) -> None:
+    import onnx
+    import onnxruntime.transformers.optimizer as optimizer
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no fusion today")
+
+    monkeypatch.setattr(optimizer, "optimize_model", broken)
+    monkeypatch.setenv("ATTEST_CACHE_DIR", str(tmp_path))
+    model = Embedder(backend="torch")._model().model
+    file, _ = onnx_model_file(model, "onnx")
+    assert file.is_relative_to(tmp_path)
+    ops = {node.op_type for node in onnx.load(str(file), load_external_data=False).graph.node}
+    assert "Attention" not in ops
+    # Nothing half-written is left beside it, and its vectors are still torch's.
+    assert [p.name for p in file.parent.iterdir()] == ["model.onnx"]
+    vectors = OnnxEncoder(model, file).encode(TEXTS, 4)
+    assert np.abs(vectors - torch_vectors).max() < 1e-5
 
 
 def test_onnx_vectors_do_not_depend_on_the_batch(cache: Path) -> None:

@@ -319,18 +319,19 @@ def _fuse(model: Any, plain: Path, out: Path) -> bool:
     (another architecture) or the fused graph's output differs from the plain
     one's by more than 1e-4 on a padded batch."""
     import onnxruntime as ort
-    from onnxruntime.transformers.optimizer import optimize_model
 
-    # The optimizer logs every pass at INFO under loggers of its own.
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith(("onnx_model", "fusion_", "optimizer")):
-            logging.getLogger(name).setLevel(logging.WARNING)
     config = model[0].auto_model.config
     heads, hidden = getattr(config, "num_attention_heads", 0), getattr(config, "hidden_size", 0)
     if getattr(config, "model_type", "") != "bert" or not heads or not hidden:
         return False
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     try:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        # The optimizer logs every pass at INFO under loggers of its own.
+        for name in list(logging.root.manager.loggerDict):
+            if name.startswith(("onnx_model", "fusion_", "optimizer")):
+                logging.getLogger(name).setLevel(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fused = optimize_model(
