@@ -332,3 +332,68 @@ async def test_an_unknown_research_retriever_is_invalid(services: Any) -> None:
     with pytest.raises(InvalidArgument, match="unknown or unspecified retriever"):
         async for _ in generate.Answer(request, None):  # type: ignore[arg-type]
             pass
+
+
+class Degraded:
+    """A searcher whose lexical service is down and whose dense search finds
+    nothing; KG finds the audit. Records what was asked."""
+
+    def __init__(self, *args: object) -> None:
+        self.asked: list[str] = []
+        Degraded.last = self
+
+    last: Degraded
+
+    async def lexical_search(self, request: Any, seconds: float) -> Any:
+        self.asked.append("bm25")
+        raise Unavailable("lexical down")
+
+    async def semantic_search(self, request: Any, seconds: float) -> Any:
+        self.asked.append(semantic_pb2.SearchMode.Name(request.mode))
+        if request.mode == semantic_pb2.SEARCH_MODE_KG:
+            hit = semantic_pb2.Hit(doc_id="audit", passage_index=-1, score=1.3, text=AUDIT)
+            return semantic_pb2.SearchResponse(hits=[hit])
+        return semantic_pb2.SearchResponse()
+
+    async def knowledge_search(self, request: Any, seconds: float) -> Any:
+        self.asked.append("knowledge")
+        raise Unavailable("no knowledge service")
+
+
+def degraded_research(
+    monkeypatch: pytest.MonkeyPatch, *retrievers: common_pb2.Retriever.ValueType
+) -> Any:
+    from attest.generate import servicer
+
+    monkeypatch.setattr(servicer, "_StubSearcher", Degraded)
+    settings = GenerateSettings(
+        research=ResearchSettings(lexical_address="127.0.0.1:1", semantic_address="127.0.0.1:1")
+    )
+    # The shipped fusion: a linear model over BM25 and dense, KG weighted 0.
+    return servicer.Researcher(settings).search_fn(
+        common_pb2.RetrievalOptions(retrievers=list(retrievers))
+    )
+
+
+async def test_an_unweighted_retriever_stands_in_when_no_weighted_one_finds_anything(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    search = degraded_research(monkeypatch, BM25, DENSE, KG)
+    found = await search(WEAK, 5)
+    # BM25 failed and dense found nothing: KG, weighted 0, is asked after them
+    # and its article is the re-search's find, as fusion would have let it be.
+    assert [(s.doc_id, s.passage_index) for s in found] == [("audit", -1)]
+    asked = Degraded.last.asked
+    assert sorted(asked[:2]) == ["SEARCH_MODE_DENSE", "bm25"]
+    assert asked[2:] == ["SEARCH_MODE_KG"]
+
+
+async def test_the_knowledge_retriever_does_not_crowd_out_kg(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # KNOWLEDGE is weighted, KG is not, but the re-search cannot run KNOWLEDGE:
+    # KG is what it runs.
+    search = degraded_research(monkeypatch, KG, common_pb2.RETRIEVER_KNOWLEDGE)
+    found = await search(WEAK, 5)
+    assert [s.doc_id for s in found] == ["audit"]
+    assert "knowledge" not in Degraded.last.asked

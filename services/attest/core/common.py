@@ -83,7 +83,7 @@ def filters_from_proto(
                 raise InvalidArgument("must not be empty", field=f"{where}.any_of[{k}]")
         declared = BY_FILTER[f.field]
         try:
-            values = declared.clean(f.any_of) or (NO_MATCH,)
+            values = declared.clean(f.any_of)
         except ValueError as err:
             raise InvalidArgument(str(err), field=f"{where}.any_of") from None
         target = keywords.setdefault(declared.name, [])

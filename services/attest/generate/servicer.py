@@ -36,7 +36,16 @@ from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.generate.vectors import TextVectors
 from attest.knowledge.v1 import knowledge_pb2
 from attest.lexical.v1 import lexical_pb2
-from attest.retrieval.fanout import RETRIEVER_NAMES, Level, Limits, Query, fusion_of, retrieve
+from attest.retrieval.fanout import (
+    RETRIEVER_NAMES,
+    Level,
+    Limits,
+    Query,
+    Retrieval,
+    Retriever,
+    fusion_of,
+    retrieve,
+)
 from attest.semantic.v1 import semantic_pb2
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -321,11 +330,15 @@ class Researcher:
         again; pass ``vectors`` only when that service embeds with the same model."""
         self._open()
         fusion = fusion_of(options.fusion, self._settings.research.fusion())
-        # A retriever the fusion gives no weight cannot change what the search
-        # finds, so it is not asked (the answer's own search still runs it:
-        # its KG scores explain the sources).
+        # The knowledge retriever cannot run here (no address for it). One the
+        # fusion gives no weight changes what the search finds only when no
+        # weighted one finds anything (``fuse_with``), so it runs only then
+        # (the answer's own search still runs it: its KG scores explain the
+        # sources).
         asked = research_retrievers(options)
-        retrievers = tuple(r for r in asked if fusion.weight(RETRIEVER_NAMES[r]) > 0) or asked
+        runnable = tuple(r for r in asked if r != common_pb2.RETRIEVER_KNOWLEDGE) or asked
+        weighted = tuple(r for r in runnable if fusion.weight(RETRIEVER_NAMES[r]) > 0) or runnable
+        spare = tuple(r for r in runnable if r not in weighted)
         filters = tuple(options.filters)
         per = options.top_k_per_retriever or 20
         limits = Limits(self._settings.research.timeout_seconds)
@@ -337,20 +350,30 @@ class Researcher:
             async def vector() -> semantic_pb2.Vector | None:
                 return None if found is None else semantic_pb2.Vector(values=found.tolist())
 
-            retrieval = await retrieve(
-                searcher,
-                Query(
-                    text=query,
-                    retrievers=retrievers,
-                    filters=filters,
-                    top_k=per,
-                    level=Level.PASSAGE,
-                ),
-                limits,
-                vector,
-            )
-            for failure in retrieval.failures:
-                log.warning("re-search without %s: %s", failure.service, failure.reason)
+            async def run(retrievers: tuple[Retriever, ...]) -> Retrieval:
+                retrieval = await retrieve(
+                    searcher,
+                    Query(
+                        text=query,
+                        retrievers=retrievers,
+                        filters=filters,
+                        top_k=per,
+                        level=Level.PASSAGE,
+                    ),
+                    limits,
+                    vector,
+                )
+                for failure in retrieval.failures:
+                    log.warning("re-search without %s: %s", failure.service, failure.reason)
+                return retrieval
+
+            retrieval = await run(weighted)
+            if spare and not any(r.items for r in retrieval.lists):
+                # Nothing weighted found anything: the others stand in, as
+                # fusion would let them had they run alongside.
+                fallback = await run(spare)
+                if fallback.lists:
+                    retrieval = fallback
             if not retrieval.lists:
                 # The revision is skipped (the generator keeps the answer without it).
                 raise Unavailable(

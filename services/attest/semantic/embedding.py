@@ -305,9 +305,14 @@ def _torch_export(model: Any, path: Path, attention: str | None = None) -> None:
                 opset_version=_ONNX_OPSET,
                 dynamo=False,
             )
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     finally:
         if attention is not None and before is not None and before != attention:
             transformer.set_attn_implementation(before)
+        # The exporter puts back the wrapper's training flag, on the model too.
+        transformer.eval()
     tmp.replace(path)
 
 
@@ -326,7 +331,14 @@ def _fuse(model: Any, plain: Path, out: Path) -> bool:
         return False
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     try:
-        from onnxruntime.transformers.optimizer import optimize_model
+        # onnxruntime.transformers appends its own folder to sys.path on import,
+        # where modules named "models" or "optimizer" would shadow nothing
+        # today but could later: the path is put back.
+        path = list(sys.path)
+        try:
+            from onnxruntime.transformers.optimizer import optimize_model
+        finally:
+            sys.path[:] = path
 
         # The optimizer logs every pass at INFO under loggers of its own.
         for name in list(logging.root.manager.loggerDict):
@@ -338,6 +350,7 @@ def _fuse(model: Any, plain: Path, out: Path) -> bool:
                 str(plain), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=1
             )
         if not fused.get_fused_operator_statistics().get("Attention"):
+            log.info("the ONNX graph of %s does not fuse; exported unfused", config.model_type)
             return False
         fused.save_model_to_file(str(tmp))
         features = model.preprocess(_TOKENIZER_PROBES)
@@ -354,7 +367,9 @@ def _fuse(model: Any, plain: Path, out: Path) -> bool:
             for f in (plain, tmp)
         )
         mask = feeds["attention_mask"].astype(bool)
-        if float(np.abs(want[mask] - have[mask]).max()) > 1e-4:
+        differ = float(np.abs(want[mask] - have[mask]).max())
+        if differ > 1e-4:
+            log.warning("the fused ONNX graph differs by %.2g from the plain one; not used", differ)
             tmp.unlink(missing_ok=True)
             return False
     except Exception as exc:  # noqa: BLE001 - the plain graph stays in use; logged
