@@ -397,3 +397,20 @@ async def test_the_knowledge_retriever_does_not_crowd_out_kg(
     found = await search(WEAK, 5)
     assert [s.doc_id for s in found] == ["audit"]
     assert "knowledge" not in Degraded.last.asked
+
+
+async def test_a_bad_research_filter_fails_the_call(services: Any) -> None:
+    # Checked up front, as the index services check it, instead of failing
+    # every re-search downstream (logged and skipped).
+    _, _, generate = services
+    request = generate_pb2.AnswerRequest(
+        question=QUESTION,
+        sources=[common_pb2.Source(doc_id="report", text=REPORT)],
+        research=common_pb2.RetrievalOptions(
+            filters=[common_pb2.Filter(field="organization", any_of=["Norvale", ""])]
+        ),
+    )
+    with pytest.raises(InvalidArgument, match="must not be empty") as raised:
+        async for _ in generate.Answer(request, None):  # type: ignore[arg-type]
+            pass
+    assert raised.value.field == "research.filters[0].any_of[1]"

@@ -12,11 +12,12 @@ from google.protobuf.duration_pb2 import Duration
 
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
-from attest.core.common import from_timestamp, to_timestamp
+from attest.core.common import filters_from_proto, from_timestamp, to_timestamp
 from attest.core.context import budget
 from attest.core.document import keywords_from_message, keywords_to_message
 from attest.core.errors import InvalidArgument, Unavailable
 from attest.core.rpc_errors import from_rpc
+from attest.core.settings import RequestLimits
 from attest.generate.models import (
     Citation,
     DraftEvent,
@@ -237,8 +238,10 @@ DEFAULT_RESEARCH_RETRIEVERS = (
 def research_retrievers(
     options: common_pb2.RetrievalOptions,
 ) -> tuple[common_pb2.Retriever.ValueType, ...]:
-    """The re-search's retrievers, each once, in the order given; unknown ones are
-    INVALID_ARGUMENT."""
+    """The re-search's retrievers, each once, in the order given; unknown ones,
+    an unknown fusion method and a bad filter are INVALID_ARGUMENT (the filters
+    are checked as the index services check them, so a bad one fails the call
+    instead of every re-search)."""
     for i, r in enumerate(options.retrievers):
         if r not in common_pb2.Retriever.values() or r == common_pb2.RETRIEVER_UNSPECIFIED:
             raise InvalidArgument(
@@ -246,6 +249,13 @@ def research_retrievers(
             )
     if options.fusion not in common_pb2.FusionMethod.values():
         raise InvalidArgument(f"unknown fusion method {options.fusion}", field="research.fusion")
+    limits = RequestLimits()
+    try:
+        filters_from_proto(
+            options.filters, max_filters=limits.max_filters, max_values=limits.max_filter_values
+        )
+    except InvalidArgument as exc:
+        raise InvalidArgument(exc.message, field=f"research.{exc.field}") from None
     return tuple(dict.fromkeys(options.retrievers)) or DEFAULT_RESEARCH_RETRIEVERS
 
 
