@@ -284,6 +284,16 @@ def test_ingest_embeds_with_the_configured_backend(monkeypatch: pytest.MonkeyPat
     assert IngestSettings().embed.backend == "onnx-int8"
 
 
+def _export_into(cache: Path, backend: str) -> None:
+    # The export written into this module's cache: an Embedder of the same
+    # backend loaded by an earlier test module (another cache) would not.
+    model = Embedder(backend="torch")._model().model
+    source = resolve_model_path(PACKAGED_MINILM)
+    file, scratch = onnx_model_file(model, backend, source)  # type: ignore[arg-type]
+    assert scratch is None
+    assert file.is_relative_to(cache)
+
+
 def _fresh_exported(backend: str) -> _Loaded:
     # What a later process finds: the export cached, the model not loaded.
     source = resolve_model_path(PACKAGED_MINILM)
@@ -297,8 +307,8 @@ def _fresh_exported(backend: str) -> _Loaded:
 def test_a_cached_export_loads_without_sentence_transformers_and_gives_the_same_vectors(
     cache: Path, backend: str
 ) -> None:
-    first = Embedder(backend=backend)  # type: ignore[arg-type]
-    expected = first.encode(TEXTS)  # exports (or finds) the file with the model loaded
+    _export_into(cache, backend)
+    expected = Embedder(backend=backend).encode(TEXTS)  # type: ignore[arg-type]
     source = resolve_model_path(PACKAGED_MINILM)
     directory = _onnx_dir_of(cache, source)
     assert (directory / "tokenizer-check").read_text() == "same"
@@ -313,7 +323,7 @@ def test_a_cached_export_loads_without_sentence_transformers_and_gives_the_same_
 
 
 def test_the_tokenizer_check_is_what_lets_a_process_skip_the_model(cache: Path) -> None:
-    Embedder(backend="onnx").encode(TEXTS[:1])
+    _export_into(cache, "onnx")
     check = _onnx_dir_of(cache, resolve_model_path(PACKAGED_MINILM)) / "tokenizer-check"
     check.write_text("differs")
     try:
@@ -325,7 +335,7 @@ def test_the_tokenizer_check_is_what_lets_a_process_skip_the_model(cache: Path) 
 def test_a_process_with_a_cached_export_imports_neither_torch_nor_transformers(
     cache: Path,
 ) -> None:
-    Embedder(backend="onnx").encode(TEXTS[:1])  # the export is in the cache
+    _export_into(cache, "onnx")
     probe = (
         "import sys\n"
         "from attest.semantic.embedding import Embedder\n"
