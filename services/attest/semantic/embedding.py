@@ -353,11 +353,7 @@ def _fuse(model: Any, plain: Path, out: Path) -> bool:
             log.info("the ONNX graph of %s does not fuse; exported unfused", config.model_type)
             return False
         fused.save_model_to_file(str(tmp))
-        features = model.preprocess(_TOKENIZER_PROBES)
-        feeds = {
-            n: features[n].numpy().astype(np.int64)
-            for n in ("input_ids", "attention_mask", "token_type_ids")
-        }
+        feeds = _model_tokenize(model)(_TOKENIZER_PROBES)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         want, have = (
