@@ -24,8 +24,9 @@ the cost of the method from the cost of the pipeline around the model.
     python loadtest/bench_ingest.py --docs 5000 --redis-url redis://127.0.0.1:6379 \\
         --opensearch-url http://127.0.0.1:9200
 
-``--backends torch,auto`` instead compares embedding backends on the inline
-mode alone (alternating, ``--rounds`` each, a fresh data dir per run) and
+``--backends torch,auto`` instead compares embedding backends, on the inline
+mode unless ``--modes`` names celery too (alternating, ``--rounds`` each, a
+fresh data dir and, for celery, fresh workers and services per run), and
 prints each run's docs/s and the ratios per round.
 
 Writes a table to stdout and JSON to loadtest/reports/ingest.json. Exits 1
@@ -166,38 +167,61 @@ def bare_embedding(lines: list[bytes]) -> dict[str, Any]:
     }
 
 
-def compare_backends(lines: list[bytes], backends: list[str], rounds: int, output: Path) -> int:
-    """Inline ingest with each embedding backend (ingest and semantic alike),
-    alternating, so that a slower moment of a shared machine hits both."""
+def compare_backends(
+    lines: list[bytes],
+    backends: list[str],
+    rounds: int,
+    output: Path,
+    modes: list[str],
+    redis_url: str | None = None,
+    opensearch_url: str | None = None,
+) -> int:
+    """Ingest with each embedding backend (ingest and semantic alike), in each
+    mode, alternating, so that a slower moment of a shared machine hits both."""
     runs: list[dict[str, Any]] = []
     for round_ in range(1, rounds + 1):
-        for backend in backends:
-            os.environ["ATTEST_INGEST_EMBED__BACKEND"] = backend
-            os.environ["ATTEST_SEMANTIC_EMBEDDING_BACKEND"] = backend
-            with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
-                run = run_inline(lines, Path(tmp))
-            speed = run["indexed"] / run["seconds"]
-            run |= {"backend": backend, "round": round_, "docs_per_s": speed}
-            print(
-                f"round {round_} {backend:<10}{run['seconds']:>8.1f} s{speed:>8.2f} docs/s"
-                f"  ({run['state']}, {run['indexed']} indexed, {run['failed']} failed)",
-                flush=True,
-            )
-            runs.append(run)
-    best = {b: max(r["docs_per_s"] for r in runs if r["backend"] == b) for b in backends}
+        for mode in modes:
+            for backend in backends:
+                # Read by this process (inline) and inherited by the Celery
+                # workers and services the celery mode starts.
+                os.environ["ATTEST_INGEST_EMBED__BACKEND"] = backend
+                os.environ["ATTEST_SEMANTIC_EMBEDDING_BACKEND"] = backend
+                with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
+                    if mode == "celery":
+                        assert redis_url
+                        assert opensearch_url
+                        run = run_celery(lines, redis_url, opensearch_url, Path(tmp))
+                    else:
+                        run = run_inline(lines, Path(tmp))
+                speed = run["indexed"] / run["seconds"]
+                run |= {"backend": backend, "round": round_, "docs_per_s": speed}
+                print(
+                    f"round {round_} {mode:<7}{backend:<10}{run['seconds']:>8.1f} s"
+                    f"{speed:>8.2f} docs/s  ({run['state']}, {run['indexed']} indexed, "
+                    f"{run['failed']} failed)",
+                    flush=True,
+                )
+                runs.append(run)
+    report: dict[str, Any] = {"docs": len(lines), "cpus": os.cpu_count(), "modes": modes}
+    report["runs"] = runs
+    report["best_docs_per_s"] = {}
     base = backends[0]
-    for b in backends[1:]:
-        ratios = [
-            n["docs_per_s"] / o["docs_per_s"]
-            for o, n in zip(
-                (r for r in runs if r["backend"] == base),
-                (r for r in runs if r["backend"] == b),
-                strict=True,
-            )
-        ]
-        print(f"{b} / {base}: " + ", ".join(f"{x:.2f}x" for x in ratios) + " (per round)")
-    report = {"docs": len(lines), "cpus": os.cpu_count(), "mode": "inline", "runs": runs}
-    report["best_docs_per_s"] = best
+    for mode in modes:
+        of_mode = [r for r in runs if r["mode"] == mode]
+        report["best_docs_per_s"][mode] = {
+            b: max(r["docs_per_s"] for r in of_mode if r["backend"] == b) for b in backends
+        }
+        for b in backends[1:]:
+            ratios = [
+                n["docs_per_s"] / o["docs_per_s"]
+                for o, n in zip(
+                    (r for r in of_mode if r["backend"] == base),
+                    (r for r in of_mode if r["backend"] == b),
+                    strict=True,
+                )
+            ]
+            per_round = ", ".join(f"{x:.2f}x" for x in ratios)
+            print(f"{mode} {b} / {base}: {per_round} (per round)")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {output}")
@@ -207,7 +231,11 @@ def compare_backends(lines: list[bytes], backends: list[str], rounds: int, outpu
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=5000)
-    parser.add_argument("--modes", default="celery,inline", help="celery, inline or both")
+    parser.add_argument(
+        "--modes",
+        default=None,
+        help="celery, inline or both (default: both; inline alone with --backends)",
+    )
     parser.add_argument("--redis-url", default=os.environ.get("ATTEST_TEST_REDIS_URL"))
     parser.add_argument("--opensearch-url", default=os.environ.get("ATTEST_TEST_OPENSEARCH_URL"))
     parser.add_argument("--target", type=float, default=0.8)
@@ -215,29 +243,41 @@ def main() -> int:
     parser.add_argument(
         "--backends",
         default="",
-        help="inline runs only: embedding backends compared side by side (e.g. torch,auto), "
-        "each in a fresh data dir, alternating for --rounds; no bare figures",
+        help="embedding backends compared side by side (e.g. torch,auto) in each of --modes, "
+        "each run in a fresh data dir, alternating for --rounds; no bare figures",
     )
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     lines = reuters_lines(args.docs)
+    default_modes = "inline" if args.backends else "celery,inline"
+    modes = [m.strip() for m in (args.modes or default_modes).split(",") if m.strip()]
+    for mode in modes:
+        if mode not in ("celery", "inline"):
+            parser.error(f"unknown mode {mode!r}")
+        if mode == "celery" and not (args.redis_url and args.opensearch_url):
+            parser.error("celery mode needs --redis-url and --opensearch-url")
     if args.backends:
-        return compare_backends(lines, args.backends.split(","), args.rounds, args.output)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        return compare_backends(
+            lines,
+            args.backends.split(","),
+            args.rounds,
+            args.output,
+            modes,
+            args.redis_url,
+            args.opensearch_url,
+        )
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
         for mode in modes:
             path = Path(tmp) / mode
             path.mkdir()
             if mode == "celery":
-                if not (args.redis_url and args.opensearch_url):
-                    parser.error("celery mode needs --redis-url and --opensearch-url")
+                assert args.redis_url
+                assert args.opensearch_url
                 runs.append(run_celery(lines, args.redis_url, args.opensearch_url, path))
-            elif mode == "inline":
-                runs.append(run_inline(lines, path))
             else:
-                parser.error(f"unknown mode {mode!r}")
+                runs.append(run_inline(lines, path))
     bare = bare_embedding(lines)
     for run in runs:
         run["docs_per_s"] = run["indexed"] / run["seconds"]

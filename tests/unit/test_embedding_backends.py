@@ -120,6 +120,51 @@ def test_onnx_vectors_do_not_depend_on_the_batch(cache: Path) -> None:
     assert np.abs(together - alone).max() < 1e-5
 
 
+def test_onnx_batches_are_cut_by_token_count_and_pad_to_their_own_longest(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attest.semantic import embedding
+
+    # Character length and token count disagree: one long word is many
+    # characters and few tokens, a run of short words the other way round.
+    texts = [
+        "Internationalization",
+        "a b c d e f g h i j k l m n o p",
+        "antidisestablishmentarianism",
+        "x y z x y z x y z x y z",
+        "ok",
+        *TEXTS,
+    ]
+    embedder = Embedder(backend="onnx", batch_size=2)
+    onnx = embedder._model().onnx
+    assert onnx is not None
+    batches: list[tuple[int, list[int]]] = []  # (width, tokens of each row)
+    run = onnx._session.run
+
+    def recording(outputs: object, feeds: dict[str, np.ndarray]) -> object:
+        mask = feeds["attention_mask"]
+        batches.append((mask.shape[1], mask.sum(axis=1).tolist()))
+        return run(outputs, feeds)
+
+    monkeypatch.setattr(onnx._session, "run", recording, raising=False)
+    alone = np.stack([embedder.encode([t])[0] for t in texts])
+    tokens = [rows[0] for _, rows in batches]
+    batches.clear()
+    # A window smaller than the call: each window is sorted and batched alone.
+    monkeypatch.setattr(embedding, "_TOKENIZE_WINDOW", 5)
+    together = embedder.encode(texts)
+    assert np.abs(together - alone).max() < 1e-5
+    # Windows of 5, 5 and 1 texts at 2 a batch, each batch as wide as its
+    # longest text and paired with its neighbours by token count.
+    assert len(batches) == 3 + 3 + 1
+    assert all(width == max(rows) for width, rows in batches)
+    best = 0
+    for window in (tokens[0:5], tokens[5:10], tokens[10:]):
+        ranked = sorted(window, reverse=True)
+        best += sum(ranked[i] * len(ranked[i : i + 2]) for i in range(0, len(ranked), 2))
+    assert sum(width * len(rows) for width, rows in batches) == best
+
+
 def test_onnx_int8_stays_close_to_torch(cache: Path, torch_vectors: np.ndarray) -> None:
     vectors = Embedder(backend="onnx-int8").encode(TEXTS)
     cosines = (vectors * torch_vectors).sum(axis=1)

