@@ -66,6 +66,8 @@ def run_celery(lines: list[bytes], redis_url: str, opensearch: str, tmp: Path) -
     try:
         stack.start()
         stub = stack.ingest
+        cpu_before = {name: _tree_cpu_seconds(p.pid) for name, p in stack.procs.items()}
+        machine_before = _machine_cpu_seconds()
         started = time.perf_counter()
         response = stub.IngestStream(stream_items(lines, "reuters.jsonl"), timeout=600)
         last = None
@@ -75,14 +77,56 @@ def run_celery(lines: list[bytes], redis_url: str, opensearch: str, tmp: Path) -
             last = update
         elapsed = time.perf_counter() - started
         assert last is not None
+        # Where the two cores went: each process of the stack with its children
+        # (the Celery pool), and the rest of the machine (OpenSearch, Redis,
+        # this process).
+        cpu = {
+            name: round(_tree_cpu_seconds(p.pid) - cpu_before[name], 1)
+            for name, p in stack.procs.items()
+        }
+        cpu["rest of the machine"] = round(
+            _machine_cpu_seconds() - machine_before - sum(cpu.values()), 1
+        )
         return {
             "mode": "celery",
             "seconds": elapsed,
             "state": ingest_pb2.JobState.Name(last.state),
             **_progress(last.progress),
+            "cpu_seconds": cpu,
         }
     finally:
         stack.stop()
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its living descendants (Linux /proc)."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in tree} - tree
+        tree |= more
+        grew = bool(more)
+    total = 0.0
+    for p in tree:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine since boot (user, nice, system, irq)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def run_inline(lines: list[bytes], tmp: Path) -> dict[str, Any]:
@@ -183,8 +227,10 @@ def compare_backends(
         for mode in modes:
             for backend in backends:
                 # Read by this process (inline) and inherited by the Celery
-                # workers and services the celery mode starts.
+                # workers (the pipeline's settings) and services the celery
+                # mode starts.
                 os.environ["ATTEST_INGEST_EMBED__BACKEND"] = backend
+                os.environ["ATTEST_PIPELINE_EMBED__BACKEND"] = backend
                 os.environ["ATTEST_SEMANTIC_EMBEDDING_BACKEND"] = backend
                 with tempfile.TemporaryDirectory(prefix="attest-bench-ingest-") as tmp:
                     if mode == "celery":
@@ -201,6 +247,10 @@ def compare_backends(
                     f"{run['failed']} failed)",
                     flush=True,
                 )
+                if "cpu_seconds" in run:
+                    print(
+                        "  CPU s: " + ", ".join(f"{k} {v}" for k, v in run["cpu_seconds"].items())
+                    )
                 runs.append(run)
     report: dict[str, Any] = {"docs": len(lines), "cpus": os.cpu_count(), "modes": modes}
     report["runs"] = runs

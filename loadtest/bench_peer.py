@@ -85,6 +85,10 @@ SYSTEMS = ("limit", "attest", "haystack")
 # A diagnosis, not in the default set: the limit with one query encoding at a time
 # in the process, as attest.semantic.embedding's per-model lock has it.
 LOCKED = "limit-locked"
+# A diagnosis, not in the default set: Attest asking for whole hits (titles,
+# texts, keywords) instead of ids and scores, which is all a fusion reads.
+FULL = "attest-full"
+DIAGNOSES = (LOCKED, FULL)
 RRF_K = 60
 # What the semantic service embeds for an article without a summary
 # (attest.semantic.index.SUMMARY_FALLBACK_CHARS) and the query length limit.
@@ -169,6 +173,12 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
             out["attest_share_of_limit"][key] = round(attest / limit, 3)
         if attest is not None and peer:
             out["attest_over_haystack"][key] = round(attest / peer, 2)
+    if FULL in levels:
+        out["attest_ids_over_full_hits"] = {
+            str(c): round(levels["attest"][str(c)]["qps"] / levels[FULL][str(c)]["qps"], 3)
+            for c in concurrencies
+            if str(c) in levels.get("attest", {}) and levels[FULL].get(str(c), {}).get("qps")
+        }
     if LOCKED in levels:
         out["attest_share_of_locked_limit"] = {
             str(c): round(levels["attest"][str(c)]["qps"] / levels[LOCKED][str(c)]["qps"], 3)
@@ -506,7 +516,8 @@ class Services:
 class AttestClient:
     """The lexical and semantic searches of one query at the same time, fused here."""
 
-    def __init__(self, services: Services, depth: int) -> None:
+    def __init__(self, services: Services, depth: int, *, full_hits: bool = False) -> None:
+        from attest.common.v1 import common_pb2
         from attest.core.channels import create_channel
         from attest.lexical.v1 import lexical_pb2, lexical_pb2_grpc
         from attest.semantic.v1 import semantic_pb2, semantic_pb2_grpc
@@ -519,6 +530,7 @@ class AttestClient:
         self.lexical = lexical_pb2_grpc.LexicalServiceStub(self.channels[0])
         self.semantic = semantic_pb2_grpc.SemanticServiceStub(self.channels[1])
         self.depth = depth
+        self.view = common_pb2.HIT_VIEW_FULL if full_hits else common_pb2.HIT_VIEW_IDS
 
     async def index(self, corpus: Corpus, batch: int = 200) -> float:
         from attest.common.v1 import common_pb2
@@ -559,14 +571,18 @@ class AttestClient:
 
     async def bm25(self, text: str) -> list[str]:
         r = await self.lexical.Search(
-            self.lexical_pb2.SearchRequest(query=text, top_k=self.depth), timeout=60
+            self.lexical_pb2.SearchRequest(query=text, top_k=self.depth, view=self.view),
+            timeout=60,
         )
         return [h.doc_id for h in r.hits]
 
     async def dense(self, text: str) -> list[str]:
         r = await self.semantic.Search(
             self.semantic_pb2.SearchRequest(
-                query=text, top_k=self.depth, mode=self.semantic_pb2.SEARCH_MODE_DENSE
+                query=text,
+                top_k=self.depth,
+                mode=self.semantic_pb2.SEARCH_MODE_DENSE,
+                view=self.view,
             ),
             timeout=60,
         )
@@ -735,10 +751,12 @@ async def bench_dataset(
             out["ndcg"]["attest"] = await ndcg_async(client, corpus, 4)
             print(f"  attest  nDCG@10 {out['ndcg']['attest']}", flush=True)
             searches["attest"] = client
+            if FULL in args.systems:
+                searches[FULL] = AttestClient(services, args.depth, full_hits=True)
         # Warm every system at each level's concurrency, then time the levels,
         # rotating which system goes first; --cycles repeats the whole round and
         # each level reports its median cycle (by queries/s).
-        systems = [s for s in (*SYSTEMS, LOCKED) if s in searches]
+        systems = [s for s in (*SYSTEMS, *DIAGNOSES) if s in searches]
         samples: dict[str, dict[str, list[dict[str, Any]]]] = {}
         for cycle in range(args.cycles):
             for i, clients in enumerate(args.concurrency):
@@ -763,6 +781,8 @@ async def bench_dataset(
     finally:
         if client is not None:
             await client.close()
+        if FULL in searches:
+            await searches[FULL].close()
         if services is not None:
             services.stop()
     out["figures"] = figures(out)
@@ -789,13 +809,14 @@ async def timed_level(
 ) -> dict[str, Any]:
     """One system at one level: a short untimed warm-up, then ``seconds`` timed."""
     texts = cycle_texts(corpus.queries)
-    if system == "attest":
+    if system in ("attest", FULL):
         assert client is not None
         assert services is not None
-        await timed_async(client.search, texts, clients, min(2.0, seconds))
+        search = searches[system].search
+        await timed_async(search, texts, clients, min(2.0, seconds))
         cpu = services.cpu_seconds()
         proc_cpu = time.process_time()
-        stats = await timed_async(client.search, texts, clients, seconds)
+        stats = await timed_async(search, texts, clients, seconds)
         stats["service_cpu_ms_per_query"] = round(
             (services.cpu_seconds() - cpu) / stats["queries"] * 1e3, 2
         )
@@ -958,7 +979,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
-        help=f"comma-separated, of {', '.join(SYSTEMS)} and {LOCKED} (a diagnosis)",
+        help=f"comma-separated, of {', '.join(SYSTEMS)} and the diagnoses {', '.join(DIAGNOSES)}",
     )
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument("--seconds", type=float, default=10.0, help="timed seconds per level")
@@ -975,7 +996,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.dataset = args.dataset or [SHARED_IR / "cranfield", SHARED_IR / "cisi"]
     args.systems = [s for s in args.systems.split(",") if s]
-    unknown = set(args.systems) - {*SYSTEMS, LOCKED}
+    unknown = set(args.systems) - {*SYSTEMS, *DIAGNOSES}
+    if FULL in args.systems and "attest" not in args.systems:
+        p.error(f"{FULL} runs beside attest; add attest to --systems")
     if unknown:
         p.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -1014,7 +1037,8 @@ def main(argv: list[str] | None = None) -> int:
             "cycles": f"{args.cycles}, interleaved; each level reports its median cycle",
             "clients": "threads for limit and haystack; grpc.aio coroutines for attest",
             "attest_call": "LexicalService.Search and SemanticService.Search (dense, "
-            "document level) at the same time, fused in the client; two server processes",
+            "document level, HIT_VIEW_IDS: ids and scores) at the same time, fused in the "
+            "client; two server processes",
         },
         "datasets": {},
     }

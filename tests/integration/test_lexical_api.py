@@ -165,6 +165,14 @@ BAD_REQUESTS = [
         ),
         "filters[0].gte",
     ),
+    ("Search", lexical_pb2.SearchRequest(query="water", top_k=5, view=7), "view"),
+    (
+        "Search",
+        lexical_pb2.SearchRequest(
+            query="water", top_k=5, highlight=True, view=common_pb2.HIT_VIEW_IDS
+        ),
+        "highlight",
+    ),
     ("Index", lexical_pb2.IndexRequest(), "documents"),
     (
         "Index",
@@ -173,6 +181,31 @@ BAD_REQUESTS = [
     ),
     ("Delete", lexical_pb2.DeleteRequest(), "doc_ids"),
 ]
+
+
+@pytest.mark.parametrize(
+    "level", [lexical_pb2.SEARCH_LEVEL_DOCUMENT, lexical_pb2.SEARCH_LEVEL_PASSAGE]
+)
+async def test_the_ids_view_ranks_the_same_and_carries_no_record(lexical, level):
+    await index_all(lexical.stub)
+    request = lexical_pb2.SearchRequest(query="water withdrawal mains", top_k=10, level=level)
+    full = await lexical.stub.Search(request)
+    request.view = common_pb2.HIT_VIEW_IDS
+    ids = await lexical.stub.Search(request)
+    assert len(full.hits) >= 2
+    assert [(h.doc_id, h.passage_index, h.score) for h in ids.hits] == [
+        (h.doc_id, h.passage_index, h.score) for h in full.hits
+    ]
+    # Passage hits name their passage: index 0 is kept, not taken for "absent".
+    if level == lexical_pb2.SEARCH_LEVEL_PASSAGE:
+        assert {h.passage_index for h in ids.hits} == {0, 1}
+    assert any(h.text for h in full.hits)
+    for hit in ids.hits:
+        assert (hit.title, hit.text, hit.source_url) == ("", "", "")
+        assert not hit.organizations
+        assert not hit.entity_ids
+        assert not hit.HasField("published_at")
+    assert ids.ByteSize() < full.ByteSize() / 2
 
 
 @pytest.mark.parametrize(("method", "request_", "field"), BAD_REQUESTS)

@@ -93,6 +93,36 @@ async def test_dense_search_finds_the_article(semantic):
     assert stats.kg_links == sum(len(d.entity_ids) for d in docs)
 
 
+@pytest.mark.parametrize(
+    ("mode", "level"),
+    [
+        (semantic_pb2.SEARCH_MODE_DENSE, semantic_pb2.SEARCH_LEVEL_DOCUMENT),
+        (semantic_pb2.SEARCH_MODE_KG, semantic_pb2.SEARCH_LEVEL_DOCUMENT),
+        (semantic_pb2.SEARCH_MODE_FUSED, semantic_pb2.SEARCH_LEVEL_DOCUMENT),
+    ],
+)
+async def test_the_ids_view_ranks_the_same_and_carries_no_record(semantic, mode, level):
+    stub, _, _ = semantic
+    query = "How many child workers under 16 were found at the garment factory?"
+    full = await search(stub, query, top_k=20, mode=mode, level=level)
+    ids = await search(stub, query, top_k=20, mode=mode, level=level, view=common_pb2.HIT_VIEW_IDS)
+    assert len(full.hits) >= 5
+
+    def ranking(r):
+        return [
+            (h.doc_id, h.passage_index, h.score, h.dense_score, h.kg_score, h.best_node_id)
+            for h in r.hits
+        ]
+
+    assert ranking(ids) == ranking(full)
+    assert any(h.text for h in full.hits)
+    for hit in ids.hits:
+        assert (hit.title, hit.text, hit.source_url) == ("", "", "")
+        assert not hit.organizations
+        assert not hit.HasField("published_at")
+    assert ids.ByteSize() < full.ByteSize() / 2
+
+
 async def test_filters_restrict_dense_and_kg(semantic):
     stub, _, docs = semantic
     org = common_pb2.Filter(field="organization", any_of=["norvale copper"])
@@ -242,6 +272,7 @@ async def test_reindex_and_delete(semantic):
             ),
             "filters[0].field",
         ),
+        (semantic_pb2.SearchRequest(query="water", top_k=5, view=9), "view"),
     ],
 )
 async def test_bad_input_is_invalid_argument(semantic, request_, field):

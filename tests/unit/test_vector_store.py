@@ -91,6 +91,23 @@ async def test_search_ranks_the_nearest_first(store: VectorStore):
     assert top.payload["passage_index"] == 2
 
 
+async def test_an_ids_only_search_ranks_the_same_and_reads_only_the_ids(store: VectorStore):
+    await store.upsert(
+        "passages",
+        "acme",
+        [passage("d1", i, axis(i, tilt=0.1 * i), text=f"p{i}", title="t") for i in range(5)],
+    )
+    flt = VectorFilter(tenant="acme")
+    full = await store.search("passages", axis(0), 4, flt)
+    ids = await store.search("passages", axis(0), 4, flt, ids_only=True)
+    assert [(h.doc_id, h.passage_index, h.score) for h in ids] == [
+        (h.doc_id, h.passage_index, h.score) for h in full
+    ]
+    assert ids[0].passage_index == 0
+    assert all(set(h.payload) == {"doc_id", "passage_index"} for h in ids)
+    assert full[0].payload["text"] == "p0"
+
+
 async def test_hits_leave_out_the_headline_vector_that_scans_keep(store: VectorStore):
     headline = axis(3).tolist()
     await store.upsert(

@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from attest.common.v1 import common_pb2
 from attest.core.document import BY_FILTER, HasKeywords, Keywords
 from attest.core.errors import InvalidArgument
-from attest.core.validation import datetime_from_timestamp, parse_date
+from attest.core.validation import check_enum, datetime_from_timestamp, parse_date
 
 DATE_FILTER = "published_at"
 FILTER_FIELDS = (*BY_FILTER, DATE_FILTER)
@@ -100,6 +100,13 @@ def filters_from_proto(
         published_from=published_from,
         published_to=published_to,
     )
+
+
+def ids_only_view(view: int, field: str = "view") -> bool:
+    """Whether a search's ``HitView`` asks for ids and scores only (unknown values
+    are INVALID_ARGUMENT)."""
+    check_enum(view, common_pb2.HitView.values(), field)
+    return view == common_pb2.HIT_VIEW_IDS
 
 
 def from_timestamp(ts: Timestamp, present: bool, field: str = "published_at") -> datetime | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from attest.common.v1 import common_pb2
 from attest.core import common
-from attest.core.common import Filters, from_timestamp, to_timestamp
+from attest.core.common import Filters, from_timestamp, ids_only_view, to_timestamp
 from attest.core.document import keywords_from_message, keywords_to_message
 from attest.core.errors import InvalidArgument
 from attest.core.settings import RequestLimits
@@ -48,12 +48,16 @@ def search_from_proto(request: lexical_pb2.SearchRequest, limits: RequestLimits)
     if request.level not in lexical_pb2.SearchLevel.values():
         raise InvalidArgument(f"unknown level {request.level}", field="level")
     level = Level.PASSAGE if request.level == lexical_pb2.SEARCH_LEVEL_PASSAGE else Level.DOCUMENT
+    ids_only = ids_only_view(request.view)
+    if ids_only and request.highlight:
+        raise InvalidArgument("highlights need the full view, not HIT_VIEW_IDS", field="highlight")
     return SearchQuery(
         text=text,
         top_k=request.top_k,
         filters=filters_from_proto(list(request.filters), limits),
         level=level,
         highlight=request.highlight,
+        ids_only=ids_only,
     )
 
 
@@ -127,7 +131,9 @@ def delete_from_proto(request: lexical_pb2.DeleteRequest, limits: RequestLimits)
     ]
 
 
-def hit_to_proto(hit: Hit) -> lexical_pb2.Hit:
+def hit_to_proto(hit: Hit, ids_only: bool = False) -> lexical_pb2.Hit:
+    if ids_only:
+        return lexical_pb2.Hit(doc_id=hit.doc_id, passage_index=hit.passage_index, score=hit.score)
     out = lexical_pb2.Hit(
         doc_id=hit.doc_id,
         passage_index=hit.passage_index,

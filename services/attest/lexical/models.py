@@ -43,6 +43,8 @@ class SearchQuery:
     filters: Filters = field(default_factory=Filters)
     level: Level = Level.DOCUMENT
     highlight: bool = False
+    # Hits carry only their id, passage index and score (HIT_VIEW_IDS).
+    ids_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ class LexicalServicer(lexical_pb2_grpc.LexicalServiceServicer):
         backend = self._backend()
         hits = await backend.search(tenant_var.get(), query)
         return lexical_pb2.SearchResponse(
-            hits=[convert.hit_to_proto(h) for h in hits], backend=backend.name
+            hits=[convert.hit_to_proto(h, query.ids_only) for h in hits], backend=backend.name
         )
 
     async def Delete(

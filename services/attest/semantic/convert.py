@@ -155,6 +155,7 @@ def search_from_proto(request: semantic_pb2.SearchRequest, limits: SemanticLimit
         if request.kg_variant == semantic_pb2.KG_VARIANT_PLAIN
         else Variant.ENHANCED,
         kg_top_n=request.kg_top_n if request.HasField("kg_top_n") else None,
+        ids_only=common.ids_only_view(request.view),
     )
 
 
@@ -177,18 +178,27 @@ def explain_from_proto(
     )
 
 
-def hit_to_proto(hit: SemanticHit) -> semantic_pb2.Hit:
-    out = semantic_pb2.Hit(
-        doc_id=hit.doc_id,
-        passage_index=hit.passage_index,
-        score=hit.score,
-        best_node_id=hit.best_node_id,
-        title=hit.title,
-        text=hit.text,
-        published_at=to_timestamp(hit.published_at),
-        source_url=hit.source_url,
-    )
-    keywords_to_message(hit.keywords, out)
+def hit_to_proto(hit: SemanticHit, ids_only: bool = False) -> semantic_pb2.Hit:
+    """A hit; with ``ids_only`` its id, passage index, scores and best node only."""
+    if ids_only:
+        out = semantic_pb2.Hit(
+            doc_id=hit.doc_id,
+            passage_index=hit.passage_index,
+            score=hit.score,
+            best_node_id=hit.best_node_id,
+        )
+    else:
+        out = semantic_pb2.Hit(
+            doc_id=hit.doc_id,
+            passage_index=hit.passage_index,
+            score=hit.score,
+            best_node_id=hit.best_node_id,
+            title=hit.title,
+            text=hit.text,
+            published_at=to_timestamp(hit.published_at),
+            source_url=hit.source_url,
+        )
+        keywords_to_message(hit.keywords, out)
     if hit.dense_score is not None:
         out.dense_score = hit.dense_score
     if hit.kg_score is not None:

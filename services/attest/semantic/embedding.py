@@ -473,8 +473,9 @@ class OnnxEncoder:
         # a text's tokens and mask do not depend on the batch it shares. Texts
         # are tokenized a window at a time to bound the padded arrays' memory.
         for window in range(0, len(texts), _TOKENIZE_WINDOW):
-            rows_in = np.arange(window, min(window + _TOKENIZE_WINDOW, len(texts)))
-            features = self._tokenize([texts[i] for i in rows_in])
+            end = min(window + _TOKENIZE_WINDOW, len(texts))
+            rows_in = np.arange(window, end)
+            features = self._tokenize(list(texts[window:end]))
             lengths = features["attention_mask"].sum(axis=1)
             order = np.argsort(-lengths, kind="stable")
             for start in range(0, len(order), batch_size):

@@ -635,7 +635,19 @@ class SemanticIndex:
         kind: Literal["articles", "passages"] = (
             PASSAGES if query.level is Level.PASSAGE else ARTICLES
         )
-        points = await self.store.search(kind, vector, limit, flt)
+        points = await self.store.search(kind, vector, limit, flt, ids_only=query.ids_only)
+        if query.ids_only:
+            return [
+                SemanticHit(
+                    doc_id=p.doc_id,
+                    passage_index=p.passage_index,
+                    score=p.score,
+                    title="",
+                    text="",
+                    dense_score=p.score,
+                )
+                for p in points
+            ]
         return [self._dense_hit(p) for p in points]
 
     @staticmethod

@@ -72,6 +72,8 @@ class SemanticQuery:
     mode: Mode = Mode.DENSE
     variant: Variant = Variant.ENHANCED
     kg_top_n: int | None = None
+    # Hits carry only their id, passage index and scores (HIT_VIEW_IDS).
+    ids_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
         query = convert.search_from_proto(request, self._limits)
         hits = await self.index.search(tenant_var.get(), query)
         return semantic_pb2.SearchResponse(
-            hits=[convert.hit_to_proto(h) for h in hits],
+            hits=[convert.hit_to_proto(h, query.ids_only) for h in hits],
             backend=self.index.store.name,
             embedding_model=self.index.embedder.name,
         )

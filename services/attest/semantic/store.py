@@ -83,6 +83,8 @@ P = ParamSpec("P")
 # read by the KG table's scans only, and converting its 384 floats per hit was
 # a third of a 100-hit search (4.3 -> 2.7 ms over 1,400 articles, one core).
 NOT_IN_HITS = ("headline_vector",)
+# What a search for ids and scores only reads of each payload.
+ID_FIELDS = ("doc_id", "passage_index")
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,12 @@ class VectorStore(Protocol):
         """Remove the articles and passages of ``doc_ids``; return how many articles existed."""
 
     async def search(
-        self, kind: Kind, vector: npt.NDArray[np.float32], limit: int, flt: VectorFilter
+        self,
+        kind: Kind,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        flt: VectorFilter,
+        ids_only: bool = False,
     ) -> list[ScoredPoint]: ...
 
     async def count(self, kind: Kind, tenant: str) -> int: ...
@@ -711,7 +718,12 @@ class EdgeVectorStore:
         return existed
 
     async def search(
-        self, kind: Kind, vector: npt.NDArray[np.float32], limit: int, flt: VectorFilter
+        self,
+        kind: Kind,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        flt: VectorFilter,
+        ids_only: bool = False,
     ) -> list[ScoredPoint]:
         if limit < 1:
             raise InvalidArgument("must be at least 1", field="limit")
@@ -720,7 +732,9 @@ class EdgeVectorStore:
             limit=limit,
             filter=_edge_filter(_conditions(flt)),
             params=qe.SearchParams(hnsw_ef=max(self.hnsw.ef, limit)),
-            with_payload=qe.PayloadSelector.Exclude(list(NOT_IN_HITS)),
+            with_payload=qe.PayloadSelector.Include(list(ID_FIELDS))
+            if ids_only
+            else qe.PayloadSelector.Exclude(list(NOT_IN_HITS)),
         )
         shard = self._shard(kind)
         hits = await self._run("search", functools.partial(shard.query, request))
@@ -1095,7 +1109,12 @@ class QdrantVectorStore:
         return int(result.count)
 
     async def search(
-        self, kind: Kind, vector: npt.NDArray[np.float32], limit: int, flt: VectorFilter
+        self,
+        kind: Kind,
+        vector: npt.NDArray[np.float32],
+        limit: int,
+        flt: VectorFilter,
+        ids_only: bool = False,
     ) -> list[ScoredPoint]:
         if limit < 1:
             raise InvalidArgument("must be at least 1", field="limit")
@@ -1110,7 +1129,9 @@ class QdrantVectorStore:
             query=query,
             query_filter=query_filter,
             limit=limit,
-            with_payload=qm.PayloadSelectorExclude(exclude=list(NOT_IN_HITS)),
+            with_payload=list(ID_FIELDS)
+            if ids_only
+            else qm.PayloadSelectorExclude(exclude=list(NOT_IN_HITS)),
             # Local mode searches exactly and warns about search params.
             search_params=None
             if self._local

@@ -358,6 +358,18 @@ class TantivyBackend:
         hits = []
         for score, address in result.hits:
             doc = searcher.doc(address)
+            if query.ids_only:
+                index = doc.get_first("passage_index")
+                hits.append(
+                    Hit(
+                        doc_id=doc.get_first("doc_id") or "",
+                        passage_index=-1 if index is None else int(index),
+                        score=float(score),
+                        title="",
+                        text="",
+                    )
+                )
+                continue
             stored = doc.to_dict()
             highlights = []
             for gen in generators:

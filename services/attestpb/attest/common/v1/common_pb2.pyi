@@ -156,6 +156,36 @@ configuration.
 """
 Global___FusionMethod: _TypeAlias = FusionMethod  # noqa: Y015
 
+class _HitView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _HitViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_HitView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    HIT_VIEW_UNSPECIFIED: _HitView.ValueType  # 0
+    """Every field of the hit, as HIT_VIEW_FULL."""
+    HIT_VIEW_FULL: _HitView.ValueType  # 1
+    """Every field of the hit."""
+    HIT_VIEW_IDS: _HitView.ValueType  # 2
+    """Only the record's id, its passage index and its scores: for a caller that
+    merges rankings itself and reads the few records it keeps afterwards
+    (cheaper to produce, send and parse than hits carrying their text).
+    """
+
+class HitView(_HitView, metaclass=_HitViewEnumTypeWrapper):
+    """How much of each record a search returns."""
+
+HIT_VIEW_UNSPECIFIED: HitView.ValueType  # 0
+"""Every field of the hit, as HIT_VIEW_FULL."""
+HIT_VIEW_FULL: HitView.ValueType  # 1
+"""Every field of the hit."""
+HIT_VIEW_IDS: HitView.ValueType  # 2
+"""Only the record's id, its passage index and its scores: for a caller that
+merges rankings itself and reads the few records it keeps afterwards
+(cheaper to produce, send and parse than hits carrying their text).
+"""
+Global___HitView: _TypeAlias = HitView  # noqa: Y015
+
 @_typing.final
 class Document(_message.Message):
     """A source document, for example one news article."""

@@ -110,6 +110,7 @@ class SearchRequest(_message.Message):
     FILTERS_FIELD_NUMBER: _builtins.int
     LEVEL_FIELD_NUMBER: _builtins.int
     HIGHLIGHT_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """Free-text query, 1-4,096 characters. Query syntax is not interpreted."""
     top_k: _builtins.int
@@ -117,7 +118,9 @@ class SearchRequest(_message.Message):
     level: Global___SearchLevel.ValueType
     """Rank documents or passages."""
     highlight: _builtins.bool
-    """Return highlighted fragments of the matching text."""
+    """Return highlighted fragments of the matching text (not with HIT_VIEW_IDS)."""
+    view: _common_pb2.HitView.ValueType
+    """What each hit carries; unset means every field."""
     @_builtins.property
     def filters(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Filter]:
         """Restrictions on the records searched (combined with AND)."""
@@ -130,10 +133,11 @@ class SearchRequest(_message.Message):
         filters: _abc.Iterable[_common_pb2.Filter] | None = ...,
         level: Global___SearchLevel.ValueType = ...,
         highlight: _builtins.bool = ...,
+        view: _common_pb2.HitView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters", "highlight", b"highlight", "level", b"level", "query", b"query", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters", "highlight", b"highlight", "level", b"level", "query", b"query", "top_k", b"top_k", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

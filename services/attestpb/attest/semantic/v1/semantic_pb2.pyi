@@ -254,6 +254,7 @@ class SearchRequest(_message.Message):
     KG_VARIANT_FIELD_NUMBER: _builtins.int
     KG_TOP_N_FIELD_NUMBER: _builtins.int
     FUSION_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """Free-text query, 1-4,096 characters."""
     top_k: _builtins.int
@@ -270,6 +271,8 @@ class SearchRequest(_message.Message):
     """
     fusion: _common_pb2.FusionMethod.ValueType
     """How dense and KG rankings are merged in SEARCH_MODE_FUSED; ignored otherwise."""
+    view: _common_pb2.HitView.ValueType
+    """What each hit carries; unset means every field."""
     @_builtins.property
     def query_vector(self) -> Global___Vector:
         """Precomputed embedding of the query, used for dense and KG scoring instead
@@ -295,10 +298,11 @@ class SearchRequest(_message.Message):
         kg_variant: Global___KgVariant.ValueType = ...,
         kg_top_n: _builtins.int | None = ...,
         fusion: _common_pb2.FusionMethod.ValueType = ...,
+        view: _common_pb2.HitView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "kg_top_n", b"kg_top_n", "query_vector", b"query_vector"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "filters", b"filters", "fusion", b"fusion", "kg_top_n", b"kg_top_n", "kg_variant", b"kg_variant", "level", b"level", "mode", b"mode", "query", b"query", "query_vector", b"query_vector", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n", "filters", b"filters", "fusion", b"fusion", "kg_top_n", b"kg_top_n", "kg_variant", b"kg_variant", "level", b"level", "mode", b"mode", "query", b"query", "query_vector", b"query_vector", "top_k", b"top_k", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__kg_top_n: _TypeAlias = _typing.Literal["kg_top_n"]  # noqa: Y015
     _WhichOneofArgType__kg_top_n: _TypeAlias = _typing.Literal["_kg_top_n", b"_kg_top_n"]  # noqa: Y015
