@@ -892,6 +892,11 @@ async def semantic_parts(corpus: Corpus, data_dir: Path, queries: int = 60) -> d
             points = await index.store.search(ARTICLES, vector, 100, VectorFilter(tenant="default"))
             add("vector_store_search_100_with_payload", started)
             started = time.perf_counter()
+            await index.store.search(
+                ARTICLES, vector, 100, VectorFilter(tenant="default"), ids_only=True
+            )
+            add("vector_store_search_100_ids_only", started)
+            started = time.perf_counter()
             hits = [index._dense_hit(p) for p in points]
             add("hits_from_points", started)
             started = time.perf_counter()
@@ -901,6 +906,9 @@ async def semantic_parts(corpus: Corpus, data_dir: Path, queries: int = 60) -> d
             started = time.perf_counter()
             await index.search("default", SemanticQuery(text=text, top_k=100))
             add("whole_index_search", started)
+            started = time.perf_counter()
+            await index.search("default", SemanticQuery(text=text, top_k=100, ids_only=True))
+            add("whole_index_search_ids_only", started)
         return {k: round(v / len(texts) * 1e3, 3) for k, v in steps.items()}
     finally:
         await index.close()
