@@ -99,7 +99,8 @@ def run_celery(lines: list[bytes], redis_url: str, opensearch: str, tmp: Path) -
 
 
 def _tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its living descendants (Linux /proc)."""
+    """User + system CPU of ``pid`` and its living descendants, with the children
+    each has waited for (Linux /proc)."""
     parent: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -118,7 +119,8 @@ def _tree_cpu_seconds(pid: int) -> float:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
+        # Its own time and that of its children that exited (a Celery pool's).
+        total += sum(int(f) for f in fields[11:15])
     return total / os.sysconf("SC_CLK_TCK")
 
 

@@ -165,6 +165,39 @@ def test_onnx_batches_are_cut_by_token_count_and_pad_to_their_own_longest(
     assert sum(width * len(rows) for width, rows in batches) == best
 
 
+def test_onnx_batches_of_a_tokenizer_padding_on_the_left_keep_every_token(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = Embedder(backend="onnx", batch_size=3)
+    onnx = embedder._model().onnx
+    assert onnx is not None
+    right = onnx._tokenize
+    real = int(right(TEXTS)["attention_mask"].sum())
+
+    def left(texts: list[str]) -> dict[str, np.ndarray]:
+        # The same tokens, with the padding moved in front of each text.
+        features = right(texts)
+        shifts = features["attention_mask"].shape[1] - features["attention_mask"].sum(axis=1)
+        return {
+            name: np.stack([np.roll(row, int(n)) for row, n in zip(values, shifts, strict=True)])
+            for name, values in features.items()
+        }
+
+    padded_left = OnnxEncoder(None, onnx.path, tokenize=left, dimension=384)
+    fed: list[int] = []
+    run = padded_left._session.run
+
+    def recording(outputs: object, feeds: dict[str, np.ndarray]) -> object:
+        fed.append(int(feeds["attention_mask"].sum()))
+        return run(outputs, feeds)
+
+    monkeypatch.setattr(padded_left._session, "run", recording, raising=False)
+    vectors = padded_left.encode(TEXTS, 3)
+    # Trimming to the longest text would have cut the short texts' tokens.
+    assert sum(fed) == real
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
 def test_onnx_int8_stays_close_to_torch(cache: Path, torch_vectors: np.ndarray) -> None:
     vectors = Embedder(backend="onnx-int8").encode(TEXTS)
     cosines = (vectors * torch_vectors).sum(axis=1)

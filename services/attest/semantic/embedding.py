@@ -476,15 +476,20 @@ class OnnxEncoder:
             end = min(window + _TOKENIZE_WINDOW, len(texts))
             rows_in = np.arange(window, end)
             features = self._tokenize(list(texts[window:end]))
-            lengths = features["attention_mask"].sum(axis=1)
+            mask = features["attention_mask"]
+            lengths = mask.sum(axis=1)
+            # Trimming keeps the first columns, right for a tokenizer that pads
+            # on the right (tokenizer.json's default); one padding on the left
+            # keeps its full width.
+            right_padded = bool(mask[:, 0].all())
             order = np.argsort(-lengths, kind="stable")
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                width = max(int(lengths[batch].max()), 1)
+                width = max(int(lengths[batch].max()), 1) if right_padded else mask.shape[1]
                 feeds = {n: features[n][batch, :width] for n in self._inputs}
                 hidden = self._session.run(None, feeds)[0]
-                mask = feeds["attention_mask"].astype(np.float32)[..., None]
-                pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+                weights = feeds["attention_mask"].astype(np.float32)[..., None]
+                pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
                 norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
                 out[rows_in[batch]] = pooled / norms
         return out

@@ -167,9 +167,10 @@ class _HitViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_HitView.Value
     HIT_VIEW_FULL: _HitView.ValueType  # 1
     """Every field of the hit."""
     HIT_VIEW_IDS: _HitView.ValueType  # 2
-    """Only the record's id, its passage index and its scores: for a caller that
-    merges rankings itself and reads the few records it keeps afterwards
-    (cheaper to produce, send and parse than hits carrying their text).
+    """Only the record's id, its passage index and its scores (and, from semantic
+    search, the best KG node's id): for a caller that merges rankings itself
+    and reads the few records it keeps afterwards (cheaper to produce, send
+    and parse than hits carrying their text).
     """
 
 class HitView(_HitView, metaclass=_HitViewEnumTypeWrapper):
@@ -180,9 +181,10 @@ HIT_VIEW_UNSPECIFIED: HitView.ValueType  # 0
 HIT_VIEW_FULL: HitView.ValueType  # 1
 """Every field of the hit."""
 HIT_VIEW_IDS: HitView.ValueType  # 2
-"""Only the record's id, its passage index and its scores: for a caller that
-merges rankings itself and reads the few records it keeps afterwards
-(cheaper to produce, send and parse than hits carrying their text).
+"""Only the record's id, its passage index and its scores (and, from semantic
+search, the best KG node's id): for a caller that merges rankings itself
+and reads the few records it keeps afterwards (cheaper to produce, send
+and parse than hits carrying their text).
 """
 Global___HitView: _TypeAlias = HitView  # noqa: Y015
 
