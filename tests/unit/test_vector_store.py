@@ -108,6 +108,42 @@ async def test_an_ids_only_search_ranks_the_same_and_reads_only_the_ids(store: V
     assert full[0].payload["text"] == "p0"
 
 
+async def test_an_ids_only_search_after_a_reopen_reads_the_ids_it_has_not_seen(
+    factory: StoreFactory,
+):
+    first = factory()
+    await first.warm_up()
+    # Distinct scores against axis(0), so the ranking has no ties.
+    vectors = [axis(0) + 0.1 * i * axis(1) for i in range(20)]
+    await first.upsert(
+        "passages",
+        "acme",
+        [passage(f"d{i}", i % 3, v / np.linalg.norm(v)) for i, v in enumerate(vectors)],
+    )
+    await first.upsert("passages", "globex", [passage("g1", 0, axis(0))])
+    flt = VectorFilter(tenant="acme")
+    expected = [
+        (h.doc_id, h.passage_index, h.score)
+        for h in await first.search("passages", axis(0), 10, flt)
+    ]
+    await first.close()
+    # A new process: nothing upserted or searched yet in this store object.
+    second = factory()
+    await second.warm_up()
+    try:
+        for _ in range(2):  # cold (ids read once), then from the ids already seen
+            hits = await second.search("passages", axis(0), 10, flt, ids_only=True)
+            assert [(h.doc_id, h.passage_index) for h in hits] == [e[:2] for e in expected]
+            assert [h.score for h in hits] == pytest.approx([e[2] for e in expected], abs=1e-6)
+        assert "g1" not in {h.doc_id for h in hits}
+        # Deleted points are not returned, though their ids were seen.
+        await second.delete_documents("acme", [expected[0][0]])
+        after = await second.search("passages", axis(0), 10, flt, ids_only=True)
+        assert expected[0][0] not in {h.doc_id for h in after}
+    finally:
+        await second.close()
+
+
 async def test_hits_leave_out_the_headline_vector_that_scans_keep(store: VectorStore):
     headline = axis(3).tolist()
     await store.upsert(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import math
 import uuid
@@ -547,6 +548,7 @@ class EdgeVectorStore:
         index_after: int = 10_000,
         segment_points: int = 50_000,
         segments: int = 4,
+        key_cache: int = 1_000_000,
     ) -> None:
         self._path = Path(path)
         self._names = collection_names(collection_prefix)
@@ -560,6 +562,22 @@ class EdgeVectorStore:
         self._changes_dir = self._path / changes_collection(collection_prefix)
         self._changes: qe.EdgeShard | None = None
         self._changes_opening = asyncio.Lock()
+        # Point id -> (doc id, passage index), for searches that want ids only:
+        # the engine reads a point's whole stored payload (text, headline
+        # vector) even to return two of its fields, about 25 us a hit, while
+        # the id alone costs nothing. A point id is a UUID5 of (tenant, doc id,
+        # passage index), so an entry never goes stale; ids not seen yet (by
+        # an upsert or an earlier search of this process) are read once.
+        self._keys: dict[str, tuple[str, int]] = {}
+        self._key_cache = key_cache
+
+    def _remember(self, entries: Iterable[tuple[str, str, int]]) -> None:
+        for pid, doc_id, index in entries:
+            self._keys[pid] = (doc_id, index)
+        if len(self._keys) > self._key_cache:
+            # Oldest first (insertion order); a dropped id is read again.
+            for pid in list(itertools.islice(self._keys, len(self._keys) - self._key_cache)):
+                del self._keys[pid]
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -686,19 +704,19 @@ class EdgeVectorStore:
     async def upsert(self, kind: Kind, tenant: str, points: Sequence[Point]) -> None:
         _check_tenant(tenant)
         shard = self._shard(kind)
+        ids = [point_id(tenant, p.doc_id, p.passage_index) for p in points]
         edge_points = [
             qe.Point(
-                point_id(tenant, p.doc_id, p.passage_index),
-                _check_vector(p.vector, self._dimension),
-                _stored_payload(kind, tenant, p),
+                pid, _check_vector(p.vector, self._dimension), _stored_payload(kind, tenant, p)
             )
-            for p in points
+            for pid, p in zip(ids, points, strict=True)
         ]
         # Small batches let the event loop run between them: the binding
         # holds the GIL for a whole update.
         for batch in _batches(edge_points, _UPSERT_BATCH):
             op = qe.UpdateOperation.upsert_points(list(batch))
             await self._run("upsert", functools.partial(shard.update, op))
+        self._remember((pid, p.doc_id, p.passage_index) for pid, p in zip(ids, points, strict=True))
         if edge_points:
             await self._maybe_optimize(kind)
 
@@ -732,13 +750,34 @@ class EdgeVectorStore:
             limit=limit,
             filter=_edge_filter(_conditions(flt)),
             params=qe.SearchParams(hnsw_ef=max(self.hnsw.ef, limit)),
-            with_payload=qe.PayloadSelector.Include(list(ID_FIELDS))
-            if ids_only
-            else qe.PayloadSelector.Exclude(list(NOT_IN_HITS)),
+            with_payload=False if ids_only else qe.PayloadSelector.Exclude(list(NOT_IN_HITS)),
         )
         shard = self._shard(kind)
         hits = await self._run("search", functools.partial(shard.query, request))
-        return [_scored(h.payload, h.score) for h in hits]
+        if not ids_only:
+            return [_scored(h.payload, h.score) for h in hits]
+        ids = [str(h.id) for h in hits]
+        unknown: list[qe.PointId] = [pid for pid in ids if pid not in self._keys]
+        if unknown:
+            records = await self._run(
+                "retrieve",
+                functools.partial(
+                    shard.retrieve, unknown, qe.PayloadSelector.Include(list(ID_FIELDS)), False
+                ),
+            )
+            self._remember(
+                (str(r.id), str(r.payload["doc_id"]), int(r.payload["passage_index"]))
+                for r in records
+                if r.payload
+            )
+        out = []
+        for pid, hit in zip(ids, hits, strict=True):
+            key = self._keys.get(pid)
+            if key is None:  # deleted between the search and the read
+                continue
+            payload = {"doc_id": key[0], "passage_index": key[1]}
+            out.append(ScoredPoint(key[0], key[1], float(hit.score), payload))
+        return out
 
     async def count(self, kind: Kind, tenant: str) -> int:
         _check_tenant(tenant)
