@@ -144,6 +144,26 @@ async def test_an_ids_only_search_after_a_reopen_reads_the_ids_it_has_not_seen(
         await second.close()
 
 
+async def test_the_edge_stores_id_table_is_bounded_and_rereads_what_it_dropped(tmp_path: Path):
+    store = EdgeVectorStore(tmp_path / "v", collection_prefix="t", dimension=DIM, key_cache=5)
+    await store.warm_up()
+    try:
+        vectors = [axis(0) + 0.1 * i * axis(1) for i in range(8)]
+        await store.upsert(
+            "articles",
+            "acme",
+            [article(f"d{i}", v / np.linalg.norm(v)) for i, v in enumerate(vectors)],
+        )
+        assert len(store._keys) == 5
+        hits = await store.search(
+            "articles", axis(0), 8, VectorFilter(tenant="acme"), ids_only=True
+        )
+        assert [h.doc_id for h in hits] == [f"d{i}" for i in range(8)]
+        assert len(store._keys) == 5
+    finally:
+        await store.close()
+
+
 async def test_hits_leave_out_the_headline_vector_that_scans_keep(store: VectorStore):
     headline = axis(3).tolist()
     await store.upsert(

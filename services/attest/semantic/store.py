@@ -548,7 +548,7 @@ class EdgeVectorStore:
         index_after: int = 10_000,
         segment_points: int = 50_000,
         segments: int = 4,
-        key_cache: int = 1_000_000,
+        key_cache: int = 250_000,
     ) -> None:
         self._path = Path(path)
         self._names = collection_names(collection_prefix)
@@ -567,7 +567,8 @@ class EdgeVectorStore:
         # vector) even to return two of its fields, about 25 us a hit, while
         # the id alone costs nothing. A point id is a UUID5 of (tenant, doc id,
         # passage index), so an entry never goes stale; ids not seen yet (by
-        # an upsert or an earlier search of this process) are read once.
+        # an upsert or an earlier search of this process) are read once. At
+        # most ``key_cache`` entries (about 240 bytes each) are kept.
         self._keys: dict[str, tuple[str, int]] = {}
         self._key_cache = key_cache
 
@@ -757,7 +758,9 @@ class EdgeVectorStore:
         if not ids_only:
             return [_scored(h.payload, h.score) for h in hits]
         ids = [str(h.id) for h in hits]
-        unknown: list[qe.PointId] = [pid for pid in ids if pid not in self._keys]
+        # This search's keys, looked up before the table may drop any of them.
+        keys = {pid: self._keys[pid] for pid in ids if pid in self._keys}
+        unknown: list[qe.PointId] = [pid for pid in ids if pid not in keys]
         if unknown:
             records = await self._run(
                 "retrieve",
@@ -765,14 +768,16 @@ class EdgeVectorStore:
                     shard.retrieve, unknown, qe.PayloadSelector.Include(list(ID_FIELDS)), False
                 ),
             )
-            self._remember(
-                (str(r.id), str(r.payload["doc_id"]), int(r.payload["passage_index"]))
+            read = {
+                str(r.id): (str(r.payload["doc_id"]), int(r.payload["passage_index"]))
                 for r in records
                 if r.payload
-            )
+            }
+            keys |= read
+            self._remember((pid, doc_id, index) for pid, (doc_id, index) in read.items())
         out = []
         for pid, hit in zip(ids, hits, strict=True):
-            key = self._keys.get(pid)
+            key = keys.get(pid)
             if key is None:  # deleted between the search and the read
                 continue
             payload = {"doc_id": key[0], "passage_index": key[1]}
