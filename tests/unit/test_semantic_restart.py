@@ -45,6 +45,9 @@ class HashEmbedder:
     async def aencode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         return self.encode(texts)
 
+    async def aencode_one(self, text: str) -> npt.NDArray[np.float32]:
+        return self.encode([text])[0]
+
     def vector_fingerprint(self) -> str:
         return cache.fingerprint(self.encode)
 

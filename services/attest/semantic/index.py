@@ -167,6 +167,7 @@ class SemanticIndex:
             device=settings.embedding_device,
             batch_size=settings.embedding_batch_size,
             backend=settings.embedding_backend,
+            query_batch_size=settings.query_batch_size,
         )
         self._store = store
         self._graph = graph
@@ -575,8 +576,8 @@ class SemanticIndex:
             if norm == 0:
                 raise InvalidArgument("must not be the zero vector", field="query_vector")
             return (query.vector / norm).astype(np.float32)
-        vectors = await self.embedder.aencode([query.text])
-        return np.asarray(vectors[0], dtype=np.float32)
+        vector = await self.embedder.aencode_one(query.text)
+        return np.asarray(vector, dtype=np.float32)
 
     async def search(self, tenant: str, query: SemanticQuery) -> list[SemanticHit]:
         self.validate_entities(query.filters.entity_ids, "filters.entity")

@@ -52,6 +52,12 @@ class SemanticSettings(ServiceSettings):
     )
     embedding_device: str = "cpu"
     embedding_batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
+    query_batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        description="Queries that arrive while the encoder is busy are embedded together, up "
+        "to this many in one forward pass (dynamic batching); 1 embeds each query alone.",
+    )
     embedding_backend: Backend = Field(
         default=DEFAULT_BACKEND,
         description="auto (onnx on the CPU where the model allows it, else torch); torch; "

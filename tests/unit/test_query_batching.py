@@ -1,0 +1,240 @@
+"""Concurrent query encodes: forward passes side by side on the cores, and the
+texts that wait for a free pass leave together in one batch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attest.semantic import embedding
+from attest.semantic.embedding import Embedder, QueryBatcher
+
+QUERIES = [
+    "What similarity laws must be obeyed when constructing aeroelastic models?",
+    "greenhouse gas emissions",
+    "How do the supply chain's emissions compare with the company's own?",
+    "x",
+    "quarterly dividend declared by the board in 2023",
+    "heat transfer at hypersonic speeds in a boundary layer",
+]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("attest-cache")
+    old = os.environ.get("ATTEST_CACHE_DIR")
+    os.environ["ATTEST_CACHE_DIR"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("ATTEST_CACHE_DIR", None)
+    else:
+        os.environ["ATTEST_CACHE_DIR"] = old
+
+
+class Gate:
+    """An encode that records each call's texts and holds the first call until
+    released, so the others queue behind it."""
+
+    def __init__(self, *, fail_on: str | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.fail_on = fail_on
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            self.calls.append(list(texts))
+            first = len(self.calls) == 1
+        if first:
+            self.entered.set()
+            assert self.release.wait(10)
+        if self.fail_on is not None and self.fail_on in texts:
+            raise ValueError(f"cannot encode {self.fail_on!r}")
+        # A text's vector says which text it was: its length, and its first letter.
+        return np.array([[len(t), ord(t[0]) if t else 0] for t in texts], dtype=np.float32)
+
+
+async def held(gate: Gate, batcher: QueryBatcher, texts: list[str]) -> list[object]:
+    """Encode ``texts`` at once while the gate holds the first call."""
+    first = asyncio.create_task(batcher.encode("first"))
+    await asyncio.to_thread(gate.entered.wait, 10)
+    rest = [asyncio.create_task(batcher.encode(t)) for t in texts]
+    await asyncio.sleep(0.05)  # every one of them queued behind the first
+    gate.release.set()
+    return await asyncio.gather(first, *rest, return_exceptions=True)
+
+
+def test_texts_that_arrive_while_the_encoder_is_busy_leave_in_one_batch() -> None:
+    gate = Gate()
+
+    async def main() -> list[object]:
+        batcher = QueryBatcher(gate, asyncio.get_running_loop(), slots=1, max_batch=16)
+        out = await held(gate, batcher, ["alpha", "be", "gamma ray"])
+        assert (batcher.batches, batcher.texts) == (2, 4)
+        return out
+
+    out = asyncio.run(main())
+    assert gate.calls == [["first"], ["alpha", "be", "gamma ray"]]
+    # Each caller gets its own text's vector back.
+    assert [list(v) for v in out] == [  # type: ignore[call-overload]
+        [5, ord("f")],
+        [5, ord("a")],
+        [2, ord("b")],
+        [9, ord("g")],
+    ]
+
+
+def test_a_batch_holds_at_most_max_batch_texts() -> None:
+    gate = Gate()
+
+    async def main() -> None:
+        batcher = QueryBatcher(gate, asyncio.get_running_loop(), slots=1, max_batch=2)
+        await held(gate, batcher, ["a", "b", "c", "d", "e"])
+
+    asyncio.run(main())
+    assert [len(c) for c in gate.calls] == [1, 2, 2, 1]
+
+
+def test_free_slots_start_texts_at_once_instead_of_batching_them() -> None:
+    calls: list[list[str]] = []
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow(texts: list[str]) -> np.ndarray:
+        nonlocal running, most
+        with lock:
+            calls.append(texts)
+            running += 1
+            most = max(most, running)
+        time.sleep(0.2)
+        with lock:
+            running -= 1
+        return np.zeros((len(texts), 2), dtype=np.float32)
+
+    async def main() -> None:
+        batcher = QueryBatcher(slow, asyncio.get_running_loop(), slots=2, max_batch=16)
+        await asyncio.gather(*(batcher.encode(t) for t in ["a", "b", "c", "d"]))
+
+    asyncio.run(main())
+    # Two passes run side by side; the two texts that found both busy share the next.
+    assert most == 2
+    assert calls[:2] == [["a"], ["b"]]
+    assert sorted(map(len, calls)) == [1, 1, 2]
+
+
+def test_one_text_that_cannot_be_encoded_fails_only_its_caller() -> None:
+    gate = Gate(fail_on="bad")
+
+    async def main() -> list[object]:
+        batcher = QueryBatcher(gate, asyncio.get_running_loop(), slots=1, max_batch=16)
+        return await held(gate, batcher, ["good", "bad", "fine"])
+
+    first, good, bad, fine = asyncio.run(main())
+    assert isinstance(bad, ValueError)
+    assert "bad" in str(bad)
+    assert [list(v) for v in (first, good, fine)] == [  # type: ignore[call-overload]
+        [5, ord("f")],
+        [4, ord("g")],
+        [4, ord("f")],
+    ]
+    # The failed batch was retried one text at a time.
+    assert gate.calls[1] == ["good", "bad", "fine"]
+    assert gate.calls[2:] == [["good"], ["bad"], ["fine"]]
+
+
+def test_a_caller_cancelled_while_waiting_leaves_its_batch() -> None:
+    gate = Gate()
+
+    async def main() -> None:
+        batcher = QueryBatcher(gate, asyncio.get_running_loop(), slots=1, max_batch=16)
+        first = asyncio.create_task(batcher.encode("first"))
+        await asyncio.to_thread(gate.entered.wait, 10)
+        gone = asyncio.create_task(batcher.encode("gone"))
+        kept = asyncio.create_task(batcher.encode("kept"))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        gate.release.set()
+        await first
+        assert list(await kept) == [4, ord("k")]
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+
+    asyncio.run(main())
+    assert gate.calls == [["first"], ["kept"]]
+
+
+def test_a_batcher_refuses_zero_slots_or_batch() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        for slots, batch in ((0, 4), (1, 0)):
+            with pytest.raises(ValueError, match="at least 1"):
+                QueryBatcher(Gate(), loop, slots=slots, max_batch=batch)
+    finally:
+        loop.close()
+
+
+def test_onnx_runs_as_many_passes_at_once_as_fit_the_cores(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded = Embedder(backend="onnx")._model()
+    assert loaded.onnx is not None
+    file = loaded.onnx.path
+    monkeypatch.setattr(embedding, "available_cpus", lambda: 4)
+    tokenize = embedding._fast_tokenizer(embedding.resolve_model_path(embedding.PACKAGED_MINILM))
+    assert tokenize is not None
+
+    def encoder(threads: int) -> embedding.OnnxEncoder:
+        return embedding.OnnxEncoder(None, file, threads=threads, tokenize=tokenize, dimension=384)
+
+    assert encoder(1).slots == 4
+    assert encoder(2).slots == 2
+    assert encoder(8).slots == 1
+
+
+def test_concurrent_onnx_encodes_give_each_text_its_own_vector(cache: Path) -> None:
+    embedder = Embedder(backend="onnx", batch_size=2)
+    alone = np.stack([embedder.encode([q])[0] for q in QUERIES])
+    results: dict[int, np.ndarray] = {}
+
+    def run(i: int) -> None:
+        for _ in range(5):
+            results[i] = embedder.encode(QUERIES[i:] + QUERIES[:i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, vectors in results.items():
+        expected = np.roll(alone, -i, axis=0)
+        assert np.abs(vectors - expected).max() < 1e-5
+
+
+def test_aencode_one_batches_concurrent_queries_with_the_same_vectors(cache: Path) -> None:
+    embedder = Embedder(backend="onnx", query_batch_size=16)
+    single = Embedder(backend="onnx", query_batch_size=1)
+    alone = embedder.encode(QUERIES)
+
+    async def main() -> tuple[list[np.ndarray], list[np.ndarray]]:
+        many = await asyncio.gather(*(embedder.aencode_one(q) for q in QUERIES * 4))
+        one = [await single.aencode_one(q) for q in QUERIES]
+        return list(many), one
+
+    many, one = asyncio.run(main())
+    assert np.abs(np.stack(many) - np.tile(alone, (4, 1))).max() < 1e-5
+    assert np.abs(np.stack(one) - alone).max() < 1e-5
+    assert single._batcher is None
+    batcher = embedder._batcher
+    assert batcher is not None
+    assert batcher.texts == 24
+    # 24 queries at once over the encoder's slots: fewer passes than queries.
+    assert batcher.batches < 24
