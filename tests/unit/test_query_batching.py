@@ -103,7 +103,9 @@ def test_a_batch_holds_at_most_max_batch_texts() -> None:
     assert [len(c) for c in gate.calls] == [1, 2, 2, 1]
 
 
-def test_free_slots_start_texts_at_once_instead_of_batching_them() -> None:
+def run_four(min_fill: int) -> tuple[list[list[str]], int]:
+    """Four texts at once over two slots; each pass takes 0.2 s. Returns the
+    passes and the most that ran at the same time."""
     calls: list[list[str]] = []
     running = 0
     most = 0
@@ -121,14 +123,27 @@ def test_free_slots_start_texts_at_once_instead_of_batching_them() -> None:
         return np.zeros((len(texts), 2), dtype=np.float32)
 
     async def main() -> None:
-        batcher = QueryBatcher(slow, asyncio.get_running_loop(), slots=2, max_batch=16)
+        batcher = QueryBatcher(
+            slow, asyncio.get_running_loop(), slots=2, max_batch=16, min_fill=min_fill
+        )
         await asyncio.gather(*(batcher.encode(t) for t in ["a", "b", "c", "d"]))
 
     asyncio.run(main())
-    # Two passes run side by side; the two texts that found both busy share the next.
+    return calls, most
+
+
+def test_a_second_pass_starts_for_two_waiting_texts_and_a_lone_one_waits() -> None:
+    calls, most = run_four(min_fill=2)
+    # "a" starts alone; "b" waits for company, and leaves with "c" on the
+    # second slot; "d", alone again, waits for a pass to end.
+    assert calls == [["a"], ["b", "c"], ["d"]]
     assert most == 2
-    assert calls[:2] == [["a"], ["b"]]
-    assert sorted(map(len, calls)) == [1, 1, 2]
+
+
+def test_with_min_fill_1_every_free_slot_starts_at_once() -> None:
+    calls, most = run_four(min_fill=1)
+    assert calls == [["a"], ["b"], ["c", "d"]]
+    assert most == 2
 
 
 def test_one_text_that_cannot_be_encoded_fails_only_its_caller() -> None:
@@ -172,12 +187,12 @@ def test_a_caller_cancelled_while_waiting_leaves_its_batch() -> None:
     assert gate.calls == [["first"], ["kept"]]
 
 
-def test_a_batcher_refuses_zero_slots_or_batch() -> None:
+def test_a_batcher_refuses_zero_slots_batch_or_fill() -> None:
     loop = asyncio.new_event_loop()
     try:
-        for slots, batch in ((0, 4), (1, 0)):
+        for slots, batch, fill in ((0, 4, 2), (1, 0, 2), (1, 4, 0)):
             with pytest.raises(ValueError, match="at least 1"):
-                QueryBatcher(Gate(), loop, slots=slots, max_batch=batch)
+                QueryBatcher(Gate(), loop, slots=slots, max_batch=batch, min_fill=fill)
     finally:
         loop.close()
 
