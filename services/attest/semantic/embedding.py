@@ -5,8 +5,11 @@ package, which carries its weights, so nothing is fetched from a hub. Any
 other sentence-transformers model is configured by its directory.
 
 A process loads each model once, whatever the number of ``Embedder``s built on
-it (``serve all`` has four services that embed): they share the weights and
-take turns to encode.
+it (``serve all`` has four services that embed): they share the weights. With
+torch they take turns to encode; ONNX Runtime runs as many forward passes at
+once as fit the cores (``OnnxEncoder.slots``), and a query's vector is encoded
+in a batch with the queries that arrive while the passes are busy
+(``QueryBatcher``).
 
 The forward pass runs in torch (``backend="torch"``) or, for a mean-pooled
 BERT-like model such as MiniLM, in ONNX Runtime: ``"onnx"`` (the same float32
@@ -28,10 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -418,12 +424,21 @@ def _export_onnx(model: Any, directory: Path, quantized: bool) -> Path:
     return int8
 
 
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity, as a container's cpuset sets)."""
+def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The CPUs this process may use: its affinity (a container's cpuset), capped
+    by its cgroup's CPU quota (``cpu.max``, what ``resources.limits.cpu`` in
+    Kubernetes and ``--cpus`` in Docker set), rounded up."""
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
 
 
 def _default_threads() -> int:
@@ -458,10 +473,16 @@ class OnnxEncoder:
     ) -> None:
         import onnxruntime as ort
 
+        # sentence-transformers' tokenizer sets its options on every call, so
+        # one thread at a time drives it; tokenizer.json's (``_fast_tokenizer``)
+        # is configured once and only read after.
+        self._tokenizing: threading.Lock | contextlib.nullcontext[None] = contextlib.nullcontext()
         if model is not None:
             _check_onnx_layout(model)
             dimension = dimension or int(model.get_embedding_dimension())
-            tokenize = tokenize or _model_tokenize(model)
+            if tokenize is None:
+                tokenize = _model_tokenize(model)
+                self._tokenizing = threading.Lock()
         if tokenize is None or dimension is None:
             raise ValueError("OnnxEncoder needs a model, or a tokenizer and a dimension")
         options = ort.SessionOptions()
@@ -475,12 +496,13 @@ class OnnxEncoder:
         # A session runs from several threads at once (ONNX Runtime's Run is
         # thread-safe), so forward passes from concurrent calls (queries while a
         # batch is ingested, several queries at once) share the cores instead of
-        # queueing behind one another: as many at a time as fit the cores at
-        # `intra` threads each (0, Runtime's default, uses every core: one at a
-        # time). A tokenizer is driven by one thread at a time.
+        # queueing behind one another. At one intra-op thread (OMP_NUM_THREADS=1,
+        # as the chart sets) each pass is one core's work: as many at once as
+        # the process has cores. Above one, concurrent passes share the
+        # session's one intra-op pool, and at most cores / threads run at once;
+        # 0 (Runtime's default: every core) runs one at a time.
         self.slots = max(1, available_cpus() // intra) if intra > 0 else 1
         self._running = threading.BoundedSemaphore(self.slots)
-        self._tokenizing = threading.Lock()
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 
@@ -739,14 +761,22 @@ class Embedder:
         # that arrive together share one.
         batcher = self._batcher
         if batcher is None or batcher.loop is not loop:
+            if batcher is not None:
+                batcher.close()
             slots = loaded.onnx.slots if loaded.onnx is not None else 1
+            # One forward pass a batch: no more texts than a pass takes.
             batcher = self._batcher = QueryBatcher(
-                self.encode, loop, slots=slots, max_batch=self.query_batch_size
+                self.encode,
+                loop,
+                slots=slots,
+                max_batch=min(self.query_batch_size, self._batch_size),
             )
         return await batcher.encode(text)
 
 
-def _encode_batch(encode: Callable[[list[str]], Vectors], texts: list[str]) -> list[Any]:
+def _encode_batch(
+    encode: Callable[[list[str]], Vectors], texts: list[str]
+) -> list[Vector | Exception]:
     """Each text's vector, or the exception that text alone raises: a batch that
     fails is encoded again one text at a time, so one bad text fails only itself."""
     try:
@@ -755,7 +785,7 @@ def _encode_batch(encode: Callable[[list[str]], Vectors], texts: list[str]) -> l
     except Exception as exc:  # noqa: BLE001 - retried singly below
         if len(texts) == 1:
             return [exc]
-    out: list[Any] = []
+    out: list[Vector | Exception] = []
     for text in texts:
         try:
             out.append(encode([text])[0])
@@ -796,6 +826,11 @@ class QueryBatcher:
         self._min_fill = min(min_fill, max_batch)
         self._pending: collections.deque[tuple[str, asyncio.Future[Vector]]] = collections.deque()
         self._running = 0
+        # Threads of its own: a pass never queues behind other work of the
+        # loop's default executor (an ingest's encode, a store call).
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=slots, thread_name_prefix="query-encode"
+        )
         self.batches = 0
         self.texts = 0
 
@@ -807,8 +842,11 @@ class QueryBatcher:
 
     def _dispatch(self) -> None:
         while self._pending and self._running < self._slots:
-            if self._running and len(self._pending) < self._min_fill:
-                return  # a lone text waits for the running pass: one batch, less CPU
+            if self._running:
+                # Callers cancelled while they waited do not count.
+                waiting = sum(not f.done() for _, f in self._pending)
+                if waiting < self._min_fill:
+                    return  # a lone text waits for the running pass: one batch, less CPU
             batch: list[tuple[str, asyncio.Future[Vector]]] = []
             while self._pending and len(batch) < self._max_batch:
                 text, future = self._pending.popleft()
@@ -816,13 +854,24 @@ class QueryBatcher:
                     batch.append((text, future))
             if not batch:
                 continue
+            try:
+                work = self.loop.run_in_executor(
+                    self._executor, _encode_batch, self._encode, [t for t, _ in batch]
+                )
+            except BaseException as exc:  # noqa: BLE001 - e.g. the executor shut down
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
             self._running += 1
             self.batches += 1
             self.texts += len(batch)
-            work = self.loop.run_in_executor(
-                None, _encode_batch, self._encode, [t for t, _ in batch]
-            )
             work.add_done_callback(functools.partial(self._finish, batch))
+
+    def close(self) -> None:
+        """Stops its threads once the passes under way end (nothing is waiting
+        when the loop it serves has stopped)."""
+        self._executor.shutdown(wait=False)
 
     def _finish(
         self, batch: list[tuple[str, asyncio.Future[Vector]]], work: asyncio.Future[list[Any]]
