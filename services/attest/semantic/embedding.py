@@ -496,8 +496,8 @@ class OnnxEncoder:
         # A session runs from several threads at once (ONNX Runtime's Run is
         # thread-safe), so forward passes from concurrent calls (queries while a
         # batch is ingested, several queries at once) share the cores instead of
-        # queueing behind one another. At one intra-op thread (OMP_NUM_THREADS=1,
-        # as the chart sets) each pass is one core's work: as many at once as
+        # queueing behind one another. At one intra-op thread (OMP_NUM_THREADS=1)
+        # each pass is one core's work: as many at once as
         # the process has cores. Above one, concurrent passes share the
         # session's one intra-op pool, and at most cores / threads run at once;
         # 0 (Runtime's default: every core) runs one at a time.
