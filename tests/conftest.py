@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -88,3 +88,17 @@ async def lexical(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     settings = lexical_settings(request.param, tmp_path)
     async for harness in start_lexical(settings):
         yield harness
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A cache directory of the module's own (``ATTEST_CACHE_DIR``): model exports
+    made by its tests land there, not in the user's cache."""
+    root = tmp_path_factory.mktemp("attest-cache")
+    old = os.environ.get("ATTEST_CACHE_DIR")
+    os.environ["ATTEST_CACHE_DIR"] = str(root)
+    yield root
+    if old is None:
+        os.environ.pop("ATTEST_CACHE_DIR", None)
+    else:
+        os.environ["ATTEST_CACHE_DIR"] = old

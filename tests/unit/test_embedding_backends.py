@@ -1,6 +1,6 @@
 """The ONNX Runtime embedding backends against torch, on the packaged MiniLM.
 
-Exports the model once into a temporary cache directory (a few seconds for
+Exports the model once into a temporary model_cache directory (a few seconds for
 the float32 file and for the int8 one); the module took 23-30 s on 2 shared
 CPUs, the model's load included.
 """
@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,23 +45,11 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("attest-cache")
-    old = os.environ.get("ATTEST_CACHE_DIR")
-    os.environ["ATTEST_CACHE_DIR"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("ATTEST_CACHE_DIR", None)
-    else:
-        os.environ["ATTEST_CACHE_DIR"] = old
-
-
-@pytest.fixture(scope="module")
 def torch_vectors() -> np.ndarray:
     return Embedder(backend="torch").encode(TEXTS)
 
 
-def test_onnx_float32_gives_torchs_vectors(cache: Path, torch_vectors: np.ndarray) -> None:
+def test_onnx_float32_gives_torchs_vectors(model_cache: Path, torch_vectors: np.ndarray) -> None:
     vectors = Embedder(backend="onnx").encode(TEXTS)
     assert vectors.shape == torch_vectors.shape == (len(TEXTS), 384)
     assert vectors.dtype == np.float32
@@ -73,7 +60,7 @@ def test_onnx_float32_gives_torchs_vectors(cache: Path, torch_vectors: np.ndarra
     assert np.abs(vectors - torch_vectors).max() < 1e-5
 
 
-def test_the_float32_graph_is_fused_and_int8_is_not(cache: Path) -> None:
+def test_the_float32_graph_is_fused_and_int8_is_not(model_cache: Path) -> None:
     import onnx
 
     model = Embedder(backend="torch")._model().model
@@ -112,7 +99,7 @@ def test_a_graph_that_does_not_fuse_is_exported_plain(
     assert np.abs(vectors - torch_vectors).max() < 1e-5
 
 
-def test_onnx_vectors_do_not_depend_on_the_batch(cache: Path) -> None:
+def test_onnx_vectors_do_not_depend_on_the_batch(model_cache: Path) -> None:
     embedder = Embedder(backend="onnx", batch_size=4)
     together = embedder.encode(TEXTS)
     alone = np.stack([embedder.encode([t])[0] for t in TEXTS])
@@ -121,7 +108,7 @@ def test_onnx_vectors_do_not_depend_on_the_batch(cache: Path) -> None:
 
 
 def test_onnx_batches_are_cut_by_token_count_and_pad_to_their_own_longest(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from attest.semantic import embedding
 
@@ -166,7 +153,7 @@ def test_onnx_batches_are_cut_by_token_count_and_pad_to_their_own_longest(
 
 
 def test_onnx_batches_of_a_tokenizer_padding_on_the_left_keep_every_token(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     embedder = Embedder(backend="onnx", batch_size=3)
     onnx = embedder._model().onnx
@@ -198,7 +185,7 @@ def test_onnx_batches_of_a_tokenizer_padding_on_the_left_keep_every_token(
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-def test_onnx_int8_stays_close_to_torch(cache: Path, torch_vectors: np.ndarray) -> None:
+def test_onnx_int8_stays_close_to_torch(model_cache: Path, torch_vectors: np.ndarray) -> None:
     vectors = Embedder(backend="onnx-int8").encode(TEXTS)
     cosines = (vectors * torch_vectors).sum(axis=1)
     # Quantized weights move the vectors, a little (0.98-0.99 measured).
@@ -215,12 +202,12 @@ def test_only_int8_vectors_carry_another_model_name() -> None:
     assert Embedder(backend="onnx-int8").name == "all-MiniLM-L6-v2+int8"
 
 
-def test_export_is_kept_in_the_cache_and_reused(cache: Path) -> None:
+def test_export_is_kept_in_the_cache_and_reused(model_cache: Path) -> None:
     model = Embedder(backend="torch")._model().model
     first, scratch = onnx_model_file(model, "onnx")
     assert scratch is None
     assert first.is_file()
-    assert first.is_relative_to(cache / "onnx")
+    assert first.is_relative_to(model_cache / "onnx")
     stamp = first.stat().st_mtime_ns
     again, _ = onnx_model_file(model, "onnx")
     assert again == first
@@ -232,7 +219,9 @@ def test_export_is_kept_in_the_cache_and_reused(cache: Path) -> None:
     assert int8.stat().st_size < first.stat().st_size / 3
 
 
-def test_auto_is_onnx_on_a_cpu_with_torchs_vectors(cache: Path, torch_vectors: np.ndarray) -> None:
+def test_auto_is_onnx_on_a_cpu_with_torchs_vectors(
+    model_cache: Path, torch_vectors: np.ndarray
+) -> None:
     embedder = Embedder()
     assert embedder.backend == "auto"
     assert embedder.backend_used == "onnx"
@@ -362,14 +351,14 @@ def test_ingest_embeds_with_the_configured_backend(monkeypatch: pytest.MonkeyPat
     assert IngestSettings().embed.backend == "onnx-int8"
 
 
-def _export_into(cache: Path, backend: str) -> None:
+def _export_into(model_cache: Path, backend: str) -> None:
     # The export written into this module's cache: an Embedder of the same
-    # backend loaded by an earlier test module (another cache) would not.
+    # backend loaded by an earlier test module (another model_cache) would not.
     model = Embedder(backend="torch")._model().model
     source = resolve_model_path(PACKAGED_MINILM)
     file, scratch = onnx_model_file(model, backend, source)  # type: ignore[arg-type]
     assert scratch is None
-    assert file.is_relative_to(cache)
+    assert file.is_relative_to(model_cache)
 
 
 def _fresh_exported(backend: str) -> _Loaded:
@@ -383,12 +372,12 @@ def _fresh_exported(backend: str) -> _Loaded:
 
 @pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
 def test_a_cached_export_loads_without_sentence_transformers_and_gives_the_same_vectors(
-    cache: Path, backend: str
+    model_cache: Path, backend: str
 ) -> None:
-    _export_into(cache, backend)
+    _export_into(model_cache, backend)
     expected = Embedder(backend=backend).encode(TEXTS)  # type: ignore[arg-type]
     source = resolve_model_path(PACKAGED_MINILM)
-    directory = _onnx_dir_of(cache, source)
+    directory = _onnx_dir_of(model_cache, source)
     assert (directory / "tokenizer-check").read_text() == "same"
     loaded = _fresh_exported(backend)
     assert loaded.onnx is not None
@@ -400,9 +389,9 @@ def test_a_cached_export_loads_without_sentence_transformers_and_gives_the_same_
     assert np.array_equal(vectors, expected)
 
 
-def test_the_tokenizer_check_is_what_lets_a_process_skip_the_model(cache: Path) -> None:
-    _export_into(cache, "onnx")
-    check = _onnx_dir_of(cache, resolve_model_path(PACKAGED_MINILM)) / "tokenizer-check"
+def test_the_tokenizer_check_is_what_lets_a_process_skip_the_model(model_cache: Path) -> None:
+    _export_into(model_cache, "onnx")
+    check = _onnx_dir_of(model_cache, resolve_model_path(PACKAGED_MINILM)) / "tokenizer-check"
     check.write_text("differs")
     try:
         assert _load_exported(resolve_model_path(PACKAGED_MINILM), "onnx") is None
@@ -411,9 +400,9 @@ def test_the_tokenizer_check_is_what_lets_a_process_skip_the_model(cache: Path) 
 
 
 def test_a_process_with_a_cached_export_imports_neither_torch_nor_transformers(
-    cache: Path,
+    model_cache: Path,
 ) -> None:
-    _export_into(cache, "onnx")
+    _export_into(model_cache, "onnx")
     probe = (
         "import sys\n"
         "from attest.semantic.embedding import Embedder\n"
@@ -422,7 +411,7 @@ def test_a_process_with_a_cached_export_imports_neither_torch_nor_transformers(
         "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers')"
         " if m in sys.modules))\n"
     )
-    env = {**os.environ, "ATTEST_CACHE_DIR": str(cache)}
+    env = {**os.environ, "ATTEST_CACHE_DIR": str(model_cache)}
     out = subprocess.run(
         [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300
     )

@@ -7,7 +7,6 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,18 +23,6 @@ QUERIES = [
     "quarterly dividend declared by the board in 2023",
     "heat transfer at hypersonic speeds in a boundary layer",
 ]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("attest-cache")
-    old = os.environ.get("ATTEST_CACHE_DIR")
-    os.environ["ATTEST_CACHE_DIR"] = str(root)
-    yield root
-    if old is None:
-        os.environ.pop("ATTEST_CACHE_DIR", None)
-    else:
-        os.environ["ATTEST_CACHE_DIR"] = old
 
 
 class Gate:
@@ -207,7 +194,7 @@ def test_a_batcher_refuses_zero_slots_batch_or_fill() -> None:
 
 
 def test_onnx_runs_as_many_passes_at_once_as_fit_the_cores(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
+    model_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loaded = Embedder(backend="onnx")._model()
     assert loaded.onnx is not None
@@ -225,7 +212,9 @@ def test_onnx_runs_as_many_passes_at_once_as_fit_the_cores(
 
 
 @pytest.mark.parametrize("tokenizer", ["sentence-transformers", "tokenizer.json"])
-def test_concurrent_onnx_encodes_give_each_text_its_own_vector(cache: Path, tokenizer: str) -> None:
+def test_concurrent_onnx_encodes_give_each_text_its_own_vector(
+    model_cache: Path, tokenizer: str
+) -> None:
     loaded = Embedder(backend="onnx")._model()
     assert loaded.onnx is not None
     if tokenizer == "sentence-transformers":
@@ -254,7 +243,7 @@ def test_concurrent_onnx_encodes_give_each_text_its_own_vector(cache: Path, toke
         assert np.abs(vectors - expected).max() < 1e-5
 
 
-def test_aencode_one_batches_concurrent_queries_with_the_same_vectors(cache: Path) -> None:
+def test_aencode_one_batches_concurrent_queries_with_the_same_vectors(model_cache: Path) -> None:
     embedder = Embedder(backend="onnx", query_batch_size=16)
     single = Embedder(backend="onnx", query_batch_size=1)
     alone = embedder.encode(QUERIES)
