@@ -53,13 +53,13 @@ import numpy.typing as npt
 
 from attest.core.cache import cache_dir, fingerprint
 from attest.core.errors import FailedPrecondition
+from attest.semantic.models import Vector
 
 log = logging.getLogger(__name__)
 
 PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
 
 Vectors = npt.NDArray[np.float32]
-Vector = npt.NDArray[np.float32]  # one row of Vectors
 # Texts to token ids, attention mask and token type ids (int64, one row per text).
 Tokenize = Callable[[list[str]], dict[str, npt.NDArray[np.int64]]]
 
@@ -544,8 +544,8 @@ class OnnxEncoder:
 class _Loaded:
     model: Any
     # One torch encode at a time per model: torch already uses every core for
-    # one batch, and a fast tokenizer must not be driven from two threads at
-    # once (the ONNX path bounds its own concurrency).
+    # one batch, and sentence-transformers' tokenizer must not be driven from
+    # two threads at once (the ONNX path bounds its own concurrency).
     encode_lock: threading.Lock = field(default_factory=threading.Lock)
     fingerprint: str | None = None
     # The ONNX Runtime forward pass when the backend is not torch (``model`` is
@@ -802,10 +802,9 @@ class QueryBatcher:
     more waiting texts; otherwise they wait for a pass to end and leave
     together, up to ``max_batch`` in one forward pass. One caller alone waits
     for nothing; under load a pass embeds several queries, which costs less
-    CPU a query (on one thread, MiniLM over Cranfield's queries costs 6.9 ms a
-    query alone, 5.9 ms in twos, 5.5 ms in fours), and the passes fill up to
-    ``slots`` cores. A lone text waits at most one pass. A caller cancelled
-    while waiting is dropped from its batch.
+    CPU a query (``loadtest/bench_query_batching.py``), and the passes fill up
+    to ``slots`` cores. A lone text waits for the running pass. A caller
+    cancelled while waiting is dropped from its batch.
     """
 
     def __init__(
