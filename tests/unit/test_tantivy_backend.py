@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -181,3 +182,77 @@ async def test_an_earlier_index_whose_records_have_no_tenant_is_unavailable(tmp_
     with pytest.raises(Unavailable, match="1 of its 1 records have no tenant to rebuild them"):
         await backend.warm_up()
     assert sorted(p.name for p in path.parent.iterdir()) == ["unit-documents"]
+
+
+def _many(prefix: str, n: int) -> list[DocumentIn]:
+    return [
+        DocumentIn(
+            id=f"{prefix}{i}",
+            title=f"Water report {prefix}{i}",
+            body=f"Water withdrawal fell at site {i}; the {prefix} series.",
+            passages=(PassageIn(0, f"Water at site {i}."), PassageIn(1, f"Series {prefix}.")),
+        )
+        for i in range(n)
+    ]
+
+
+async def _both_views(backend, level: Level) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    full = await backend.search("default", SearchQuery(text="water", top_k=100, level=level))
+    ids = await backend.search(
+        "default", SearchQuery(text="water", top_k=100, level=level, ids_only=True)
+    )
+    return [(h.doc_id, h.passage_index) for h in full], [(h.doc_id, h.passage_index) for h in ids]
+
+
+@pytest.mark.parametrize("level", [Level.DOCUMENT, Level.PASSAGE])
+async def test_ids_only_hits_stay_right_across_commits_deletes_and_merges(backend, level):
+    """An id table read through one searcher must never name another's documents:
+    each commit replaces the searcher, and with it the table."""
+    for round_ in range(6):
+        # Each index call commits; deletes and replacements move documents
+        # between segments, and tantivy merges segments in the background.
+        await backend.index("default", _many(f"r{round_}-", 12), refresh=True)
+        await backend.delete("default", [f"r{round_ - 1}-{i}" for i in range(0, 12, 2)])
+        await backend.index("default", _many(f"r{round_ - 1}-", 3), refresh=True)
+        full, ids = await _both_views(backend, level)
+        assert ids == full
+        assert len(full) > 12
+    # Searched twice through one searcher: the second answer comes from the table.
+    docs, passages = backend._ready()
+    snap = (passages if level is Level.PASSAGE else docs).snapshot()
+    assert snap.ids
+    full, ids = await _both_views(backend, level)
+    assert ids == full
+
+
+async def test_a_stale_snapshot_is_replaced_and_the_table_bounded(backend, monkeypatch):
+    import attest.lexical.backends.tantivy as module
+
+    docs, _ = backend._ready()
+    first = docs.snapshot()
+    assert docs.snapshot() is first
+    monkeypatch.setattr(module, "_SNAPSHOT_SECONDS", 0.0)
+    assert docs.snapshot() is not first
+    monkeypatch.setattr(module, "_SNAPSHOT_SECONDS", 3600.0)
+    monkeypatch.setattr(module, "_SNAPSHOT_IDS", 1)
+    full, ids = await _both_views(backend, Level.DOCUMENT)
+    assert ids == full
+    assert len(full) == 2
+    assert len(docs.snapshot().ids) == 1
+
+
+async def test_searches_of_a_small_index_run_on_the_event_loop(backend):
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    search = backend._search_sync
+
+    def spy(tenant, query):
+        seen.append(threading.get_ident())
+        return search(tenant, query)
+
+    backend._search_sync = spy
+    for _ in range(4):
+        await backend.search("default", SearchQuery(text="water", top_k=3))
+    # The first is measured on a thread; a search this small then runs inline.
+    assert seen[0] != loop_thread
+    assert seen[1:] == [loop_thread] * 3

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 
+from attest.core.offload import DEFAULT_BUDGET_SECONDS
 from attest.core.settings import (
     RequestLimits,
     ServerSettings,
@@ -61,3 +62,10 @@ class LexicalSettings(ServiceSettings):
     elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
     limits: RequestLimits = RequestLimits()
     writer_heap_bytes: int = Field(default=128 * 1024 * 1024, ge=16 * 1024 * 1024)
+    inline_search_ms: float = Field(
+        default=DEFAULT_BUDGET_SECONDS * 1e3,
+        ge=0,
+        description="tantivy: searches whose running mean time is under this many ms run on "
+        "the event loop instead of a thread, whose round trip costs about as much under "
+        "concurrent callers (attest.core.offload); 0: always a thread.",
+    )

@@ -220,6 +220,7 @@ class SemanticIndex:
                 collection_prefix=s.collection_prefix,
                 dimension=dim,
                 timeout_seconds=s.qdrant.timeout_seconds,
+                inline_search_seconds=s.inline_search_ms / 1e3,
             )
         await self._store.warm_up()
         graph = self._graph

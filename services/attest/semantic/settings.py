@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
 
+from attest.core.offload import DEFAULT_BUDGET_SECONDS
 from attest.core.settings import (
     RequestLimits,
     ServerSettings,
@@ -64,6 +65,13 @@ class SemanticSettings(ServiceSettings):
         "onnx (ONNX Runtime, same vectors, CPU only); onnx-int8 (int8 weights, CPU only; "
         "vectors move, so index and query with the same backend). See "
         "loadtest/bench_encoder.py.",
+    )
+    inline_search_ms: float = Field(
+        default=DEFAULT_BUDGET_SECONDS * 1e3,
+        ge=0,
+        description="edge store: vector searches whose running mean time is under this many "
+        "ms run on the event loop instead of a thread, whose round trip costs about as much "
+        "under concurrent callers (attest.core.offload); 0: always a thread.",
     )
     kg_top_n: int = Field(default=3, ge=0, le=50, description="Next-best nodes averaged.")
     kg_node_weighting: Literal["idf", "none"] = Field(

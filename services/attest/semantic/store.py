@@ -61,6 +61,7 @@ from attest.core.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from attest.core.offload import DEFAULT_BUDGET_SECONDS, Offloader
 
 log = logging.getLogger(__name__)
 
@@ -549,6 +550,7 @@ class EdgeVectorStore:
         segment_points: int = 50_000,
         segments: int = 4,
         key_cache: int = 250_000,
+        inline_search_seconds: float = DEFAULT_BUDGET_SECONDS,
     ) -> None:
         self._path = Path(path)
         self._names = collection_names(collection_prefix)
@@ -571,6 +573,9 @@ class EdgeVectorStore:
         # most ``key_cache`` entries (about 240 bytes each) are kept.
         self._keys: dict[str, tuple[str, int]] = {}
         self._key_cache = key_cache
+        # The engine holds the GIL through a search, so a thread gives it no
+        # parallelism; a short one runs on the loop (attest.core.offload).
+        self._searches = Offloader(inline_search_seconds)
 
     def _remember(self, entries: Iterable[tuple[str, str, int]]) -> None:
         for pid, doc_id, index in entries:
@@ -754,7 +759,10 @@ class EdgeVectorStore:
             with_payload=False if ids_only else qe.PayloadSelector.Exclude(list(NOT_IN_HITS)),
         )
         shard = self._shard(kind)
-        hits = await self._run("search", functools.partial(shard.query, request))
+        try:
+            hits = await self._searches.run(functools.partial(shard.query, request))
+        except Exception as exc:
+            raise self._translate(exc, "search") from exc
         if not ids_only:
             return [_scored(h.payload, h.score) for h in hits]
         ids = [str(h.id) for h in hits]
@@ -1372,13 +1380,18 @@ def create_store(
     dimension: int,
     timeout_seconds: float,
     hnsw: HnswParams | None = None,
+    inline_search_seconds: float = DEFAULT_BUDGET_SECONDS,
 ) -> VectorStore:
     """The configured store; cheap (nothing is opened before ``warm_up``)."""
     if kind == "edge":
         if path is None:
             raise FailedPrecondition("the edge vector store needs a data directory (path)")
         return EdgeVectorStore(
-            path, collection_prefix=collection_prefix, dimension=dimension, hnsw=hnsw
+            path,
+            collection_prefix=collection_prefix,
+            dimension=dimension,
+            hnsw=hnsw,
+            inline_search_seconds=inline_search_seconds,
         )
     if kind == "qdrant":
         if url is None:

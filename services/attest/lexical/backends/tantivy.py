@@ -27,6 +27,7 @@ already in this layout is never rebuilt again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -47,6 +48,7 @@ from attest.core.document import (
     keywords_to_stored,
 )
 from attest.core.errors import Unavailable
+from attest.core.offload import Offloader
 from attest.core.validation import EARLIEST_PUBLISHED, LATEST_PUBLISHED
 from attest.lexical.models import (
     Counts,
@@ -156,6 +158,33 @@ def _mark(fragment: str, ranges: list[Any]) -> str:
     return "".join(out)
 
 
+class _Snapshot:
+    """One searcher, and the ids of the documents its searches have returned.
+
+    A hit's address (segment ordinal, document number) names a document only
+    within the searcher that returned it: segments merge and ordinals move.
+    So the table of address -> (doc id, passage index) lives and dies with its
+    searcher, and a search for ids only reads a document's stored fields the
+    first time that searcher returns it (reading them is most of the work of
+    a search over a small index).
+    """
+
+    __slots__ = ("ids", "searcher", "taken")
+
+    def __init__(self, searcher: tantivy.Searcher) -> None:
+        self.searcher = searcher
+        self.taken = time.monotonic()
+        self.ids: dict[tuple[int, int], tuple[str, int]] = {}
+
+
+#: Entries of a snapshot's id table (about 150 bytes each); past it, ids are
+#: read from the stored document every time.
+_SNAPSHOT_IDS = 500_000
+#: A snapshot older than this is replaced at the next search, so that the
+#: files of merged-away segments, which it keeps open, are let go.
+_SNAPSHOT_SECONDS = 30.0
+
+
 class _LevelIndex:
     """One tantivy index (documents or passages) with its single writer."""
 
@@ -174,6 +203,15 @@ class _LevelIndex:
         self.index.register_tokenizer(ANALYZER, english_analyzer())
         self.writer = self.index.writer(heap, 1)
         self.schema = self.index.schema
+        self._snapshot = _Snapshot(self.index.searcher())
+
+    def snapshot(self) -> _Snapshot:
+        """The searcher for a search: the one taken at the last commit, or a
+        fresh one when that is older than ``_SNAPSHOT_SECONDS``."""
+        snap = self._snapshot
+        if time.monotonic() - snap.taken > _SNAPSHOT_SECONDS:
+            snap = self._snapshot = _Snapshot(self.index.searcher())
+        return snap
 
     def term(self, field: str, value: str) -> tantivy.Query:
         return tantivy.Query.term_query(self.schema, field, value)
@@ -186,6 +224,19 @@ class _LevelIndex:
     def commit(self) -> None:
         self.writer.commit()
         self.index.reload()
+        self._snapshot = _Snapshot(self.index.searcher())
+
+
+def _ids_of(snap: _Snapshot, address: tantivy.DocAddress) -> tuple[str, int]:
+    key = (address.segment_ord, address.doc)
+    ids = snap.ids.get(key)
+    if ids is None:
+        doc = snap.searcher.doc(address)
+        index = doc.get_first("passage_index")
+        ids = (doc.get_first("doc_id") or "", -1 if index is None else int(index))
+        if len(snap.ids) < _SNAPSHOT_IDS:
+            snap.ids[key] = ids
+    return ids
 
 
 class TantivyBackend:
@@ -201,6 +252,9 @@ class TantivyBackend:
         self._analyzer = english_analyzer()
         # tantivy allows one writer per index; writes go through it one at a time.
         self._write_lock = asyncio.Lock()
+        # tantivy lets go of the GIL while it searches, so a long search gains
+        # from a thread; a short one runs on the loop (attest.core.offload).
+        self._searches = Offloader(settings.inline_search_ms / 1e3, clock=time.thread_time)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -347,7 +401,8 @@ class TantivyBackend:
                 ),
             ]
         )
-        searcher = level.index.searcher()
+        snap = level.snapshot()
+        searcher = snap.searcher
         result = searcher.search(full, query.top_k, count=False)
         generators = []
         if query.highlight and result.hits:
@@ -357,19 +412,19 @@ class TantivyBackend:
                 generators.append(gen)
         hits = []
         for score, address in result.hits:
-            doc = searcher.doc(address)
             if query.ids_only:
-                index = doc.get_first("passage_index")
+                doc_id, passage_index = _ids_of(snap, address)
                 hits.append(
                     Hit(
-                        doc_id=doc.get_first("doc_id") or "",
-                        passage_index=-1 if index is None else int(index),
+                        doc_id=doc_id,
+                        passage_index=passage_index,
                         score=float(score),
                         title="",
                         text="",
                     )
                 )
                 continue
+            doc = searcher.doc(address)
             stored = doc.to_dict()
             highlights = []
             for gen in generators:
@@ -395,7 +450,7 @@ class TantivyBackend:
         return hits
 
     async def search(self, tenant: str, query: SearchQuery) -> list[Hit]:
-        return await asyncio.to_thread(self._search_sync, tenant, query)
+        return await self._searches.run(functools.partial(self._search_sync, tenant, query))
 
     def _stats_sync(self, tenant: str) -> Counts:
         docs, passages = self._ready()

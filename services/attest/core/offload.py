@@ -1,0 +1,88 @@
+"""Blocking calls on the event loop or on a thread, by what they cost.
+
+``asyncio.to_thread`` is not free: the loop submits the call to an executor,
+the worker takes the GIL, and the result comes back through the loop's
+self-pipe, which takes the GIL back. With concurrent callers on few cores the
+hand-overs queue behind each other: a BM25 search over Cranfield's 1,400
+documents cost its server 0.81-0.87 ms of CPU a query on the loop against
+1.04-1.37 ms on threads at 4 and 16 clients (``loadtest/bench_offload.py``).
+
+:class:`Offloader` keeps an exponentially weighted mean of how long one
+kind of call takes and runs the call on the loop while that mean is under
+its budget, on a thread otherwise. "How long" is read from a clock the owner
+chooses: wall time by default, since that is how long the loop waits for an
+inline call into an engine that computes on threads of its own (the
+embedded vector store); the calling thread's CPU time for one that computes
+on the calling thread (tantivy), so that waiting for a core on a busy
+machine does not count as cost. It is measured either way, so a kind that
+grows past the budget (the index grew, the queries got longer) moves to
+threads, and back when it shrinks; one slow call moves the mean by a tenth
+of its excess. A budget of 0 always uses threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+#: Seconds under which a call runs on the loop. A call this short holds the
+#: loop for about as long as a few trips to a thread and back under load.
+DEFAULT_BUDGET_SECONDS = 0.002
+
+
+class Offloader:
+    """Runs one kind of blocking call inline or on a thread (see the module)."""
+
+    def __init__(
+        self,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        weight: float = 0.1,
+    ) -> None:
+        if budget_seconds < 0:
+            raise ValueError("budget_seconds must be at least 0")
+        if not 0 < weight <= 1:
+            raise ValueError("weight must be in (0, 1]")
+        self.budget_seconds = budget_seconds
+        self._clock = clock
+        self._weight = weight
+        # Unknown until the first call is measured: start on a thread, which
+        # is always safe, and let the measurement decide.
+        self._mean: float | None = None
+        self.inline_calls = 0
+        self.thread_calls = 0
+
+    @property
+    def mean_seconds(self) -> float | None:
+        """The weighted mean time of a call so far (None before the first)."""
+        return self._mean
+
+    @property
+    def inline(self) -> bool:
+        """Whether the next call runs on the loop."""
+        return self._mean is not None and self._mean < self.budget_seconds
+
+    def _observe(self, seconds: float) -> None:
+        # From a worker thread too: one float assignment under the GIL; a lost
+        # update between two threads only delays the mean by one sample.
+        mean = self._mean
+        self._mean = seconds if mean is None else mean + self._weight * (seconds - mean)
+
+    def _timed(self, fn: Callable[[], T]) -> T:
+        started = self._clock()
+        try:
+            return fn()
+        finally:
+            self._observe(self._clock() - started)
+
+    async def run(self, fn: Callable[[], T]) -> T:
+        if self.inline:
+            self.inline_calls += 1
+            return self._timed(fn)
+        self.thread_calls += 1
+        return await asyncio.to_thread(self._timed, fn)
