@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -203,6 +204,9 @@ class _LevelIndex:
         self.index.register_tokenizer(ANALYZER, english_analyzer())
         self.writer = self.index.writer(heap, 1)
         self.schema = self.index.schema
+        # Orders a refresh of the snapshot with a commit's: a refresh that took
+        # its searcher before a commit's reload must not replace the commit's.
+        self._snapshot_lock = threading.Lock()
         self._snapshot = _Snapshot(self.index.searcher())
 
     def snapshot(self) -> _Snapshot:
@@ -210,7 +214,10 @@ class _LevelIndex:
         fresh one when that is older than ``_SNAPSHOT_SECONDS``."""
         snap = self._snapshot
         if time.monotonic() - snap.taken > _SNAPSHOT_SECONDS:
-            snap = self._snapshot = _Snapshot(self.index.searcher())
+            with self._snapshot_lock:
+                if self._snapshot is snap:  # no commit has replaced it meanwhile
+                    self._snapshot = _Snapshot(self.index.searcher())
+                snap = self._snapshot
         return snap
 
     def term(self, field: str, value: str) -> tantivy.Query:
@@ -223,8 +230,9 @@ class _LevelIndex:
 
     def commit(self) -> None:
         self.writer.commit()
-        self.index.reload()
-        self._snapshot = _Snapshot(self.index.searcher())
+        with self._snapshot_lock:
+            self.index.reload()
+            self._snapshot = _Snapshot(self.index.searcher())
 
 
 def _ids_of(snap: _Snapshot, address: tantivy.DocAddress) -> tuple[str, int]:
