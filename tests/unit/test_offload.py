@@ -48,8 +48,9 @@ async def test_a_kind_that_grows_past_the_budget_moves_to_threads_and_back():
     assert off.inline
     # One slow call runs on the loop (its cost is not known before it runs) ...
     assert await off.run(clock.call(0.010)) == loop_thread
-    # ... and moves the mean past the budget: the next ones go to a thread.
+    # ... and moves the estimate past the budget: the next ones go to a thread.
     assert off.mean_seconds == pytest.approx(0.0055)
+    assert off.estimate_seconds == pytest.approx(0.0055 + 2 * 0.0045)
     assert not off.inline
     assert await off.run(clock.call(0.001)) != loop_thread
     # Cheap again: measured on the thread, the mean falls back under the budget.
@@ -105,3 +106,17 @@ async def test_concurrent_callers_on_threads_all_get_their_results():
     off = Offloader(0.0)
     results = await asyncio.gather(*(off.run(lambda i=i: i * i) for i in range(32)))
     assert results == [i * i for i in range(32)]
+
+
+async def test_a_kind_with_rare_slow_calls_stays_on_threads_though_its_mean_is_short():
+    """Nine calls of 0.3 ms and one of 15 ms average 1.77 ms, under a 2 ms budget;
+    the slow one would hold the loop 15 ms, so the spread keeps them on threads."""
+    clock = FakeClock()
+    off = Offloader(0.002, clock=clock)
+    for _ in range(30):
+        for cost in [0.0003] * 9 + [0.015]:
+            await off.run(clock.call(cost))
+    assert off.mean_seconds is not None
+    assert off.mean_seconds < 0.004
+    assert not off.inline
+    assert off.inline_calls < off.thread_calls / 5

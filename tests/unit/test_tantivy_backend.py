@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -256,3 +257,56 @@ async def test_searches_of_a_small_index_run_on_the_event_loop(backend):
     # The first is measured on a thread; a search this small then runs inline.
     assert seen[0] != loop_thread
     assert seen[1:] == [loop_thread] * 3
+
+
+async def test_a_refresh_that_took_its_searcher_before_a_commit_does_not_hide_the_commit(
+    backend, monkeypatch
+):
+    """A search refreshing a stale snapshot and a commit race: the refresh's
+    searcher predates the commit, and must not replace the commit's."""
+    import attest.lexical.backends.tantivy as module
+
+    docs, _ = backend._ready()
+    real = docs.index
+    taken, release = threading.Event(), threading.Event()
+    refresher = threading.get_ident
+
+    class SlowFirstSearcher:
+        """The index, whose next searcher() in the refreshing thread is taken at
+        once and handed back only after the commit has run."""
+
+        def __init__(self) -> None:
+            self.armed = True
+
+        def searcher(self):
+            searcher = real.searcher()
+            if self.armed and threading.get_ident() == owner[0]:
+                self.armed = False
+                taken.set()
+                release.wait(10)
+            return searcher
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    owner = [refresher()]
+    docs.index = SlowFirstSearcher()
+    monkeypatch.setattr(module, "_SNAPSHOT_SECONDS", 0.0)
+
+    def refresh() -> None:
+        owner[0] = threading.get_ident()
+        docs.snapshot()
+
+    thread = threading.Thread(target=refresh)
+    thread.start()
+    assert taken.wait(10)
+    monkeypatch.setattr(module, "_SNAPSHOT_SECONDS", 3600.0)
+    commit = asyncio.get_running_loop().run_in_executor(
+        None, backend._index_sync, "default", _many("late-", 1)
+    )
+    await asyncio.sleep(0.2)  # the commit waits for the refresh to finish
+    release.set()
+    await commit
+    thread.join(10)
+    hits = await backend.search("default", SearchQuery(text="late", top_k=5))
+    assert [h.doc_id for h in hits] == ["late-0"]

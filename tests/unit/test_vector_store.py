@@ -406,3 +406,73 @@ def test_create_store_picks_the_configured_kind(tmp_path: Path):
         create_store("edge", path=None, url=None, api_key=None, **common)
     with pytest.raises(FailedPrecondition):
         create_store("qdrant", path=tmp_path, url=None, api_key=None, **common)
+
+
+async def test_edge_searches_go_to_the_loop_once_measured_short_and_fail_alike_on_both(
+    tmp_path: Path,
+):
+    import threading
+
+    from attest.core.errors import Internal
+
+    store = EdgeVectorStore(
+        tmp_path / "vectors", collection_prefix="t", dimension=DIM, inline_search_seconds=0.5
+    )
+    await store.warm_up()
+    try:
+        await store.upsert("passages", "acme", [passage("d1", i, axis(i)) for i in range(3)])
+        shard = store._shard("passages")
+        seen: list[int] = []
+
+        class Spy:
+            def __init__(self, fail: bool) -> None:
+                self.fail = fail
+
+            def query(self, request):
+                seen.append(threading.get_ident())
+                if self.fail:
+                    raise RuntimeError("engine failure")
+                return shard.query(request)
+
+            def __getattr__(self, name):
+                return getattr(shard, name)
+
+        store._shards["passages"] = Spy(fail=False)  # type: ignore[assignment]
+        flt = VectorFilter(tenant="acme")
+        for _ in range(3):
+            hits = await store.search("passages", axis(1), 2, flt, ids_only=True)
+            assert hits[0].passage_index == 1
+        loop_thread = threading.get_ident()
+        assert seen[0] != loop_thread
+        assert seen[1:] == [loop_thread, loop_thread]
+        # Searches with payloads are a kind of their own: measured afresh, on a thread.
+        await store.search("passages", axis(1), 2, flt)
+        assert seen[-1] != loop_thread
+        # A failure is the same error on the loop as on a thread.
+        store._shards["passages"] = Spy(fail=True)  # type: ignore[assignment]
+        with pytest.raises(Internal, match="search failed"):
+            await store.search("passages", axis(1), 2, flt, ids_only=True)
+        assert seen[-1] == loop_thread
+        off = EdgeVectorStore(
+            tmp_path / "other", collection_prefix="t", dimension=DIM, inline_search_seconds=0.0
+        )
+        off._shards["passages"] = Spy(fail=True)  # type: ignore[assignment]
+        with pytest.raises(Internal, match="search failed"):
+            await off.search("passages", axis(1), 2, flt, ids_only=True)
+        assert seen[-1] != loop_thread
+    finally:
+        store._shards["passages"] = shard
+        await store.close()
+
+
+def test_the_inline_budgets_come_from_the_settings(monkeypatch: pytest.MonkeyPatch):
+    from attest.lexical.settings import LexicalSettings
+    from attest.semantic.settings import SemanticSettings
+
+    monkeypatch.setenv("ATTEST_LEXICAL_INLINE_SEARCH_MS", "0")
+    monkeypatch.setenv("ATTEST_SEMANTIC_INLINE_SEARCH_MS", "5.5")
+    assert LexicalSettings().inline_search_ms == 0
+    assert SemanticSettings().inline_search_ms == 5.5
+    monkeypatch.setenv("ATTEST_SEMANTIC_INLINE_SEARCH_MS", "-1")
+    with pytest.raises(ValueError, match="inline_search_ms"):
+        SemanticSettings()

@@ -178,9 +178,10 @@ class _Snapshot:
         self.ids: dict[tuple[int, int], tuple[str, int]] = {}
 
 
-#: Entries of a snapshot's id table (about 150 bytes each); past it, ids are
+#: Entries of a snapshot's id table (about 290 bytes each with 12-character
+#: ids, so some 60 MB per level at the bound); past it, ids are
 #: read from the stored document every time.
-_SNAPSHOT_IDS = 500_000
+_SNAPSHOT_IDS = 200_000
 #: A snapshot older than this is replaced at the next search, so that the
 #: files of merged-away segments, which it keeps open, are let go.
 _SNAPSHOT_SECONDS = 30.0
@@ -260,9 +261,11 @@ class TantivyBackend:
         self._analyzer = english_analyzer()
         # tantivy allows one writer per index; writes go through it one at a time.
         self._write_lock = asyncio.Lock()
-        # tantivy lets go of the GIL while it searches, so a long search gains
-        # from a thread; a short one runs on the loop (attest.core.offload).
-        self._searches = Offloader(settings.inline_search_ms / 1e3, clock=time.thread_time)
+        # tantivy lets go of the GIL while it searches, on the calling thread,
+        # so a long search gains from a thread and its cost is that thread's CPU
+        # time; a short one runs on the loop (attest.core.offload).
+        self._inline_budget = settings.inline_search_ms / 1e3
+        self._searches: dict[tuple[Level, bool, bool], Offloader] = {}
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -458,7 +461,15 @@ class TantivyBackend:
         return hits
 
     async def search(self, tenant: str, query: SearchQuery) -> list[Hit]:
-        return await self._searches.run(functools.partial(self._search_sync, tenant, query))
+        # One offloader per kind of search, since their costs differ: ids only
+        # or whole hits (highlighted or not), documents or passages.
+        kind = (query.level, query.ids_only, query.highlight)
+        offloader = self._searches.get(kind)
+        if offloader is None:
+            offloader = self._searches[kind] = Offloader(
+                self._inline_budget, clock=time.thread_time
+            )
+        return await offloader.run(functools.partial(self._search_sync, tenant, query))
 
     def _stats_sync(self, tenant: str) -> Counts:
         docs, passages = self._ready()
