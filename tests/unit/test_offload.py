@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from attest.core.offload import Offloader
+from attest.core.offload import Offloader, Offloaders
 
 
 class FakeClock:
@@ -120,3 +120,16 @@ async def test_a_kind_with_rare_slow_calls_stays_on_threads_though_its_mean_is_s
     assert off.mean_seconds < 0.004
     assert not off.inline
     assert off.inline_calls < off.thread_calls / 5
+
+
+async def test_offloaders_keep_one_measurement_per_kind():
+    clock = FakeClock()
+    family: Offloaders[str] = Offloaders(0.002, clock=clock)
+    loop_thread = threading.current_thread().name
+    await family.run("cheap", clock.call(0.0005))
+    await family.run("dear", clock.call(0.05))
+    assert await family.run("cheap", clock.call(0.0005)) == loop_thread
+    assert await family.run("dear", clock.call(0.0005)) != loop_thread
+    assert family["cheap"] is family["cheap"]
+    with pytest.raises(ValueError, match="budget"):
+        Offloaders(-1)

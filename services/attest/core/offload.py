@@ -29,10 +29,11 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 #: Seconds under which a call runs on the loop. A call this short holds the
 #: loop for about as long as a few trips to a thread and back under load.
@@ -107,3 +108,28 @@ class Offloader:
             return self._timed(fn)
         self.thread_calls += 1
         return await asyncio.to_thread(self._timed, fn)
+
+
+class Offloaders(Generic[K]):
+    """One :class:`Offloader` per kind of call, made on the kind's first call."""
+
+    def __init__(
+        self,
+        budget_seconds: float = DEFAULT_BUDGET_SECONDS,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if budget_seconds < 0:
+            raise ValueError("budget_seconds must be at least 0")
+        self._budget = budget_seconds
+        self._clock = clock
+        self._by_kind: dict[K, Offloader] = {}
+
+    def __getitem__(self, kind: K) -> Offloader:
+        offloader = self._by_kind.get(kind)
+        if offloader is None:
+            offloader = self._by_kind[kind] = Offloader(self._budget, clock=self._clock)
+        return offloader
+
+    async def run(self, kind: K, fn: Callable[[], T]) -> T:
+        return await self[kind].run(fn)

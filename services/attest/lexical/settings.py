@@ -65,7 +65,8 @@ class LexicalSettings(ServiceSettings):
     inline_search_ms: float = Field(
         default=DEFAULT_BUDGET_SECONDS * 1e3,
         ge=0,
-        description="tantivy: searches whose running mean time is under this many ms run on "
-        "the event loop instead of a thread, whose round trip costs about as much under "
-        "concurrent callers (attest.core.offload); 0: always a thread.",
+        description="tantivy: searches of a kind whose measured time (mean plus two standard "
+        "deviations) is under this many ms run on the event loop instead of a thread, whose "
+        "round trip costs about as much under concurrent callers (attest.core.offload); 0: "
+        "always a thread.",
     )

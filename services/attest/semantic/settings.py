@@ -69,9 +69,10 @@ class SemanticSettings(ServiceSettings):
     inline_search_ms: float = Field(
         default=DEFAULT_BUDGET_SECONDS * 1e3,
         ge=0,
-        description="edge store: vector searches whose running mean time is under this many "
-        "ms run on the event loop instead of a thread, whose round trip costs about as much "
-        "under concurrent callers (attest.core.offload); 0: always a thread.",
+        description="edge store: vector searches of a kind whose measured time (mean plus "
+        "two standard deviations) is under this many ms run on the event loop instead of a "
+        "thread, whose round trip costs about as much under concurrent callers "
+        "(attest.core.offload); 0: always a thread.",
     )
     kg_top_n: int = Field(default=3, ge=0, le=50, description="Next-best nodes averaged.")
     kg_node_weighting: Literal["idf", "none"] = Field(

@@ -61,7 +61,7 @@ from attest.core.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from attest.core.offload import DEFAULT_BUDGET_SECONDS, Offloader
+from attest.core.offload import DEFAULT_BUDGET_SECONDS, Offloaders
 
 log = logging.getLogger(__name__)
 
@@ -575,8 +575,8 @@ class EdgeVectorStore:
         self._key_cache = key_cache
         # The engine holds the GIL through a search, so a thread gives it no
         # parallelism; a short one runs on the loop (attest.core.offload).
-        self._inline_budget = inline_search_seconds
-        self._searches: dict[tuple[Kind, bool], Offloader] = {}
+        # One offloader per kind of search: reading payloads costs several times more.
+        self._searches: Offloaders[tuple[Kind, bool]] = Offloaders(inline_search_seconds)
 
     def _remember(self, entries: Iterable[tuple[str, str, int]]) -> None:
         for pid, doc_id, index in entries:
@@ -685,13 +685,6 @@ class EdgeVectorStore:
         log.error("edge vector store %s failed: %r", action, exc)
         return Internal(f"edge vector store {action} failed")
 
-    def _offloader(self, kind: Kind, ids_only: bool) -> Offloader:
-        # One per kind of search: reading payloads costs several times more.
-        offloader = self._searches.get((kind, ids_only))
-        if offloader is None:
-            offloader = self._searches[(kind, ids_only)] = Offloader(self._inline_budget)
-        return offloader
-
     async def _run(self, action: str, fn: Callable[[], T]) -> T:
         try:
             return await asyncio.to_thread(fn)
@@ -768,8 +761,8 @@ class EdgeVectorStore:
         )
         shard = self._shard(kind)
         try:
-            hits = await self._offloader(kind, ids_only).run(
-                functools.partial(shard.query, request)
+            hits = await self._searches.run(
+                (kind, ids_only), functools.partial(shard.query, request)
             )
         except Exception as exc:
             raise self._translate(exc, "search") from exc

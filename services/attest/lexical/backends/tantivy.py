@@ -49,7 +49,7 @@ from attest.core.document import (
     keywords_to_stored,
 )
 from attest.core.errors import Unavailable
-from attest.core.offload import Offloader
+from attest.core.offload import Offloaders
 from attest.core.validation import EARLIEST_PUBLISHED, LATEST_PUBLISHED
 from attest.lexical.models import (
     Counts,
@@ -264,8 +264,9 @@ class TantivyBackend:
         # tantivy lets go of the GIL while it searches, on the calling thread,
         # so a long search gains from a thread and its cost is that thread's CPU
         # time; a short one runs on the loop (attest.core.offload).
-        self._inline_budget = settings.inline_search_ms / 1e3
-        self._searches: dict[tuple[Level, bool, bool], Offloader] = {}
+        self._searches: Offloaders[tuple[Level, bool, bool]] = Offloaders(
+            settings.inline_search_ms / 1e3, clock=time.thread_time
+        )
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -464,12 +465,7 @@ class TantivyBackend:
         # One offloader per kind of search, since their costs differ: ids only
         # or whole hits (highlighted or not), documents or passages.
         kind = (query.level, query.ids_only, query.highlight)
-        offloader = self._searches.get(kind)
-        if offloader is None:
-            offloader = self._searches[kind] = Offloader(
-                self._inline_budget, clock=time.thread_time
-            )
-        return await offloader.run(functools.partial(self._search_sync, tenant, query))
+        return await self._searches.run(kind, functools.partial(self._search_sync, tenant, query))
 
     def _stats_sync(self, tenant: str) -> Counts:
         docs, passages = self._ready()
