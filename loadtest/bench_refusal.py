@@ -111,14 +111,21 @@ class _Ghz:
         return [(float(d["latency"]) / 1e9, status_name(str(d.get("status")))) for d in details]
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text("ascii").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
-    address: str, bursts: list[int], rounds: int, ghz: _Ghz | None = None
-) -> dict[str, Any]:
+    address: str, bursts: list[int], rounds: int, ghz: _Ghz | None = None, server_pid: int = 0
+) -> tuple[dict[str, Any], dict[str, float]]:
     import grpc
 
     from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 
     results: dict[str, Any] = {}
+    cpu_per_refusal: dict[str, float] = {}
     async with grpc.aio.insecure_channel(address) as channel:
         await asyncio.wait_for(channel.channel_ready(), 300)
         stub = answer_pb2_grpc.AnswerServiceStub(channel)
@@ -129,6 +136,7 @@ async def measure(
         try:
             for size in bursts:
                 per_round = []
+                cpu_before = _cpu_seconds(server_pid) if server_pid else 0.0
                 for _ in range(rounds):
                     calls = (
                         await asyncio.to_thread(ghz.burst, size)
@@ -146,9 +154,14 @@ async def measure(
                     )
                     await asyncio.sleep(0.5)
                 results[str(size)] = per_round
+                if server_pid:
+                    spent = _cpu_seconds(server_pid) - cpu_before
+                    cpu_per_refusal[str(size)] = round(
+                        spent * 1000 / (size * rounds), 3
+                    )
         finally:
             holder.cancel()
-    return results
+    return results, cpu_per_refusal
 
 
 def main() -> int:
@@ -190,7 +203,7 @@ def main() -> int:
         ghz = (
             _Ghz(find_ghz(args.ghz), address, Path(workdir.name)) if args.client == "ghz" else None
         )
-        results = asyncio.run(measure(address, bursts, args.rounds, ghz))
+        results, cpu = asyncio.run(measure(address, bursts, args.rounds, ghz, server.pid))
     finally:
         workdir.cleanup()
         server.terminate()
@@ -201,7 +214,8 @@ def main() -> int:
             f"{size} at once: median refusal per round "
             f"{[r['p50_ms'] for r in rounds]} ms; slowest {[r['max_ms'] for r in rounds]} ms; "
             f"over {TARGET_S * 1000:.0f} ms {sum(r['over_target'] for r in rounds)} "
-            f"of {int(size) * len(rounds)}; codes {sorted({c for r in rounds for c in r['codes']})}"
+            f"of {int(size) * len(rounds)}; codes {sorted({c for r in rounds for c in r['codes']})}; "
+            f"server CPU {cpu[size]:.3f} ms per refusal"
         )
     report = {
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -210,6 +224,7 @@ def main() -> int:
         "rounds": args.rounds,
         "client": args.client,
         "bursts": results,
+        "server_cpu_ms_per_refusal": cpu,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -174,6 +174,43 @@ async def test_a_wait_estimated_past_the_cap_is_refused_at_once() -> None:
     await asyncio.gather(*running, queued)
 
 
+async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budget() -> None:
+    limiter = Limiter("answer", 1, 1, 8.0)
+    assert limiter.refusal() is None  # a free slot
+    release = asyncio.Event()
+    first = await started(limiter, release)
+    # Every slot held, room in the queue and no estimate yet: a caller may wait.
+    assert limiter.refusal() is None
+    queued = await started(limiter, release, "b")
+    refused = limiter.refusal()  # the queue is full
+    assert refused is not None and "(1 calls running, 1 waiting); retry" in refused.details
+    assert refused.retry_after == 1.0
+    release.set()
+    await asyncio.gather(first, queued)
+
+    clock = Clock()
+    limiter = Limiter("answer", 1, 2, 8.0, clock=clock)
+    release = asyncio.Event()
+    first = await started(limiter, release)
+    clock.now += 7.0
+    release.set()
+    await first  # slots are held 7 s
+    release = asyncio.Event()
+    first = await started(limiter, release)
+    # A wait of about 7 s is within the 8 s any caller may wait: left to
+    # slot, which refuses it to a caller whose budget is shorter ...
+    assert limiter.refusal() is None
+    with pytest.raises(ResourceExhausted, match=r"about 7\.0 s, longer than the 5\.0 s"):
+        async with limiter.slot(5.0):
+            pass
+    # ... and the wait behind a queued caller, about 14 s, is over it for every caller.
+    queued = await started(limiter, release, "b")
+    refused = limiter.refusal()
+    assert refused is not None and "about 14.0 s, longer than the 8.0 s" in refused.details
+    release.set()
+    await asyncio.gather(first, queued)
+
+
 async def test_a_cancelled_waiter_leaves_the_queue() -> None:
     limiter = Limiter("answer", 1, 1, 5.0)
     release = asyncio.Event()

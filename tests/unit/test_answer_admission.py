@@ -23,7 +23,7 @@ from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.common.v1 import common_pb2
 from attest.core.channels import create_channel
 from attest.core.errors import Unavailable
-from attest.core.interceptors import RETRY_AFTER_KEY
+from attest.core.interceptors import REQUEST_ID_KEY, RETRY_AFTER_KEY
 from attest.core.server import running
 from attest.core.settings import ServerSettings
 from attest.generate.v1 import generate_pb2
@@ -213,6 +213,54 @@ async def test_over_capacity_a_caller_is_refused_at_once_with_a_retry_after_trai
         fake.lexical_gate.set()
         answers = [r.answer for r in await asyncio.gather(first, second)]
         assert [a.text for a in answers] == ["Body.", "Body."]
+        await channel.close()
+
+
+def _rpcs(method: str, code: str) -> float:
+    from prometheus_client import REGISTRY
+
+    labels = {"method": method, "code": code}
+    return REGISTRY.get_sample_value("attest_rpc_handled_total", labels) or 0.0
+
+
+async def test_a_shed_call_is_refused_before_it_is_decoded_and_still_counted() -> None:
+    fake = Backends()
+    fake.lexical_gate.clear()
+    servicer = AnswerServicer(settings(max_in_flight=1, max_waiting=0), backends=fake)
+    ask = f"/{servicer.service_name}/Ask"
+    async with running([servicer], LOCAL) as server:
+        channel = create_channel(f"127.0.0.1:{server.port}")
+        stub: Any = answer_pb2_grpc.AnswerServiceStub(channel)
+        # Bytes that are no AskRequest, sent as they are.
+        raw = channel.unary_unary(ask)
+        garbage = b"\xff\xff\xff"
+        request = answer_pb2.AskRequest(question="q", options=bm25_only())
+        first = asyncio.ensure_future(stub.Ask(request, timeout=30))
+        await fake.in_lexical.wait()
+        before = _rpcs(ask, "RESOURCE_EXHAUSTED")
+        # At capacity the call is refused before its bytes are read: the
+        # refusal, not INVALID_ARGUMENT, with the trailers any refusal has.
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await raw(garbage, timeout=30, metadata=((REQUEST_ID_KEY, "req-shed-1"),))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "at capacity (1 answers running, 0 waiting)" in (err.value.details() or "")
+        trailers = dict(err.value.trailing_metadata() or ())
+        assert trailers[REQUEST_ID_KEY] == "req-shed-1"
+        assert float(trailers[RETRY_AFTER_KEY]) == pytest.approx(1.0)  # nothing measured yet
+        # The streaming form is refused the same way, with no message sent.
+        stream = stub.AskStream(answer_pb2.AskStreamRequest(question="q"), timeout=30)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in stream:
+                raise AssertionError("a refused stream sends no message")
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert _rpcs(ask, "RESOURCE_EXHAUSTED") == before + 1
+        assert servicer.admission.running == 1
+        fake.lexical_gate.set()
+        assert (await first).answer.text == "Body."
+        # With room again the same bytes reach the handler, which refuses them as bad input.
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await raw(garbage, timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         await channel.close()
 
 

@@ -19,6 +19,7 @@ from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.core.admission import Limiter
 from attest.core.context import remaining_seconds, tenant_var
 from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from attest.core.interceptors import Shedder
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -62,6 +63,12 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
 
     def register(self, server: grpc.aio.Server) -> None:
         answer_pb2_grpc.add_AnswerServiceServicer_to_server(self, server)
+
+    def shedders(self) -> dict[str, Shedder]:
+        """Ask and AskStream are refused before any other work while admission is full."""
+        return {
+            f"/{self.service_name}/{name}": self.admission.refusal for name in ("Ask", "AskStream")
+        }
 
     async def warm_up(self) -> None:
         # Nothing to load: a dependency that is down is a degradation, not a reason

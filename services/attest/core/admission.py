@@ -161,25 +161,43 @@ class Limiter:
         self._waiting_gauge.set(len(self._queue))
         self._running_gauge.set(len(self._held))
 
-    async def _wait(self, budget_seconds: float) -> int:
-        """Queue for a slot; returns the slot handed over."""
+    def _refusal_at_arrival(self, cap: float) -> ResourceExhausted | None:
+        """The refusal of a caller arriving now that may wait ``cap`` seconds, if any."""
+        if self.running < self.limit and not self._queue:
+            return None
         position = len(self._queue)
         if position >= self.max_waiting:
-            raise self._refuse(
+            return self._refuse(
                 "full",
                 f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
                 f"{position} waiting); retry later",
             )
-        share = budget_seconds * self.budget_share
-        cap = min(self.max_wait_seconds, share)
         estimate = self.estimated_wait(position)
         if estimate is not None and estimate > cap:
-            raise self._refuse(
+            return self._refuse(
                 "estimate",
                 f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
                 f"{position} waiting): a slot would take about {estimate:.1f} s, longer than "
                 f"the {cap:.1f} s a request may wait; retry later",
             )
+        return None
+
+    def refusal(self) -> ResourceExhausted | None:
+        """The refusal a caller arriving now would get whatever its budget, if any.
+
+        A cheap check for a server to shed a call before doing any other work
+        for it (decoding, authentication): every slot is held and the queue is
+        full, or the wait would be longer than ``max_wait_seconds``. A call it
+        lets through may still be refused by ``slot`` for its own budget.
+        """
+        return self._refusal_at_arrival(self.max_wait_seconds)
+
+    async def _wait(self, budget_seconds: float) -> int:
+        """Queue for a slot; returns the slot handed over."""
+        share = budget_seconds * self.budget_share
+        refused = self._refusal_at_arrival(min(self.max_wait_seconds, share))
+        if refused is not None:
+            raise refused
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append(waiter)
         self._waiting_gauge.set(len(self._queue))

@@ -23,7 +23,7 @@ import contextlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -239,11 +239,32 @@ class ThrottledFailureLog:
         return True
 
 
+#: A method's load-shedding check: the refusal a call arriving now gets, or None.
+Shedder = Callable[[], ResourceExhausted | None]
+
+
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, *, max_message_bytes: int, guard: Guard | None = None) -> None:
+    """See the module docstring. ``shedders`` maps a full method name
+    (``/pkg.Service/Method``) to its load-shedding check: while it returns a
+    refusal, a call of that method is refused with it before anything else is
+    done for the call (no decoding, no authentication, no handler), the
+    cheapest answer a server at capacity can give a burst."""
+
+    def __init__(
+        self,
+        *,
+        max_message_bytes: int,
+        guard: Guard | None = None,
+        shedders: Mapping[str, Shedder] | None = None,
+    ) -> None:
         self._max_message_bytes = max_message_bytes
         self._guard = guard or Guard(surface="public", authenticator=None)
         self._failures = ThrottledFailureLog()
+        self._shedders = dict(shedders or {})
+        # method -> (the handler it wrapped, the wrapped handler)
+        self._wrapped: dict[
+            str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]
+        ] = {}
 
     async def intercept_service(
         self,
@@ -256,6 +277,71 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method: str = handler_call_details.method
+        shedder = self._shedders.get(method)
+        if shedder is not None:
+            refusal = shedder()
+            if refusal is not None:
+                return self._refusing(method, handler, refusal)
+        # The wrapping depends on the method's handler only: made once per method.
+        wrapped = self._wrapped.get(method)
+        if wrapped is None or wrapped[0] is not handler:
+            wrapped = (handler, self._wrap(method, handler))
+            self._wrapped[method] = wrapped
+        return wrapped[1]
+
+    def _refusing(
+        self,
+        method: str,
+        handler: grpc.RpcMethodHandler[Any, Any],
+        refusal: ResourceExhausted,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        """A handler that refuses the call with ``refusal`` and does nothing else.
+
+        The request is left undecoded; the refusal carries the request id and
+        the ``retry-after`` trailer as any other, is counted in the RPC
+        metrics and logged as the caller's errors are (at most once a second
+        per method and code). It returns instead of aborting: an exception is
+        more work than a status set on the context.
+        """
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            started = time.perf_counter()
+            metadata = dict(context.invocation_metadata() or ())
+            context.set_trailing_metadata(
+                (
+                    (REQUEST_ID_KEY, _request_id(metadata)),
+                    (RETRY_AFTER_KEY, f"{max(refusal.retry_after or 0.0, 0.001):.3f}"),
+                )
+            )
+            context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
+            context.set_details(refusal.details)
+            self._failures.log(method, refusal.code, refusal.details)
+            per_method = metrics.for_method(method)
+            per_method.started.inc()
+            metrics.RPC_HANDLED.labels(method, refusal.code).inc()
+            per_method.latency.observe(time.perf_counter() - started)
+
+        if handler.unary_unary or handler.stream_unary:
+            make = (
+                grpc.unary_unary_rpc_method_handler
+                if handler.unary_unary
+                else grpc.stream_unary_rpc_method_handler
+            )
+        else:
+            # A stream of responses: the coroutine form (as grpc's reader/writer
+            # API) sends none and ends the call with the context's status.
+            make = (
+                grpc.unary_stream_rpc_method_handler
+                if handler.unary_stream
+                else grpc.stream_stream_rpc_method_handler
+            )
+        return make(
+            refuse, request_deserializer=None, response_serializer=handler.response_serializer
+        )
+
+    def _wrap(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
+    ) -> grpc.RpcMethodHandler[Any, Any]:
         deserializer = lenient(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(

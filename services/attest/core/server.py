@@ -34,7 +34,7 @@ from grpc_reflection.v1alpha import reflection
 
 from attest.core.auth import Authenticator, Surface, surface_of
 from attest.core.channels import use_identity
-from attest.core.interceptors import Guard, ServerInterceptor
+from attest.core.interceptors import Guard, ServerInterceptor, Shedder
 from attest.core.metrics import serve_metrics
 from attest.core.quota import TenantQuotas
 from attest.core.settings import ServerSettings, ServerTLSSettings
@@ -189,9 +189,18 @@ class _Listener:
         self.tls = tls
         self.port = 0
         transport_limit = settings.max_message_bytes * 2
+        shedders: dict[str, Shedder] = {}
+        for servicer in servicers:
+            # Optional: a servicer with admission control names the methods a
+            # burst is shed from, and the check (see ServerInterceptor).
+            provided = getattr(servicer, "shedders", None)
+            if provided is not None:
+                shedders.update(provided())
         self.server = grpc.aio.server(
             interceptors=[
-                ServerInterceptor(max_message_bytes=settings.max_message_bytes, guard=guard)
+                ServerInterceptor(
+                    max_message_bytes=settings.max_message_bytes, guard=guard, shedders=shedders
+                )
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
             options=[
