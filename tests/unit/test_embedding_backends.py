@@ -188,8 +188,12 @@ def test_onnx_batches_of_a_tokenizer_padding_on_the_left_keep_every_token(
 def test_onnx_int8_stays_close_to_torch(model_cache: Path, torch_vectors: np.ndarray) -> None:
     vectors = Embedder(backend="onnx-int8").encode(TEXTS)
     cosines = (vectors * torch_vectors).sum(axis=1)
-    # Quantized weights move the vectors, a little (0.98-0.99 measured).
-    assert cosines.min() >= 0.97
+    # Quantized weights move the vectors, a little: 0.97-0.99 measured, and
+    # by how much depends on the CPU's int8 kernels. The empty text (its two
+    # special tokens alone) moves most: 0.96 on a CPU with AVX2 but no VNNI,
+    # where every other text stayed at 0.98-0.99.
+    assert cosines.min() >= 0.95
+    assert float(np.median(cosines)) >= 0.98
     assert np.abs(vectors - torch_vectors).max() > 1e-4
     # Each text is still nearest to its own torch vector.
     assert list((vectors @ torch_vectors.T).argmax(axis=1)) == list(range(len(TEXTS)))
