@@ -480,6 +480,13 @@ def main() -> int:
         help="ask an answer service in a process of its own (as deployed: a pod per service) "
         "that calls the other services in serve all, instead of serve all's own",
     )
+    parser.add_argument(
+        "--serve-nice",
+        type=int,
+        default=0,
+        help="start serve all under `nice -n N` (its answers yield the cores to the answer "
+        "process and the client; a probe of how much of a refusal's time is theirs)",
+    )
     args = parser.parse_args()
     args.burst = args.burst or [64, 128]
     # A stopped benchmark stops the server it started.
@@ -494,6 +501,8 @@ def main() -> int:
         data_dir.mkdir(parents=True, exist_ok=True)
         log = Path(tmp) / "server.log"
         cmd = [sys.executable, "-m", "attest.cli", "serve", "all", "--embedded"]
+        if args.serve_nice:
+            cmd = ["nice", "-n", str(args.serve_nice), *cmd]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
         server = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
         try:

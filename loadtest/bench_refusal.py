@@ -19,8 +19,9 @@ client's interpreter; with the Python client each call's latency also holds
 the client's own work on the calls sent before it (about 0.3 ms each here),
 which is the client's cost, not the service's.
 
-Prints, per burst size, the median and slowest refusal of each round and
-how many took longer than 100 ms; writes loadtest/reports/refusal.json.
+Prints, per burst size, the median and slowest refusal of each round, how
+many took longer than 100 ms and the service's CPU time per refusal (from
+/proc: user plus system time over the bursts of that size); writes loadtest/reports/refusal.json.
 A benchmark command, not a test.
 """
 
@@ -156,9 +157,7 @@ async def measure(
                 results[str(size)] = per_round
                 if server_pid:
                     spent = _cpu_seconds(server_pid) - cpu_before
-                    cpu_per_refusal[str(size)] = round(
-                        spent * 1000 / (size * rounds), 3
-                    )
+                    cpu_per_refusal[str(size)] = round(spent * 1000 / (size * rounds), 3)
         finally:
             holder.cancel()
     return results, cpu_per_refusal
@@ -214,7 +213,8 @@ def main() -> int:
             f"{size} at once: median refusal per round "
             f"{[r['p50_ms'] for r in rounds]} ms; slowest {[r['max_ms'] for r in rounds]} ms; "
             f"over {TARGET_S * 1000:.0f} ms {sum(r['over_target'] for r in rounds)} "
-            f"of {int(size) * len(rounds)}; codes {sorted({c for r in rounds for c in r['codes']})}; "
+            f"of {int(size) * len(rounds)}; "
+            f"codes {sorted({c for r in rounds for c in r['codes']})}; "
             f"server CPU {cpu[size]:.3f} ms per refusal"
         )
     report = {

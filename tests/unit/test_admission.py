@@ -183,7 +183,8 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
     assert limiter.refusal() is None
     queued = await started(limiter, release, "b")
     refused = limiter.refusal()  # the queue is full
-    assert refused is not None and "(1 calls running, 1 waiting); retry" in refused.details
+    assert refused is not None
+    assert "(1 calls running, 1 waiting); retry" in refused.details
     assert refused.retry_after == 1.0
     release.set()
     await asyncio.gather(first, queued)
@@ -206,7 +207,8 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
     # ... and the wait behind a queued caller, about 14 s, is over it for every caller.
     queued = await started(limiter, release, "b")
     refused = limiter.refusal()
-    assert refused is not None and "about 14.0 s, longer than the 8.0 s" in refused.details
+    assert refused is not None
+    assert "about 14.0 s, longer than the 8.0 s" in refused.details
     release.set()
     await asyncio.gather(first, queued)
 
