@@ -300,8 +300,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         The request is left undecoded; the refusal carries the request id and
         the ``retry-after`` trailer as any other, is counted in the RPC
         metrics and logged as the caller's errors are (at most once a second
-        per method and code). It returns instead of aborting: an exception is
-        more work than a status set on the context.
+        per method and code), and gets no trace span. It returns instead of
+        aborting: an exception is more work than a status set on the context.
         """
 
         async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -46,7 +46,12 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 class Servicer(Protocol):
-    """What a service hands to the server: its name, its handlers, its lifecycle."""
+    """What a service hands to the server: its name, its handlers, its lifecycle.
+
+    A servicer with admission control may also define ``shedders()``: a map
+    from full method names to a check that returns the refusal a call of that
+    method gets now, or None (see ``ServerInterceptor``).
+    """
 
     #: Fully qualified gRPC service name, e.g. ``attest.lexical.v1.LexicalService``.
     service_name: str
