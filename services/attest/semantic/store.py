@@ -113,7 +113,7 @@ class VectorFilter:
     published_to: datetime | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # built per hit: see SemanticHit on why not frozen
 class ScoredPoint:
     doc_id: str
     passage_index: int
@@ -501,6 +501,11 @@ async def list_documents(
 # -- qdrant-edge: the embedded default ------------------------------------------
 
 
+def _uuid(point_id: object) -> uuid.UUID:
+    """A point id as the engine returns it (a UUID) or as it was written (its string)."""
+    return point_id if isinstance(point_id, uuid.UUID) else uuid.UUID(str(point_id))
+
+
 def _edge_filter(c: _Conditions) -> qe.Filter:
     must: list[qe.FieldCondition | qe.Filter] = [
         qe.FieldCondition("tenant", match=qe.MatchValue(c.tenant))
@@ -571,16 +576,18 @@ class EdgeVectorStore:
         # passage index), so an entry never goes stale; ids not seen yet (by
         # an upsert or an earlier search of this process) are read once. At
         # most ``key_cache`` entries (about 240 bytes each) are kept.
-        self._keys: dict[str, tuple[str, int]] = {}
+        # Keyed by the engine's own id objects (UUIDs), so a search looks its
+        # hits up without turning each id into a string.
+        self._keys: dict[uuid.UUID, tuple[str, int]] = {}
         self._key_cache = key_cache
         # The engine holds the GIL through a search, so a thread gives it no
         # parallelism; a short one runs on the loop (attest.core.offload).
         # One offloader per kind of search: reading payloads costs several times more.
         self._searches: Offloaders[tuple[Kind, bool]] = Offloaders(inline_search_seconds)
 
-    def _remember(self, entries: Iterable[tuple[str, str, int]]) -> None:
+    def _remember(self, entries: Iterable[tuple[uuid.UUID | str, str, int]]) -> None:
         for pid, doc_id, index in entries:
-            self._keys[pid] = (doc_id, index)
+            self._keys[_uuid(pid)] = (doc_id, index)
         if len(self._keys) > self._key_cache:
             # Oldest first (insertion order); a dropped id is read again.
             for pid in list(itertools.islice(self._keys, len(self._keys) - self._key_cache)):
@@ -768,10 +775,11 @@ class EdgeVectorStore:
             raise self._translate(exc, "search") from exc
         if not ids_only:
             return [_scored(h.payload, h.score) for h in hits]
-        ids = [str(h.id) for h in hits]
+        ids = [_uuid(h.id) for h in hits]
         # This search's keys, looked up before the table may drop any of them.
-        keys = {pid: self._keys[pid] for pid in ids if pid in self._keys}
-        unknown: list[qe.PointId] = [pid for pid in ids if pid not in keys]
+        known = self._keys
+        keys = {pid: known[pid] for pid in ids if pid in known}
+        unknown: list[qe.PointId] = [str(pid) for pid in ids if pid not in keys]
         if unknown:
             records = await self._run(
                 "retrieve",
@@ -780,7 +788,7 @@ class EdgeVectorStore:
                 ),
             )
             read = {
-                str(r.id): (str(r.payload["doc_id"]), int(r.payload["passage_index"]))
+                _uuid(r.id): (str(r.payload["doc_id"]), int(r.payload["passage_index"]))
                 for r in records
                 if r.payload
             }
