@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from attest.core.admission import Limiter
+from attest.core.admission import SHED, Limiter
 from attest.core.errors import DeadlineExceeded, ResourceExhausted
 
 
@@ -182,10 +182,14 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
     # Every slot held, room in the queue and no estimate yet: a caller may wait.
     assert limiter.refusal() is None
     queued = await started(limiter, release, "b")
+    door = SHED.labels("answer", "door")
+    before = door._value.get()
     refused = limiter.refusal()  # the queue is full
     assert refused is not None
-    assert "(1 calls running, 1 waiting); retry" in refused.details
+    # The door says no more than that: the caller may not be identified yet.
+    assert refused.details == "the answer service is at capacity; retry later"
     assert refused.retry_after == 1.0
+    assert door._value.get() == before + 1
     release.set()
     await asyncio.gather(first, queued)
 
@@ -206,9 +210,10 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
             pass
     # ... and the wait behind a queued caller, about 14 s, is over it for every caller.
     queued = await started(limiter, release, "b")
+    assert limiter.estimated_wait(1) == pytest.approx(14.0)
     refused = limiter.refusal()
     assert refused is not None
-    assert "about 14.0 s, longer than the 8.0 s" in refused.details
+    assert refused.retry_after == pytest.approx(7.0)
     release.set()
     await asyncio.gather(first, queued)
 

@@ -192,8 +192,9 @@ def test_onnx_int8_stays_close_to_torch(model_cache: Path, torch_vectors: np.nda
     # by how much depends on the CPU's int8 kernels. The empty text (its two
     # special tokens alone) moves most: 0.96 on a CPU with AVX2 but no VNNI,
     # where every other text stayed at 0.98-0.99.
-    assert cosines.min() >= 0.95
-    assert float(np.median(cosines)) >= 0.98
+    empty = TEXTS.index("")
+    assert cosines[empty] >= 0.95
+    assert np.delete(cosines, empty).min() >= 0.97
     assert np.abs(vectors - torch_vectors).max() > 1e-4
     # Each text is still nearest to its own torch vector.
     assert list((vectors @ torch_vectors.T).argmax(axis=1)) == list(range(len(TEXTS)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -160,6 +161,38 @@ async def test_the_edge_stores_id_table_is_bounded_and_rereads_what_it_dropped(t
         )
         assert [h.doc_id for h in hits] == [f"d{i}" for i in range(8)]
         assert len(store._keys) == 5
+    finally:
+        await store.close()
+
+
+async def test_the_edge_store_reads_no_payload_for_ids_it_wrote_or_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    store = EdgeVectorStore(tmp_path / "v", collection_prefix="t", dimension=DIM)
+    await store.warm_up()
+    reads: list[int] = []
+    run = store._run
+
+    async def counting(op: str, call: Any) -> Any:
+        result = await run(op, call)
+        if op == "retrieve":
+            reads.append(len(result))
+        return result
+
+    monkeypatch.setattr(store, "_run", counting)
+    flt = VectorFilter(tenant="acme")
+    try:
+        # The ids written (strings) are the ids a search finds (the engine's UUIDs).
+        await store.upsert("articles", "acme", [article(f"d{i}", axis(i)) for i in range(4)])
+        hits = await store.search("articles", axis(0), 4, flt, ids_only=True)
+        assert hits[0].doc_id == "d0"
+        assert len(hits) == 4
+        assert reads == []
+        store._keys.clear()  # as a new process would start
+        for _ in range(2):
+            hits = await store.search("articles", axis(0), 4, flt, ids_only=True)
+            assert hits[0].doc_id == "d0"
+        assert reads == [4]  # read once, then from the table
     finally:
         await store.close()
 

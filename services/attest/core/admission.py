@@ -39,7 +39,7 @@ RUNNING = Gauge("attest_admission_running", "Slots held, by limiter.", ["limiter
 WAITING = Gauge("attest_admission_waiting", "Callers queued for a slot, by limiter.", ["limiter"])
 SHED = Counter(
     "attest_admission_shed_total",
-    "Callers refused by a limiter, by reason (full, estimate, queue_timeout, budget).",
+    "Callers refused by a limiter, by reason (door, full, estimate, queue_timeout, budget).",
     ["limiter", "reason"],
 )
 
@@ -161,24 +161,23 @@ class Limiter:
         self._waiting_gauge.set(len(self._queue))
         self._running_gauge.set(len(self._held))
 
-    def _refusal_at_arrival(self, cap: float) -> ResourceExhausted | None:
-        """The refusal of a caller arriving now that may wait ``cap`` seconds, if any."""
+    def _why_refused(self, cap: float) -> tuple[str, str] | None:
+        """Why a caller arriving now that may wait ``cap`` seconds is refused
+        (the reason and the message), if it is."""
         if self.running < self.limit and not self._queue:
             return None
         position = len(self._queue)
         if position >= self.max_waiting:
-            return self._refuse(
-                "full",
+            return "full", (
                 f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
-                f"{position} waiting); retry later",
+                f"{position} waiting); retry later"
             )
         estimate = self.estimated_wait(position)
         if estimate is not None and estimate > cap:
-            return self._refuse(
-                "estimate",
+            return "estimate", (
                 f"the {self.name} service is at capacity ({self.running} {self.noun} running, "
                 f"{position} waiting): a slot would take about {estimate:.1f} s, longer than "
-                f"the {cap:.1f} s a request may wait; retry later",
+                f"the {cap:.1f} s a request may wait; retry later"
             )
         return None
 
@@ -189,15 +188,22 @@ class Limiter:
         for it (decoding, authentication): every slot is held and the queue is
         full, or the wait would be longer than ``max_wait_seconds``. A call it
         lets through may still be refused by ``slot`` for its own budget.
+
+        Not a probe: a refusal it returns is counted as shed (reason ``door``).
+        Its message says no more than that the service is at capacity, since
+        the caller may not have been identified yet; the counts and the
+        estimate that ``slot``'s refusals give stay out of it.
         """
-        return self._refusal_at_arrival(self.max_wait_seconds)
+        if self._why_refused(self.max_wait_seconds) is None:
+            return None
+        return self._refuse("door", f"the {self.name} service is at capacity; retry later")
 
     async def _wait(self, budget_seconds: float) -> int:
         """Queue for a slot; returns the slot handed over."""
         share = budget_seconds * self.budget_share
-        refused = self._refusal_at_arrival(min(self.max_wait_seconds, share))
+        refused = self._why_refused(min(self.max_wait_seconds, share))
         if refused is not None:
-            raise refused
+            raise self._refuse(*refused)
         waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append(waiter)
         self._waiting_gauge.set(len(self._queue))

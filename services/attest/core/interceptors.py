@@ -1,6 +1,9 @@
 """The one server interceptor: identity, quotas, context, errors, size limit, metrics.
 
-For every RPC it sets the request id, tenant and deadline contextvars,
+A method with a load-shedding check (``shedders``: the answer service's Ask
+while its admission is full) is refused with RESOURCE_EXHAUSTED before
+anything below is done for the call. For every other RPC it sets the request
+id, tenant and deadline contextvars,
 authenticates the caller and checks the method's scope (``Guard``; the
 tenant comes from the credential, never from the request), applies the
 tenant's quotas, checks the request size, counts and times the call, and
@@ -297,29 +300,33 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         """A handler that refuses the call with ``refusal`` and does nothing else.
 
-        The request is left undecoded; the refusal carries the request id and
-        the ``retry-after`` trailer as any other, is counted in the RPC
-        metrics and logged as the caller's errors are (at most once a second
-        per method and code), and gets no trace span. It returns instead of
-        aborting: an exception is more work than a status set on the context.
+        The request is left undecoded and the caller unidentified (so a call
+        that would fail authentication or validation is refused too, as
+        retryable). The refusal carries the request id and the ``retry-after``
+        trailer as any other, is counted in the RPC metrics (not in the
+        latency histogram) and logged as the caller's errors are (at most once
+        a second per method and code), and gets no trace span. It returns
+        instead of aborting: an exception is more work than a status set on
+        the context.
         """
 
         async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-            started = time.perf_counter()
-            metadata = dict(context.invocation_metadata() or ())
-            context.set_trailing_metadata(
-                (
-                    (REQUEST_ID_KEY, _request_id(metadata)),
-                    (RETRY_AFTER_KEY, f"{max(refusal.retry_after or 0.0, 0.001):.3f}"),
-                )
-            )
+            request_id = _request_id(dict(context.invocation_metadata() or ()))
+            trailers: tuple[tuple[str, str], ...] = ((REQUEST_ID_KEY, request_id),)
+            if refusal.retry_after is not None:
+                trailers += ((RETRY_AFTER_KEY, f"{max(refusal.retry_after, 0.001):.3f}"),)
+            context.set_trailing_metadata(trailers)
             context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
             context.set_details(refusal.details)
-            self._failures.log(method, refusal.code, refusal.details)
-            per_method = metrics.for_method(method)
-            per_method.started.inc()
+            token = request_id_var.set(request_id)
+            try:
+                self._failures.log(method, refusal.code, refusal.details)
+            finally:
+                request_id_var.reset(token)
+            # Counted, not timed: its microseconds would pull the method's
+            # latency histogram towards zero just when the service is full.
+            metrics.for_method(method).started.inc()
             metrics.RPC_HANDLED.labels(method, refusal.code).inc()
-            per_method.latency.observe(time.perf_counter() - started)
 
         if handler.unary_unary or handler.stream_unary:
             make = (

@@ -200,7 +200,10 @@ class _Listener:
             # burst is shed from, and the check (see ServerInterceptor).
             provided = getattr(servicer, "shedders", None)
             if provided is not None:
-                shedders.update(provided())
+                checks = provided()
+                if both := sorted(shedders.keys() & checks.keys()):
+                    raise ValueError(f"two servicers shed {both}")
+                shedders.update(checks)
         self.server = grpc.aio.server(
             interceptors=[
                 ServerInterceptor(

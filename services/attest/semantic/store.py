@@ -502,7 +502,9 @@ async def list_documents(
 
 
 def _uuid(point_id: object) -> uuid.UUID:
-    """A point id as the engine returns it (a UUID) or as it was written (its string)."""
+    """A point id as the engine returns it (a UUID) or as it was written (its
+    string). Every point id here is a UUID5 (``point_id``); an integer id would
+    be refused."""
     return point_id if isinstance(point_id, uuid.UUID) else uuid.UUID(str(point_id))
 
 
