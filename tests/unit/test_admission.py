@@ -33,6 +33,15 @@ async def started(limiter: Limiter, release: asyncio.Event, name: str = "a") -> 
     return task
 
 
+async def teach(limiter: Limiter, clock: Clock, seconds: float) -> None:
+    """One slot held for ``seconds`` (by ``clock``): the limiter's typical hold time."""
+    release = asyncio.Event()
+    first = await started(limiter, release)
+    clock.now += seconds
+    release.set()
+    await first
+
+
 async def test_a_full_queue_is_resource_exhausted_at_once_with_a_retry_hint() -> None:
     limiter = Limiter("answer", 1, 0, 5.0, noun="answers")
     release = asyncio.Event()
@@ -139,12 +148,8 @@ async def test_an_admitted_waiter_is_served_within_its_grace() -> None:
 async def test_a_wait_estimated_past_the_cap_is_refused_at_once() -> None:
     clock = Clock()
     limiter = Limiter("answer", 2, 4, 6.0, clock=clock)
-    release = asyncio.Event()
     # One answer held for 10 s teaches the limiter the typical hold time.
-    first = await started(limiter, release)
-    clock.now += 10.0
-    release.set()
-    await first
+    await teach(limiter, clock, 10.0)
     assert limiter.typical_hold_seconds == 10.0
 
     release = asyncio.Event()
@@ -195,11 +200,7 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
 
     clock = Clock()
     limiter = Limiter("answer", 1, 2, 8.0, clock=clock)
-    release = asyncio.Event()
-    first = await started(limiter, release)
-    clock.now += 7.0
-    release.set()
-    await first  # slots are held 7 s
+    await teach(limiter, clock, 7.0)  # slots are held 7 s
     release = asyncio.Event()
     first = await started(limiter, release)
     # A wait of about 7 s is within the 8 s any caller may wait: left to
