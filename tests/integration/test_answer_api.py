@@ -420,7 +420,9 @@ async def test_past_its_slots_and_queue_the_service_sheds_load(stack: Stack) -> 
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.AskStream(answer_pb2.AskStreamRequest(question=CHILD_LABOUR)).read()
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        assert "at capacity (1 answers running, 1 waiting)" in (err.value.details() or "")
+        # Shed at the door: nothing of the service's state but the retry hint.
+        assert err.value.details() == "the answer service is at capacity; retry later"
+        assert float(dict(err.value.trailing_metadata() or ())["retry-after"]) > 0
         await asyncio.sleep(0.5)
         assert not queued.done()
     answer = (await queued).answer
