@@ -1,8 +1,11 @@
 """What batching the query encoder buys, in one process on the packaged MiniLM.
 
-1. CPU per query of the ONNX encoder on judged Cranfield queries encoded
-   alone and in batches of 2, 4 and 8 (one call per batch, the process's
-   threads; median of ``--rounds``).
+1. CPU per query of the ONNX encoder on the Cranfield and CISI queries
+   (their lengths differ: CISI's run from a few words to a paragraph) encoded
+   alone and in batches of 2, 4 and 8 of consecutive queries (one call per
+   batch, the process's threads; median of ``--rounds``), each batch padded
+   to its longest query in one pass ("pad to longest", as before) and cut
+   into passes of similar token counts (the default).
 2. ``Embedder.aencode_one`` (what a semantic search calls) from 1, 4 and 16
    concurrent coroutines for ``--seconds`` each, with ``query_batch_size`` 1
    (every query its own pass) against the default (queries that wait leave
@@ -19,6 +22,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import math
 import os
 import platform
 import statistics
@@ -26,10 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from attest.semantic import embedding
 from attest.semantic.embedding import DEFAULT_BATCH_SIZE, Embedder
 
 ROOT = Path(__file__).resolve().parents[1]
-QUERIES = ROOT.parent / "shared" / "data" / "ir" / "cranfield" / "queries.jsonl"
+DATA = ROOT.parent / "shared" / "data" / "ir"
+QUERIES = f"{DATA / 'cranfield' / 'queries.jsonl'},{DATA / 'cisi' / 'queries.jsonl'}"
 
 
 def load_queries(path: Path) -> list[str]:
@@ -40,17 +46,28 @@ def load_queries(path: Path) -> list[str]:
 def per_batch(
     embedder: Embedder, queries: list[str], sizes: list[int], rounds: int
 ) -> dict[str, Any]:
-    out: dict[str, float] = {}
-    for size in sizes:
-        times = []
-        for _ in range(rounds):
-            started = time.process_time()
-            for i in range(0, len(queries) - size + 1, size):
-                embedder.encode(queries[i : i + size])
-            done = len(queries) // size * size
-            times.append((time.process_time() - started) / done * 1e3)
-        out[str(size)] = round(statistics.median(times), 3)
-        print(f"  batch of {size:2d}: {out[str(size)]:.2f} ms of CPU a query", flush=True)
+    """Median ms of CPU a query, by batch size, for each way of cutting a batch."""
+    cuts = {"pad_to_longest": math.inf, "by_length": embedding._MAX_PADDING_RATIO}
+    out: dict[str, dict[str, float]] = {cut: {} for cut in cuts}
+    try:
+        for size in sizes:
+            times: dict[str, list[float]] = {cut: [] for cut in cuts}
+            for _ in range(rounds):
+                # In turns, so that the machine's load falls on both alike.
+                for cut, ratio in cuts.items():
+                    embedding._MAX_PADDING_RATIO = ratio
+                    started = time.process_time()
+                    for i in range(0, len(queries) - size + 1, size):
+                        embedder.encode(queries[i : i + size])
+                    done = len(queries) // size * size
+                    times[cut].append((time.process_time() - started) / done * 1e3)
+            line = []
+            for cut in cuts:
+                out[cut][str(size)] = round(statistics.median(times[cut]), 3)
+                line.append(f"{cut} {out[cut][str(size)]:.2f}")
+            print(f"  batch of {size:2d}, ms of CPU a query: {', '.join(line)}", flush=True)
+    finally:
+        embedding._MAX_PADDING_RATIO = cuts["by_length"]
     return out
 
 
@@ -82,13 +99,15 @@ async def concurrent(
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--queries", type=Path, default=QUERIES)
+    p.add_argument(
+        "--queries", default=QUERIES, help="comma-separated queries.jsonl files, each measured"
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--clients", default="1,4,16")
     p.add_argument("--output", type=Path, default=ROOT / "loadtest/reports/query-batching.json")
     args = p.parse_args()
-    queries = load_queries(args.queries)
+    sets = {Path(q).parent.name: load_queries(Path(q)) for q in args.queries.split(",")}
     embedder = Embedder()
     embedder.warm_up()
     loaded = embedder._model()
@@ -102,17 +121,23 @@ def main() -> None:
         },
         "backend": embedder.backend_used,
         "slots": loaded.onnx.slots if loaded.onnx is not None else 1,
-        "queries": len(queries),
+        "max_padding_ratio": embedding._MAX_PADDING_RATIO,
+        "sets": {},
     }
-    print("CPU per query by batch size:", flush=True)
-    report["cpu_ms_per_query_by_batch"] = per_batch(embedder, queries, [1, 2, 4, 8], args.rounds)
-    levels: dict[str, dict[str, Any]] = {}
-    for clients in [int(c) for c in args.clients.split(",")]:
-        for label, batch in (("alone", 1), ("batched", DEFAULT_BATCH_SIZE)):
-            r = asyncio.run(concurrent(queries, clients, batch, args.seconds))
-            levels.setdefault(str(clients), {})[label] = r
-            print(f"  {clients:2d} clients, {label:7s}: {r}", flush=True)
-    report["aencode_one"] = levels
+    for name, queries in sets.items():
+        print(f"{name} ({len(queries)} queries), CPU per query by batch size:", flush=True)
+        by_batch = per_batch(embedder, queries, [1, 2, 4, 8], args.rounds)
+        levels: dict[str, dict[str, Any]] = {}
+        for clients in [int(c) for c in args.clients.split(",")]:
+            for label, batch in (("alone", 1), ("batched", DEFAULT_BATCH_SIZE)):
+                r = asyncio.run(concurrent(queries, clients, batch, args.seconds))
+                levels.setdefault(str(clients), {})[label] = r
+                print(f"  {clients:2d} clients, {label:7s}: {r}", flush=True)
+        report["sets"][name] = {
+            "queries": len(queries),
+            "cpu_ms_per_query_by_batch": by_batch,
+            "aencode_one": levels,
+        }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.output}")

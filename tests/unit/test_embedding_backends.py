@@ -141,15 +141,33 @@ def test_onnx_batches_are_cut_by_token_count_and_pad_to_their_own_longest(
     monkeypatch.setattr(embedding, "_TOKENIZE_WINDOW", 5)
     together = embedder.encode(texts)
     assert np.abs(together - alone).max() < 1e-5
-    # Windows of 5, 5 and 1 texts at 2 a batch, each batch as wide as its
-    # longest text and paired with its neighbours by token count.
-    assert len(batches) == 3 + 3 + 1
+    # Windows of 5, 5 and 1 texts, each sorted by token count and cut into
+    # batches of at most 2 neighbours, each as wide as its longest text; a text
+    # shares a batch only with one of at most 1.25 times its tokens.
     assert all(width == max(rows) for width, rows in batches)
-    best = 0
+    assert all(min(rows) * 1.25 >= width for width, rows in batches)
+    expected: list[list[int]] = []
     for window in (tokens[0:5], tokens[5:10], tokens[10:]):
-        ranked = sorted(window, reverse=True)
-        best += sum(ranked[i] * len(ranked[i : i + 2]) for i in range(0, len(ranked), 2))
-    assert sum(width * len(rows) for width, rows in batches) == best
+        runs: list[list[int]] = []
+        for n in sorted(window, reverse=True):
+            if runs and len(runs[-1]) < 2 and n * 1.25 >= runs[-1][0]:
+                runs[-1].append(n)
+            else:
+                runs.append([n])
+        expected += runs
+    assert [rows for _, rows in batches] == expected
+
+
+def test_a_batch_holds_texts_of_similar_token_counts() -> None:
+    from attest.semantic.embedding import _length_batches
+
+    lengths = np.array([1, 40, 8, 36, 33, 10, 31, 9, 8, 8])
+    order = np.argsort(-lengths, kind="stable")
+    runs = [lengths[b].tolist() for b in _length_batches(order, lengths, 4)]
+    # 31 would pad to 40 by more than a quarter of its tokens; 10, 9, 8, 8 stop
+    # at the batch size; 1 is padded by no one.
+    assert runs == [[40, 36, 33], [31], [10, 9, 8, 8], [8], [1]]
+    assert [b.tolist() for b in _length_batches(order[:0], lengths, 4)] == []
 
 
 def test_onnx_batches_of_a_tokenizer_padding_on_the_left_keep_every_token(
