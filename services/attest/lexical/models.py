@@ -47,7 +47,9 @@ class SearchQuery:
     ids_only: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as SemanticHit: a search builds up to a hundred of these, and a
+# frozen dataclass's __init__ sets each field through object.__setattr__.
+@dataclass(slots=True)
 class Hit:
     doc_id: str
     passage_index: int  # -1 for a document hit
