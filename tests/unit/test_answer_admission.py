@@ -26,7 +26,7 @@ from attest.common.v1 import common_pb2
 from attest.core.auth import hash_key, new_api_key
 from attest.core.channels import create_channel
 from attest.core.errors import Unavailable
-from attest.core.interceptors import REQUEST_ID_KEY, RETRY_AFTER_KEY
+from attest.core.metadata import REQUEST_ID_KEY, RETRY_AFTER_KEY
 from attest.core.server import running
 from attest.core.settings import AuthSettings, ServerSettings
 from attest.generate.v1 import generate_pb2

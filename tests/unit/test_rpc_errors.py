@@ -195,3 +195,14 @@ async def test_store_listing_reports_the_store_unreachable() -> None:
         await listing._rpc("lexical", lambda: _raise(failed(S.RESOURCE_EXHAUSTED, "shed")))
     assert busy.value.message == "lexical: RESOURCE_EXHAUSTED: shed"
     await listing.close()
+
+
+@pytest.mark.parametrize("seconds", [0.0, -2.0, 0.0004, 1.5, 12.3456])
+def test_a_written_retry_after_reads_back_as_a_positive_wait(seconds: float) -> None:
+    from attest.core.metadata import retry_after_trailer
+
+    key, value = retry_after_trailer(seconds)
+    assert key == "retry-after"
+    # Never 0 ("at once") and never negative: at least a millisecond, else rounded.
+    expected = max(round(seconds, 3), 0.001)
+    assert retry_after(failed(S.RESOURCE_EXHAUSTED, "busy", ((key, value),))) == expected

@@ -51,7 +51,7 @@ from attest.core.context import (
     tenant_var,
 )
 from attest.core.errors import AttestError, InvalidArgument, ResourceExhausted
-from attest.core.metadata import REQUEST_ID_KEY, RETRY_AFTER_KEY
+from attest.core.metadata import REQUEST_ID_KEY, retry_after_trailer
 from attest.core.quota import TenantQuotas
 from attest.core.validation import is_valid_request_id
 
@@ -314,7 +314,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             request_id = _request_id(dict(context.invocation_metadata() or ()))
             trailers: tuple[tuple[str, str], ...] = ((REQUEST_ID_KEY, request_id),)
             if refusal.retry_after is not None:
-                trailers += ((RETRY_AFTER_KEY, f"{max(refusal.retry_after, 0.001):.3f}"),)
+                trailers += (retry_after_trailer(refusal.retry_after),)
             context.set_trailing_metadata(trailers)
             context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
             context.set_details(refusal.details)
@@ -478,7 +478,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             context.set_trailing_metadata(
                 (
                     (REQUEST_ID_KEY, request_id_var.get() or ""),
-                    (RETRY_AFTER_KEY, f"{max(exc.retry_after, 0.001):.3f}"),
+                    retry_after_trailer(exc.retry_after),
                 )
             )
         if isinstance(exc, AttestError):

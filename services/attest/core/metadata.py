@@ -19,3 +19,9 @@ TENANT_KEY: Final = "x-attest-tenant"
 REQUEST_ID_KEY: Final = "x-request-id"
 #: Seconds to wait before retrying, a trailer of RESOURCE_EXHAUSTED.
 RETRY_AFTER_KEY: Final = "retry-after"
+
+
+def retry_after_trailer(seconds: float) -> tuple[str, str]:
+    """The ``retry-after`` trailer for a wait of ``seconds``: to the millisecond,
+    and never 0, which a client could read as "retry at once"."""
+    return (RETRY_AFTER_KEY, f"{max(seconds, 0.001):.3f}")
