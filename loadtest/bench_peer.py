@@ -42,9 +42,8 @@ ir``). Indexing docs/s is each system's own write given the shared vectors
 (the semantic service still embeds every title for its KG headline vector).
 Attest is indexed with one ``Index`` call per service for the whole corpus
 (``--index-batch``), one commit as the limit's index has: tantivy searches each
-segment in turn, and the 7 segments of 200-document calls cost a Cranfield
-query 0.37-0.5 ms against 0.12 ms in one (the merge policy leaves up to 7
-small segments unmerged), a difference of index layout, not of serving.
+segment in turn, and its merge policy leaves up to 7 small segments of
+200-document calls unmerged, a difference of index layout, not of serving.
 For Attest the same run also times each RPC alone at 1 client, the services'
 CPU per query, and the semantic service's dense search step by step in this
 process (encoding, vector store with payload, conversions), to show where its
