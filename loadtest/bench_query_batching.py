@@ -3,9 +3,11 @@
 1. CPU per query of the ONNX encoder on the Cranfield and CISI queries
    (their lengths differ: CISI's run from a few words to a paragraph) encoded
    alone and in batches of 2, 4 and 8 of consecutive queries (one call per
-   batch, the process's threads; median of ``--rounds``), each batch padded
-   to its longest query in one pass ("pad to longest", as before) and cut
-   into passes of similar token counts (the default).
+   batch, the process's threads; median of ``--rounds``), two ways each,
+   measured in turns: either each batch padded to its longest query in one
+   pass ("pad to longest", as before) or cut into passes of similar token
+   counts (the default). A batch of one is the same work either way: its two
+   figures show the machine's noise.
 2. ``Embedder.aencode_one`` (what a semantic search calls) from 1, 4 and 16
    concurrent coroutines for ``--seconds`` each, with ``query_batch_size`` 1
    (every query its own pass) against the default (queries that wait leave
@@ -32,6 +34,7 @@ from typing import Any
 
 from attest.semantic import embedding
 from attest.semantic.embedding import DEFAULT_BATCH_SIZE, Embedder
+from bench_ask import commit_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "ir"
@@ -52,9 +55,11 @@ def per_batch(
     try:
         for size in sizes:
             times: dict[str, list[float]] = {cut: [] for cut in cuts}
-            for _ in range(rounds):
-                # In turns, so that the machine's load falls on both alike.
-                for cut, ratio in cuts.items():
+            for turn in range(rounds):
+                # In turns, first one then the other, so that the machine's
+                # load falls on both alike.
+                order = list(cuts.items())
+                for cut, ratio in order if turn % 2 == 0 else order[::-1]:
                     embedding._MAX_PADDING_RATIO = ratio
                     started = time.process_time()
                     for i in range(0, len(queries) - size + 1, size):
@@ -112,7 +117,9 @@ def main() -> None:
     embedder.warm_up()
     loaded = embedder._model()
     report: dict[str, Any] = {
-        "command": "uv run python loadtest/bench_query_batching.py",
+        "command": "OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 uv run python "
+        "loadtest/bench_query_batching.py",
+        "commit": commit_of(ROOT),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "cpus": os.cpu_count(),

@@ -47,8 +47,9 @@ class SearchQuery:
     ids_only: bool = False
 
 
-# Not frozen, as SemanticHit: a search builds up to a hundred of these, and a
-# frozen dataclass's __init__ sets each field through object.__setattr__.
+# Not frozen, as SemanticHit: a search builds one per hit (its top_k, 100 for
+# a fusion), and a frozen dataclass's __init__ sets each field through
+# object.__setattr__.
 @dataclass(slots=True)
 class Hit:
     doc_id: str

@@ -83,7 +83,7 @@ def resolve_model_path(model: str) -> Path:
     return path
 
 
-# Texts per forward pass. sentence-transformers sorts a call's texts by length
+# Texts per forward pass at most. sentence-transformers sorts a call's texts by length
 # and pads each batch to its longest text; on a CPU throughput no longer grows
 # past a few thousand tokens a batch, so small batches cost nothing there and
 # waste far less padding when short texts (headlines, keyphrases, summaries)
@@ -93,11 +93,12 @@ DEFAULT_BATCH_SIZE = 16
 _TOKENIZE_WINDOW = 2048
 # A text shares an ONNX forward pass only with texts whose token count is at
 # most this many times its own: the pass pads every row to its longest, and
-# padding costs as much as tokens. Batching texts of one length saves about a
-# third of the CPU a text on a CPU (a 384-wide model's matrix products are
-# more efficient on more rows), but four queries of random lengths padded to
-# the longest cost up to twice as much as four passes of one
-# (``loadtest/bench_query_batching.py`` prints both).
+# padding costs as much as tokens. On a CPU, queries batched by length cost
+# less than alone (Cranfield in eights: 10.8 against 13.8 ms of CPU a query,
+# a 384-wide model's matrix products being more efficient on more rows),
+# while CISI's queries, which run from a few words to a paragraph, padded to
+# the longest cost 1.4x alone in fours and 1.65x in eights
+# (``loadtest/bench_query_batching.py`` prints both cuts).
 _MAX_PADDING_RATIO = 1.25
 
 
@@ -515,6 +516,8 @@ class OnnxEncoder:
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def encode(self, texts: Sequence[str], batch_size: int) -> Vectors:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         # Batches are cut from texts sorted by their token count, each trimmed to
         # its longest text, so a batch pads almost nothing; sorting by characters
@@ -792,7 +795,8 @@ class Embedder:
             if batcher is not None:
                 batcher.close()
             slots = loaded.onnx.slots if loaded.onnx is not None else 1
-            # One forward pass a batch: no more texts than a pass takes.
+            # No more texts than the encoder's batch size; the encoder may cut
+            # them into several passes of similar lengths.
             batcher = self._batcher = QueryBatcher(
                 self.encode,
                 loop,
@@ -828,7 +832,9 @@ class QueryBatcher:
     With nothing running a text is encoded at once. While a pass runs, a
     further pass starts on a free one of ``slots`` only for ``min_fill`` or
     more waiting texts; otherwise they wait for a pass to end and leave
-    together, up to ``max_batch`` in one forward pass. One caller alone waits
+    together, up to ``max_batch`` in one call of the encoder (which cuts a
+    call into passes of similar token counts, run one after another on the
+    call's thread). One caller alone waits
     for nothing; under load a pass embeds several queries, which costs less
     CPU a query (``loadtest/bench_query_batching.py``), and the passes fill up
     to ``slots`` cores. A lone text waits for the running pass. A caller
