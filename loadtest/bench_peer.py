@@ -82,8 +82,6 @@ from typing import Any
 
 import numpy as np
 
-from bench_ask import commit_of
-
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_IR = ROOT.parent / "shared" / "data" / "ir"
 DEFAULT_OUTPUT = ROOT / "loadtest" / "reports" / "peer.json"
@@ -1043,6 +1041,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Here, not at the top: run as a script, loadtest/ is on the path; the tests
+    # import this module as loadtest.bench_peer without it.
+    from bench_ask import commit_of
+
     args = parse_args(argv)
     os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
     model = load_model()
