@@ -508,6 +508,12 @@ def _uuid(point_id: object) -> uuid.UUID:
     return point_id if isinstance(point_id, uuid.UUID) else uuid.UUID(str(point_id))
 
 
+def _id_number(point_id: object) -> int:
+    """A point id's 128-bit number: the key of the id table (an int hashes in C,
+    a UUID in Python, and a search looks up a hundred of them)."""
+    return point_id if isinstance(point_id, int) else _uuid(point_id).int
+
+
 def _edge_filter(c: _Conditions) -> qe.Filter:
     must: list[qe.FieldCondition | qe.Filter] = [
         qe.FieldCondition("tenant", match=qe.MatchValue(c.tenant))
@@ -578,18 +584,18 @@ class EdgeVectorStore:
         # passage index), so an entry never goes stale; ids not seen yet (by
         # an upsert or an earlier search of this process) are read once. At
         # most ``key_cache`` entries (about 240 bytes each) are kept.
-        # Keyed by the engine's own id objects (UUIDs), so a search looks its
-        # hits up without turning each id into a string.
-        self._keys: dict[uuid.UUID, tuple[str, int]] = {}
+        # Keyed by the number of the engine's own id objects (UUIDs), so a
+        # search looks its hits up without turning each id into a string.
+        self._keys: dict[int, tuple[str, int]] = {}
         self._key_cache = key_cache
         # The engine holds the GIL through a search, so a thread gives it no
         # parallelism; a short one runs on the loop (attest.core.offload).
         # One offloader per kind of search: reading payloads costs several times more.
         self._searches: Offloaders[tuple[Kind, bool]] = Offloaders(inline_search_seconds)
 
-    def _remember(self, entries: Iterable[tuple[uuid.UUID | str, str, int]]) -> None:
+    def _remember(self, entries: Iterable[tuple[uuid.UUID | str | int, str, int]]) -> None:
         for pid, doc_id, index in entries:
-            self._keys[_uuid(pid)] = (doc_id, index)
+            self._keys[_id_number(pid)] = (doc_id, index)
         if len(self._keys) > self._key_cache:
             # Oldest first (insertion order); a dropped id is read again.
             for pid in list(itertools.islice(self._keys, len(self._keys) - self._key_cache)):
@@ -777,11 +783,17 @@ class EdgeVectorStore:
             raise self._translate(exc, "search") from exc
         if not ids_only:
             return [_scored(h.payload, h.score) for h in hits]
-        ids = [_uuid(h.id) for h in hits]
-        # This search's keys, looked up before the table may drop any of them.
+        ids = [_id_number(h.id) for h in hits]
+        # This search's keys, looked up once each before the table may drop any.
         known = self._keys
-        keys = {pid: known[pid] for pid in ids if pid in known}
-        unknown: list[qe.PointId] = [str(pid) for pid in ids if pid not in keys]
+        keys: dict[int, tuple[str, int]] = {}
+        unknown: list[qe.PointId] = []
+        for pid in ids:
+            key = known.get(pid)
+            if key is None:
+                unknown.append(str(uuid.UUID(int=pid)))
+            else:
+                keys[pid] = key
         if unknown:
             records = await self._run(
                 "retrieve",
@@ -790,7 +802,7 @@ class EdgeVectorStore:
                 ),
             )
             read = {
-                _uuid(r.id): (str(r.payload["doc_id"]), int(r.payload["passage_index"]))
+                _id_number(r.id): (str(r.payload["doc_id"]), int(r.payload["passage_index"]))
                 for r in records
                 if r.payload
             }
