@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -293,3 +294,25 @@ def test_available_cpus_honours_the_cgroup_quota(
     quota.write_text(cpu_max)
     assert embedding.available_cpus(quota) == expected
     assert embedding.available_cpus(tmp_path / "missing") == 4
+
+
+@pytest.mark.parametrize(
+    ("omp", "cpus", "machine", "expected"),
+    [
+        (None, 2, 64, 2),  # a container limited to 2 CPUs: its quota, not the node's cores
+        (None, 64, 64, 0),  # the whole machine: ONNX Runtime's own default
+        ("1", 2, 64, 1),  # OMP_NUM_THREADS, when set, decides
+        ("junk", 2, 64, 2),
+    ],
+)
+def test_onnx_threads_default_to_the_cpus_the_process_may_use(
+    monkeypatch: pytest.MonkeyPatch, omp: str | None, cpus: int, machine: int, expected: int
+) -> None:
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    monkeypatch.setattr(embedding, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(os, "cpu_count", lambda: machine)
+    assert embedding._default_threads() == expected

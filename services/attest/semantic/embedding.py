@@ -451,15 +451,23 @@ def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
 
 
 def _default_threads() -> int:
-    """The cores torch uses when it is loaded; else OMP_NUM_THREADS, else ONNX
-    Runtime's default (0: the physical cores, as torch's default)."""
+    """The cores torch uses when it is loaded; else OMP_NUM_THREADS; else, in a
+    process held to fewer CPUs than the machine has (a container's CPU limit
+    or cpuset), that many; else ONNX Runtime's default (0: the physical cores,
+    as torch's default). Runtime counts the machine's cores, not the
+    container's: a pod limited to 2 CPUs on a 64-core node would start a pool
+    of 32 threads for each pass and spend its quota switching between them."""
     torch = sys.modules.get("torch")
     if torch is not None:
         return int(torch.get_num_threads())
     try:
-        return max(int(os.environ.get("OMP_NUM_THREADS", "0")), 0)
+        threads = max(int(os.environ.get("OMP_NUM_THREADS", "0")), 0)
     except ValueError:
-        return 0
+        threads = 0
+    if threads:
+        return threads
+    cpus = available_cpus()
+    return cpus if cpus < (os.cpu_count() or cpus) else 0
 
 
 class OnnxEncoder:
