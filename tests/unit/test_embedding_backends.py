@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from attest.core.errors import FailedPrecondition
 from attest.ingest.settings import IngestSettings
 from attest.semantic.embedding import (
     PACKAGED_MINILM,
+    Backend,
     Embedder,
     OnnxEncoder,
     _concrete,
@@ -65,7 +67,7 @@ def test_the_float32_graph_is_fused_and_int8_is_not(model_cache: Path) -> None:
 
     model = Embedder(backend="torch")._model().model
 
-    def ops(backend: str) -> set[str]:
+    def ops(backend: Backend) -> set[str]:
         file, _ = onnx_model_file(model, backend)
         graph = onnx.load(str(file), load_external_data=False).graph
         return {node.op_type for node in graph.node}
@@ -332,7 +334,7 @@ def test_an_unwritable_cache_entry_exports_to_a_scratch_directory(
     def read_only(*_: object, **__: object) -> None:
         raise PermissionError("read-only file system")
 
-    monkeypatch.setattr(embedding.tempfile, "TemporaryFile", read_only)
+    monkeypatch.setattr(tempfile, "TemporaryFile", read_only)
     # What is there is used without writing...
     assert embedding._onnx_files_dir(None, source, ["model.onnx"]) == (cached, None)
     # ...what is missing goes to a directory of this process.
