@@ -296,19 +296,39 @@ def test_available_cpus_honours_the_cgroup_quota(
     assert embedding.available_cpus(tmp_path / "missing") == 4
 
 
+class _Torch:
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def get_num_threads(self) -> int:
+        return self.threads
+
+
 @pytest.mark.parametrize(
-    ("omp", "cpus", "machine", "expected"),
+    ("omp", "torch_threads", "cpus", "machine", "expected"),
     [
-        (None, 2, 64, 2),  # a container limited to 2 CPUs: its quota, not the node's cores
-        (None, 64, 64, 0),  # the whole machine: ONNX Runtime's own default
-        ("1", 2, 64, 1),  # OMP_NUM_THREADS, when set, decides
-        ("junk", 2, 64, 2),
+        (None, None, 2, 64, 2),  # a container limited to 2 CPUs: its quota, not the node's cores
+        (None, None, 64, 64, 0),  # the whole machine: ONNX Runtime's own default
+        (None, None, 2, None, 0),  # the machine's size unknown: Runtime's default
+        ("1", None, 2, 64, 1),  # OMP_NUM_THREADS, when set, decides
+        ("0", None, 2, 64, 0),  # ... 0 included: Runtime's default
+        ("junk", None, 2, 64, 2),
+        (None, 32, 2, 64, 2),  # torch's count is the node's too: capped by the quota
+        (None, 1, 2, 64, 1),
+        (None, 8, 64, 64, 8),  # torch's count on the whole machine
     ],
 )
 def test_onnx_threads_default_to_the_cpus_the_process_may_use(
-    monkeypatch: pytest.MonkeyPatch, omp: str | None, cpus: int, machine: int, expected: int
+    monkeypatch: pytest.MonkeyPatch,
+    omp: str | None,
+    torch_threads: int | None,
+    cpus: int,
+    machine: int | None,
+    expected: int,
 ) -> None:
-    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    # None in sys.modules: any import of torch here fails instead of loading it twice.
+    torch = _Torch(torch_threads) if torch_threads is not None else None
+    monkeypatch.setitem(sys.modules, "torch", torch)  # type: ignore[arg-type]
     if omp is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:

@@ -451,23 +451,27 @@ def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
 
 
 def _default_threads() -> int:
-    """The cores torch uses when it is loaded; else OMP_NUM_THREADS; else, in a
-    process held to fewer CPUs than the machine has (a container's CPU limit
-    or cpuset), that many; else ONNX Runtime's default (0: the physical cores,
-    as torch's default). Runtime counts the machine's cores, not the
-    container's: a pod limited to 2 CPUs on a 64-core node would start a pool
-    of 32 threads for each pass and spend its quota switching between them."""
+    """Intra-op threads of an ONNX pass: OMP_NUM_THREADS when it is set (0:
+    ONNX Runtime's default, the machine's physical cores); else the threads of
+    torch when it is loaded; else Runtime's default. Runtime and torch count
+    the machine's cores, not the container's: a pod limited to 2 CPUs on a
+    64-core node would run a pool of dozens of threads for each pass and spend
+    its quota switching between them. So, unless OMP_NUM_THREADS says
+    otherwise, a process held to fewer CPUs than the machine has (a cgroup v2
+    CPU quota or a cpuset, ``available_cpus``) uses at most that many."""
+    setting = os.environ.get("OMP_NUM_THREADS")
+    if setting is not None:
+        try:
+            return max(int(setting), 0)
+        except ValueError:
+            pass
     torch = sys.modules.get("torch")
-    if torch is not None:
-        return int(torch.get_num_threads())
-    try:
-        threads = max(int(os.environ.get("OMP_NUM_THREADS", "0")), 0)
-    except ValueError:
-        threads = 0
-    if threads:
-        return threads
+    get_threads = getattr(torch, "get_num_threads", None)  # None while torch imports
+    threads = int(get_threads()) if get_threads is not None else 0
     cpus = available_cpus()
-    return cpus if cpus < (os.cpu_count() or cpus) else 0
+    if cpus < (os.cpu_count() or cpus):
+        return min(threads, cpus) if threads > 0 else cpus
+    return threads
 
 
 class OnnxEncoder:
@@ -503,7 +507,7 @@ class OnnxEncoder:
         if tokenize is None or dimension is None:
             raise ValueError("OnnxEncoder needs a model, or a tokenizer and a dimension")
         options = ort.SessionOptions()
-        # The same cores torch would use (OMP_NUM_THREADS / torch.set_num_threads).
+        # OMP_NUM_THREADS, torch's threads or the CPUs the process may use.
         intra = threads or _default_threads()
         options.intra_op_num_threads = intra
         options.inter_op_num_threads = 1

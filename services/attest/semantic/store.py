@@ -510,8 +510,9 @@ def _uuid(point_id: object) -> uuid.UUID:
 
 def _id_number(point_id: object) -> int:
     """A point id's 128-bit number: the key of the id table (an int hashes in C,
-    a UUID in Python, and a search looks up a hundred of them)."""
-    return point_id if isinstance(point_id, int) else _uuid(point_id).int
+    a UUID in Python, and a search looks up a hundred of them). An integer
+    point id is refused as ``_uuid`` refuses it."""
+    return _uuid(point_id).int
 
 
 def _edge_filter(c: _Conditions) -> qe.Filter:
@@ -594,8 +595,9 @@ class EdgeVectorStore:
         self._searches: Offloaders[tuple[Kind, bool]] = Offloaders(inline_search_seconds)
 
     def _remember(self, entries: Iterable[tuple[uuid.UUID | str | int, str, int]]) -> None:
+        """Adds (point id, doc id, passage index) entries; an int is an id's number."""
         for pid, doc_id, index in entries:
-            self._keys[_id_number(pid)] = (doc_id, index)
+            self._keys[pid if isinstance(pid, int) else _id_number(pid)] = (doc_id, index)
         if len(self._keys) > self._key_cache:
             # Oldest first (insertion order); a dropped id is read again.
             for pid in list(itertools.islice(self._keys, len(self._keys) - self._key_cache)):
@@ -784,7 +786,7 @@ class EdgeVectorStore:
         if not ids_only:
             return [_scored(h.payload, h.score) for h in hits]
         ids = [_id_number(h.id) for h in hits]
-        # This search's keys, looked up once each before the table may drop any.
+        # This search's keys, read from the table once each before it may drop any.
         known = self._keys
         keys: dict[int, tuple[str, int]] = {}
         unknown: list[qe.PointId] = []
