@@ -292,8 +292,23 @@ def test_available_cpus_honours_the_cgroup_quota(
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     quota = tmp_path / "cpu.max"
     quota.write_text(cpu_max)
-    assert embedding.available_cpus(quota) == expected
-    assert embedding.available_cpus(tmp_path / "missing") == 4
+    assert embedding.available_cpus(quota, tmp_path / "no-v1") == expected
+    assert embedding.available_cpus(tmp_path / "missing", tmp_path / "no-v1") == 4
+
+
+@pytest.mark.parametrize(
+    ("cfs_quota", "cfs_period", "expected"),
+    [("-1", "100000", 4), ("200000", "100000", 2), ("150000", "100000", 2), ("junk", "1", 4)],
+)
+def test_available_cpus_reads_a_cgroup_v1_quota_without_cpu_max(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfs_quota: str, cfs_period: str, expected: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    cfs = tmp_path / "cpu"
+    cfs.mkdir()
+    (cfs / "cpu.cfs_quota_us").write_text(cfs_quota + "\n")
+    (cfs / "cpu.cfs_period_us").write_text(cfs_period + "\n")
+    assert embedding.available_cpus(tmp_path / "no-cpu.max", cfs) == expected
 
 
 class _Torch:

@@ -433,19 +433,33 @@ def _export_onnx(model: Any, directory: Path, quantized: bool) -> Path:
     return int8
 
 
-def available_cpus(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+def available_cpus(
+    cpu_max: Path = Path("/sys/fs/cgroup/cpu.max"),
+    cfs: Path = Path("/sys/fs/cgroup/cpu"),
+) -> int:
     """The CPUs this process may use: its affinity (a container's cpuset), capped
-    by its cgroup's CPU quota (``cpu.max``, what ``resources.limits.cpu`` in
-    Kubernetes and ``--cpus`` in Docker set), rounded up."""
+    by its cgroup's CPU quota (what ``resources.limits.cpu`` in Kubernetes and
+    ``--cpus`` in Docker set), rounded up. The quota is read from cgroup v2's
+    ``cpu.max``, else from cgroup v1's ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us`` under ``cfs`` (-1: no quota)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
+    quota: str | None = None
+    period = ""
     try:
         quota, period = cpu_max.read_text().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
     except (OSError, ValueError):
+        try:
+            quota = (cfs / "cpu.cfs_quota_us").read_text().strip()
+            period = (cfs / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            quota = None
+    try:
+        if quota is not None and quota not in ("max", "-1") and int(quota) > 0:
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (ValueError, ZeroDivisionError):
         pass
     return cpus
 
@@ -457,7 +471,7 @@ def _default_threads() -> int:
     the machine's cores, not the container's: a pod limited to 2 CPUs on a
     64-core node would run a pool of dozens of threads for each pass and spend
     its quota switching between them. So, unless OMP_NUM_THREADS says
-    otherwise, a process held to fewer CPUs than the machine has (a cgroup v2
+    otherwise, a process held to fewer CPUs than the machine has (a cgroup
     CPU quota or a cpuset, ``available_cpus``) uses at most that many."""
     setting = os.environ.get("OMP_NUM_THREADS")
     if setting is not None:
