@@ -596,3 +596,46 @@ def test_workers_serve_metrics_where_the_scrapers_may_reach_them() -> None:
     for name in workers:
         assert "--metrics-port" not in off.container(name)["args"]
         assert off.get("NetworkPolicy", name)["spec"]["ingress"] == []
+
+
+def _threads(r: Rendered, deployment: str) -> str | None:
+    entry = r.env(deployment).get("OMP_NUM_THREADS")
+    return None if entry is None else str(entry["value"])
+
+
+@pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
+def test_every_container_sizes_its_thread_pools_by_its_cpus(values: str) -> None:
+    """Without OMP_NUM_THREADS, ONNX Runtime and torch size their pools by the
+    node's cores; every service and worker gets a count from its CPU request
+    or limit instead."""
+    r = every_service(values)
+    deployments = [d for d in r.docs if d["kind"] == "Deployment"]
+    assert deployments
+    for d in deployments:
+        name = d["metadata"]["name"]
+        if name.endswith("-tgi"):
+            continue  # the LLM server image sizes its own pools
+        threads = _threads(r, name)
+        assert threads is not None, name
+        assert int(threads) >= 1, name
+
+
+def test_threads_follow_the_cpu_limit_then_the_request_then_the_override() -> None:
+    sem, worker = full("semantic"), full("worker-index")
+    r = render(
+        "default",
+        "services.semantic.resources.requests.cpu=500m",
+        "services.semantic.resources.limits.cpu=2500m",
+        "workers.index.resources.requests.cpu=3",
+        "workers.index.concurrency=2",
+    )
+    assert _threads(r, sem) == "3"  # the limit, 2.5 cores, rounded up
+    assert _threads(r, worker) == "2"  # 3 cores over 2 processes
+    r = render("default", "services.semantic.resources.requests.cpu=1.5")
+    assert _threads(r, sem) == "2"
+    r = render("default", "services.semantic.threads=6", "workers.index.threads=1")
+    assert (_threads(r, sem), _threads(r, worker)) == ("6", "1")
+    r = render("default", "services.semantic.resources=null")
+    assert _threads(r, sem) is None  # nothing to size by: the runtime's default
+    with pytest.raises(RenderError):
+        render("default", "services.semantic.threads=-1")

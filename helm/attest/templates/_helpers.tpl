@@ -174,6 +174,27 @@ affinity:
 {{- end }}
 {{- end -}}
 
+{{/* OMP_NUM_THREADS for a container: the component's `threads`, else its CPU
+limit (or, without one, its request) shared by its `processes`, rounded up,
+at least 1. Without it ONNX Runtime and torch size their pools by the node's
+cores, dozens of threads in a pod that may use one. Input: dict "cfg" the
+component's values, "processes" worker processes per container. */}}
+{{- define "attest.threadsEnv" -}}
+{{- $threads := int (.cfg.threads | default 0) -}}
+{{- if not $threads -}}
+{{- $res := .cfg.resources | default dict -}}
+{{- $cpu := toString (dig "limits" "cpu" "" $res | default (dig "requests" "cpu" "" $res)) -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $cpu -}}
+{{- $cores := ternary (divf (trimSuffix "m" $cpu) 1000) (float64 $cpu) (hasSuffix "m" $cpu) -}}
+{{- $threads = max 1 (int (ceil (divf $cores (.processes | default 1)))) -}}
+{{- end -}}
+{{- end -}}
+{{- if $threads }}
+- name: OMP_NUM_THREADS
+  value: {{ $threads | quote }}
+{{- end -}}
+{{- end -}}
+
 {{/* Container resources; a GPU component gets nvidia.com/gpu in its limits. */}}
 {{- define "attest.resources" -}}
 {{- $resources := deepCopy (.cfg.resources | default dict) -}}
@@ -280,6 +301,7 @@ spec:
             {{- end }}
           env:
             {{- include "attest.baseEnv" $root | nindent 12 }}
+            {{- include "attest.threadsEnv" (dict "cfg" $cfg "processes" 1) | nindent 12 }}
             - name: {{ $prefix }}SERVER__PORT
               value: {{ $cfg.port | quote }}
             {{- if $root.Values.metrics.enabled }}
