@@ -639,3 +639,10 @@ def test_threads_follow_the_cpu_limit_then_the_request_then_the_override() -> No
     assert _threads(r, sem) is None  # nothing to size by: the runtime's default
     with pytest.raises(RenderError):
         render("default", "services.semantic.threads=-1")
+    # A quantity in another unit is refused, not silently left to the node's cores.
+    with pytest.raises(RenderError, match="millicores"):
+        render("default", "services.semantic.resources.limits.cpu=1k")
+    r = render(
+        "default", "services.semantic.resources.limits.cpu=1k", "services.semantic.threads=2"
+    )
+    assert _threads(r, sem) == "2"

@@ -176,20 +176,25 @@ affinity:
 
 {{/* OMP_NUM_THREADS for a container: the component's `threads`, else its CPU
 limit (or, without one, its request) shared by its `processes`, rounded up,
-at least 1. Without it ONNX Runtime and torch size their pools by the node's
-cores, dozens of threads in a pod that may use one. Input: dict "cfg" the
-component's values, "processes" worker processes per container. */}}
+at least 1; none without either. Without it ONNX Runtime and torch size
+their pools by the node's cores, dozens of threads in a pod that may use
+one. A CPU in another unit than cores or millicores fails the render.
+Input: dict "cfg" the component's values, "processes" worker processes per
+container. */}}
 {{- define "attest.threadsEnv" -}}
 {{- $threads := int (.cfg.threads | default 0) -}}
 {{- if not $threads -}}
 {{- $res := .cfg.resources | default dict -}}
 {{- $cpu := toString (dig "limits" "cpu" "" $res | default (dig "requests" "cpu" "" $res)) -}}
-{{- if regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $cpu -}}
+{{- if $cpu -}}
+{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $cpu) -}}
+{{- fail (printf "resources cpu %q: give cores (2, 0.5) or millicores (500m), or set threads" $cpu) -}}
+{{- end -}}
 {{- $cores := ternary (divf (trimSuffix "m" $cpu) 1000) (float64 $cpu) (hasSuffix "m" $cpu) -}}
 {{- $threads = max 1 (int (ceil (divf $cores (.processes | default 1)))) -}}
 {{- end -}}
 {{- end -}}
-{{- if $threads }}
+{{- if $threads -}}
 - name: OMP_NUM_THREADS
   value: {{ $threads | quote }}
 {{- end -}}
