@@ -134,6 +134,7 @@ class Stack:
             "ATTEST_PIPELINE_VISIBILITY_TIMEOUT_SECONDS": str(visibility_timeout),
             "ATTEST_PIPELINE_RETRY_BACKOFF_MAX_SECONDS": "5",
             "ATTEST_PIPELINE_MAX_DELIVERIES": str(max_deliveries),
+            "ATTEST_PIPELINE_RECONCILE_INTERVAL_SECONDS": "4",
             "HF_HUB_OFFLINE": "1",
         }
         if threads is not None:
@@ -150,9 +151,9 @@ class Stack:
 
     def start(self, *, embed_processes: int = 1, split_text: bool = False) -> None:
         """``embed_processes``: pool processes of the embed worker, each embedding
-        a batch on its own (one thread each). ``split_text``: enrich and index on
-        workers of their own ("worker-enrich", "worker-index") instead of one
-        "worker-text" for both."""
+        a batch on its own (one thread each; 0: no embed worker yet). ``split_text``:
+        enrich and index on workers of their own ("worker-enrich", "worker-index")
+        instead of one "worker-text" for both."""
         self.spawn("lexical", "serve", "lexical")
         self.spawn("semantic", "serve", "semantic")
         self.spawn("ingest", "serve", "ingest")
@@ -161,7 +162,8 @@ class Stack:
             self.start_worker("worker-index", "index")
         else:
             self.start_worker("worker-text", "enrich,index")
-        self.start_worker("worker-embed", "embed", embed_processes)
+        if embed_processes:
+            self.start_worker("worker-embed", "embed", embed_processes)
         for name in ("lexical", "semantic", "ingest"):
             self.wait_serving(name, 240)
 

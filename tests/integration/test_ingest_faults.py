@@ -192,6 +192,12 @@ def test_kill_9_of_the_embed_worker_the_moment_a_batch_shows_as_embedded(stack: 
     batch, and nothing was indexed until a new embed worker had loaded its
     model and embedded a batch again.) The embed worker's unfinished task
     comes back to its replacement after the visibility timeout.
+
+    The kill lands as the worker, its task just acknowledged, pops the next
+    one: a task popped and not yet recorded as unacknowledged is in no queue
+    and no visibility-timeout index, and the job used to stay RUNNING with
+    that batch missing (one run in a few). The ingest service's watchdog
+    sends such a batch again (the next test makes that loss on purpose).
     """
     docs = 130  # three batches
     stack.configure(visibility_timeout=15)
@@ -218,6 +224,31 @@ def test_kill_9_of_the_embed_worker_the_moment_a_batch_shows_as_embedded(stack: 
     )
     stack.start_worker("worker-embed", "embed")
     _assert_complete(stack, job_id, docs)
+
+
+@pytest.mark.timeout(1200)
+def test_a_task_popped_by_a_worker_that_died_before_recording_it_is_sent_again(stack: Stack):
+    """kombu's Redis transport pops a task (BRPOP) and records it as unacknowledged
+    only afterwards, in the worker: a worker killed in between takes the task
+    with it, and no visibility timeout brings it back. Here an embed task is
+    popped by hand, as such a worker would, before any embed worker runs: the
+    ingest service's watchdog finds its documents held by no task and sends
+    them again, and every document is stored exactly once."""
+    docs = 130  # three batches
+    stack.configure(visibility_timeout=15)
+    stack.start(embed_processes=0)
+    job_id = _start_job(stack, docs)
+    broker = redis.Redis.from_url(stack.broker)
+    try:
+        wait_until(lambda: broker.llen("embed") > 0, 300, "nothing was enriched", 0.05)
+        message = json.loads(broker.rpop("embed"))
+    finally:
+        broker.close()
+    assert message["headers"]["task"] == EMBED
+    stack.start_worker("worker-embed", "embed")
+    _assert_complete(stack, job_id, docs)
+    log = (stack.tmp / "ingest.log").read_text()
+    assert re.search(rf"job {job_id}: \d+ unfinished items are held by no task", log), log[-3000:]
 
 
 @pytest.mark.timeout(1200)

@@ -5,7 +5,9 @@
 * stores: the lexical and semantic services over gRPC when their addresses
   are set, else their cores in this process (tantivy and the embedded Qdrant
   engine under ``data_dir``), sharing one embedding model with the pipeline;
-* stages: inline in this process, or Celery tasks (``mode = "celery"``).
+* stages: inline in this process, or Celery tasks (``mode = "celery"``), with
+  a ``Watchdog`` that the serving process runs to send again what the broker
+  lost.
 
 Inline, the assembly applies the recovery rule of ``attest.ingest.state`` as
 it starts (interrupted jobs resume) and then reconciles the registry with the
@@ -20,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from attest.core.errors import FailedPrecondition
 from attest.ingest.jobs import Dispatcher, IngestCore, InlineDispatcher, StageRunner
@@ -35,6 +38,9 @@ from attest.ingest.state import (
 )
 from attest.pipeline.settings import PipelineSettings
 
+if TYPE_CHECKING:
+    from attest.pipeline.ingest import Watchdog
+
 log = logging.getLogger(__name__)
 
 
@@ -45,8 +51,12 @@ class Assembly:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     startup_check: asyncio.Task[None] | None = None
+    # Celery mode: sends again what the broker lost (started by the serving process).
+    watchdog: Watchdog | None = None
 
     async def close(self) -> None:
+        if self.watchdog is not None:
+            await self.watchdog.close()
         if self.startup_check is not None:
             self.startup_check.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -138,12 +148,14 @@ async def assemble(
         sinks.knowledge = facts_hook(settings.client)
     dispatcher: Dispatcher
     inline: InlineDispatcher | None = None
+    pipeline = pipeline or PipelineSettings()
+    celery_app = None
     if settings.mode == "celery":
         from attest.pipeline.app import create_app
         from attest.pipeline.ingest import CeleryDispatcher
 
-        app = create_app(pipeline or PipelineSettings())
-        dispatcher = CeleryDispatcher(app)
+        celery_app = create_app(pipeline)
+        dispatcher = CeleryDispatcher(celery_app, store)
     else:
         if embedding is None:
             from attest.knowledge.graph import load_graph
@@ -162,6 +174,10 @@ async def assemble(
     closers.append(sinks.close)
     core = IngestCore(store, dispatcher, lambda: sinks, batch_size=settings.batch_size)
     assembly = Assembly(core=core, inline=inline, closers=closers)
+    if celery_app is not None:
+        from attest.pipeline.ingest import Watchdog
+
+        assembly.watchdog = Watchdog(celery_app, core, pipeline.reconcile_interval_seconds)
     if inline is not None and settings.state_url is None:
         assembly.resumed = await asyncio.to_thread(core.recover)
         # Only stores opened here are checked at start-up. Behind services with

@@ -637,24 +637,31 @@ class IngestCore:
             if not pending:
                 self.store.snapshot(job_id)  # records that it is DONE
                 continue
-            ids: dict[int, str] = {}
-            for index, text in zip(pending, self.store.items(job_id, pending), strict=True):
-                if text:
-                    ids[index] = json.loads(text)["article"]["id"]
-            known = self.store.registry_get(tenant, sorted(set(ids.values())))
-            plan = [[i, "updated" if ids.get(i) in known else "created"] for i in pending]
-            batches = [
-                plan[start : start + self.batch_size]
-                for start in range(0, len(plan), self.batch_size)
-            ]
             log.warning(
                 "resuming job %s: %d of its items were not finished when it stopped",
                 job_id,
                 len(pending),
             )
-            self.dispatcher.dispatch(job_id, tenant, batches)
+            self.resend(job_id, tenant, pending)
             resumed.append(job_id)
         return resumed
+
+    def resend(self, job_id: str, tenant: str, items: Sequence[int]) -> None:
+        """Send a sealed job's ``items`` through the pipeline again, from the start
+        (every stage is idempotent). Each is planned as an update when its
+        document is in the registry by now, else as a creation."""
+        pending = sorted(items)
+        ids: dict[int, str] = {}
+        for index, text in zip(pending, self.store.items(job_id, pending), strict=True):
+            if text:
+                ids[index] = json.loads(text)["article"]["id"]
+        known = self.store.registry_get(tenant, sorted(set(ids.values())))
+        plan = [[i, "updated" if ids.get(i) in known else "created"] for i in pending]
+        batches = [
+            plan[start : start + self.batch_size] for start in range(0, len(plan), self.batch_size)
+        ]
+        if batches:
+            self.dispatcher.dispatch(job_id, tenant, batches)
 
     def ingest(self, tenant: str, items: Sequence[Item]) -> JobSnapshot:
         job_id = self.start_job(tenant)

@@ -42,6 +42,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
     async def warm_up(self) -> None:
         if self._assembly is None:
             self._assembly = await assemble(self._settings, self._pipeline)
+            if self._assembly.watchdog is not None:
+                self._assembly.watchdog.start()
         if self._doctor is None and self._settings.doctor_interval_seconds > 0:
             self._doctor = periodic_check(self._settings, self._assembly)
             if self._doctor is not None:

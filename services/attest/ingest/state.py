@@ -33,6 +33,11 @@ open job is an orphan (deleted on repair); a registry document missing from
 a store is indexed again from its stored source; a pending note of a job
 that is no longer open is settled the same way (its document goes back to
 the registry's version, or away).
+
+On Celery (production) every task is noted (``track``) before it is sent and
+forgotten when it finishes; the ingest service's watchdog
+(``attest.pipeline.ingest.Watchdog``) sends again, from the first stage, the
+unfinished items of a sealed job that no task in the broker holds.
 """
 
 from __future__ import annotations
@@ -566,6 +571,15 @@ class FailureRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TrackedTask:
+    """A pipeline task sent for some of a job's items and not yet finished."""
+
+    stage: str
+    items: tuple[int, ...]
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressCounts:
     received: int = 0
     enriched: int = 0
@@ -671,6 +685,7 @@ class JobStore:
             f"{base}:passages",
             f"{base}:fail",
             f"{base}:failz",
+            f"{base}:tasks",
             *(self._set(job_id, s) for s in STAGE_SETS),
         ]
 
@@ -897,6 +912,26 @@ class JobStore:
 
     def gazetteer_add(self, tenant: str, names: Sequence[str]) -> None:
         self.kv.sadd(f"{PREFIX}gazetteer:{tenant}", list(names))
+
+    # pipeline tasks in flight (for the Celery pipeline's watchdog)
+    def track(self, job_id: str, task_id: str, stage: str, items: Sequence[int]) -> None:
+        """Note that ``task_id`` (a ``stage`` task for ``items``) is about to be sent."""
+        record = {"stage": stage, "items": [int(i) for i in items], "sent_at": time.time()}
+        self.kv.hset(f"{self._job(job_id)}:tasks", {task_id: json.dumps(record)})
+
+    def untrack(self, job_id: str, task_ids: Sequence[str]) -> int:
+        """Forget tasks that finished (or were given up); returns how many were noted."""
+        return self.kv.hdel(f"{self._job(job_id)}:tasks", list(task_ids))
+
+    def tracked(self, job_id: str) -> dict[str, TrackedTask]:
+        """The job's tasks sent and not yet finished, by task id."""
+        out: dict[str, TrackedTask] = {}
+        for task_id, text in self.kv.hgetall(f"{self._job(job_id)}:tasks").items():
+            data = json.loads(text)
+            out[task_id] = TrackedTask(
+                str(data["stage"]), tuple(int(i) for i in data["items"]), float(data["sent_at"])
+            )
+        return out
 
     # deliveries of a task (for the redelivery cap)
     def delivery(self, task_id: str, ttl_seconds: int) -> int:

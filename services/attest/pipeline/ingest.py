@@ -23,7 +23,14 @@ redelivered or replayed task overwrites instead of duplicating. Delivery:
   the task's first such failure (and at least ``max_retries`` times): a count
   alone, with full jitter, gave up after as little as 8 s, less than an
   OpenSearch node takes to restart, and failed every document it held;
-  anything else fails the batch's documents at once, each reported in the job.
+  anything else fails the batch's documents at once, each reported in the job;
+* every task is noted in the job state before it is sent and forgotten when it
+  finishes (``JobStore.track``), and the ingest service's ``Watchdog`` sends
+  again the items that no task in a queue or on a worker holds any more. The
+  Redis transport pops a message (BRPOP) and only then, client-side, records
+  it as unacknowledged: a worker killed between the two takes the message
+  with it, in no queue and in no index the visibility timeout restores from.
+  Without the watchdog such a job stayed RUNNING forever.
 """
 
 from __future__ import annotations
@@ -33,16 +40,23 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from celery.utils.time import get_exponential_backoff_interval
+from prometheus_client import Counter
 
 from attest.ingest.documents import FailureCode
 from attest.ingest.jobs import TRANSIENT, Batch, StageRunner
-from attest.ingest.state import PREFIX, JobStore, RedisKeyValue
+from attest.ingest.state import PREFIX, JobStore, RedisKeyValue, TrackedTask
+from attest.pipeline.app import QUEUE_EMBED, QUEUE_ENRICH, QUEUE_INDEX, QUEUES
+from attest.pipeline.metrics import PRIORITY_SUFFIXES
 from attest.pipeline.settings import PipelineSettings
+
+if TYPE_CHECKING:
+    from attest.ingest.jobs import IngestCore
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +64,29 @@ ENRICH = "attest.ingest.enrich"
 EMBED = "attest.ingest.embed"
 INDEX = "attest.ingest.index"
 _STAGES = {ENRICH: "ENRICH", EMBED: "EMBED", INDEX: "INDEX"}
+
+RESENT = Counter(
+    "attest_ingest_items_resent_total",
+    "Items of a job sent through the pipeline again because no task in a queue or on a "
+    "worker held them any more (a message the broker lost with a killed worker).",
+)
+
+
+def send(
+    app: Celery,
+    store: JobStore,
+    name: str,
+    job_id: str,
+    tenant: str,
+    payload: list[Any],
+    items: Sequence[int],
+) -> str:
+    """Send a stage task, noting it in the job state first: a crash between the
+    two leaves a note without a message, which the watchdog treats as lost."""
+    task_id = str(uuid.uuid4())
+    store.track(job_id, task_id, _STAGES[name], items)
+    app.send_task(name, args=[job_id, tenant, payload], task_id=task_id)
+    return task_id
 
 
 class _Process:
@@ -190,12 +227,29 @@ def register(app: Celery) -> None:
                         f"given up after {deliveries - 1} deliveries without "
                         "finishing (its worker died each time)",
                     )
+                    self._finished(args)
                     return None
             if request.is_eager:
-                return self._attempt(args, kwargs)
-            tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
-            with heartbeat.running(tag):
-                return self._attempt(args, kwargs)
+                result = self._attempt(args, kwargs)
+            else:
+                tag = (getattr(request, "properties", None) or {}).get("delivery_tag")
+                with heartbeat.running(tag):
+                    result = self._attempt(args, kwargs)
+            self._finished(args)
+            return result
+
+        def _finished(self, args: Sequence[Any]) -> None:
+            """Forget this task in the job state (it ran, or its items are reported
+            failed). Best effort: a note left behind only costs the watchdog a look,
+            and failing here would report the items of a batch that succeeded."""
+            if not self.request.id:
+                return
+            import redis
+
+            try:
+                process.runner.store.untrack(str(args[0]), [self.request.id])
+            except redis.RedisError as err:
+                log.warning("could not forget finished task %s: %s", self.request.id, err)
 
         def _attempt(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
             """Run the task; after a transient failure, send it again with backoff
@@ -249,6 +303,7 @@ def register(app: Celery) -> None:
                     f"{self._failing_for():.0f} s: {reason}"
                 )
             self._fail(args, reason)
+            self._finished(args)
 
     options = {"base": IngestTask, "bind": True}
 
@@ -257,19 +312,25 @@ def register(app: Celery) -> None:
     # this process.
     @app.task(name=ENRICH, **options)  # type: ignore[untyped-decorator]
     def enrich(self: Task, job_id: str, tenant: str, batch: Batch) -> None:
+        store = process.runner.store
         process.runner.enrich(
             job_id,
             tenant,
             batch,
-            handoff=lambda records: app.send_task(EMBED, args=[job_id, tenant, records]),
+            handoff=lambda records: send(
+                app, store, EMBED, job_id, tenant, records, [r["item"] for r in records]
+            ),
         )
 
     @app.task(name=EMBED, **options)  # type: ignore[untyped-decorator]
     def embed(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:
+        store = process.runner.store
         process.runner.embed(
             job_id,
             records,
-            handoff=lambda embedded: app.send_task(INDEX, args=[job_id, tenant, embedded]),
+            handoff=lambda embedded: send(
+                app, store, INDEX, job_id, tenant, embedded, [r["item"] for r in embedded]
+            ),
         )
 
     @app.task(name=INDEX, **options)  # type: ignore[untyped-decorator]
@@ -280,9 +341,279 @@ def register(app: Celery) -> None:
 class CeleryDispatcher:
     """Sends each batch to the enrich queue (the ingest service side)."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, store: JobStore) -> None:
         self.app = app
+        self.store = store
 
     def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
         for batch in batches:
-            self.app.send_task(ENRICH, args=[job_id, tenant, batch])
+            send(self.app, self.store, ENRICH, job_id, tenant, batch, [int(i) for i, _ in batch])
+
+
+# Where a message keeps its task id: its properties, which come last, after a
+# body that may be megabytes of vectors, so the id is looked for in the tail.
+_LOOK = """
+local pattern = '"correlation_id": "([^"]*)"'
+local function task_id(message)
+  return string.match(message, pattern, -2048) or string.match(message, pattern)
+end
+"""
+
+# A cheap first look, in one atomic step: which of the task ids (ARGV) kombu's
+# unacknowledged hash holds (KEYS[1]: deliveries workers hold, running or
+# reserved), and the task id of the oldest message of each queue (the other
+# KEYS; false for an empty one), the next a worker pops.
+_FIRST_LOOK_SCRIPT = (
+    _LOOK
+    + """
+local want = {}
+for i = 1, #ARGV do want[ARGV[i]] = true end
+local held = {}
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
+  local id = task_id(v)
+  if id and want[id] then held[#held + 1] = id end
+end
+local oldest = {}
+for k = 2, #KEYS do
+  local v = redis.call('LINDEX', KEYS[k], -1)
+  oldest[k - 1] = v and task_id(v) or false
+end
+return {held, oldest}
+"""
+)
+
+# The full look: which of the task ids (ARGV) are in the unacknowledged hash
+# (KEYS[1]) or anywhere in the queues (the other KEYS). It reads every queued
+# message (about 0.2 s per 100 MB of queue, during which Redis serves no one
+# else), so it runs only for tasks the first look could not place.
+_HELD_SCRIPT = (
+    _LOOK
+    + """
+local want = {}
+for i = 1, #ARGV do want[ARGV[i]] = true end
+local found = {}
+local function look(message)
+  local id = task_id(message)
+  if id and want[id] then
+    found[#found + 1] = id
+    want[id] = nil
+  end
+end
+for _, v in ipairs(redis.call('HVALS', KEYS[1])) do look(v) end
+for k = 2, #KEYS do
+  local n = redis.call('LLEN', KEYS[k])
+  for start = 0, n - 1, 16 do
+    for _, v in ipairs(redis.call('LRANGE', KEYS[k], start, start + 15)) do look(v) end
+  end
+end
+return found
+"""
+)
+
+_STAGE_QUEUES = {"ENRICH": QUEUE_ENRICH, "EMBED": QUEUE_EMBED, "INDEX": QUEUE_INDEX}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Watchdog:
+    """Sends again the items of a sealed job that no pipeline task holds.
+
+    Each check compares, per open job, the items not yet finished with the
+    items of its noted tasks (``JobStore.track``) that the broker still holds:
+    in a queue, or unacknowledged on a worker (kombu's ``unacked`` hash, which
+    the visibility timeout restores from). An item held by none is orphaned:
+    its task's message was lost (popped by a worker killed before it recorded
+    it), or the process that sealed the job died before sending it. An item
+    orphaned on two checks at least ``confirm_seconds`` apart goes through the
+    pipeline again from the enrich stage (``IngestCore.resend``); the two
+    looks keep a message that a live worker has popped and is recording, a
+    matter of milliseconds, from being sent twice. Every stage is idempotent,
+    so a duplicate costs work and never a wrong count.
+
+    Finding a task costs little: a queue is first in, first out, so a task sent
+    after the oldest message still queued has not been popped yet, and is
+    held. Only a task sent before it and not on a worker is looked for in the
+    whole queue (it may have been put back, at the far end, by a restore).
+
+    One service replica checks at a time (a lock in the broker).
+    """
+
+    def __init__(
+        self,
+        app: Celery,
+        core: IngestCore,
+        interval_seconds: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.app = app
+        self.core = core
+        self.interval = interval_seconds
+        self.confirm_seconds = interval_seconds / 2
+        self._clock = clock
+        options = app.conf.broker_transport_options or {}
+        prefix = str(options.get("global_keyprefix", ""))
+        self._unacked = prefix + str(options.get("unacked_key", "unacked"))
+        self._stages = list(_STAGE_QUEUES)
+        self._heads = [prefix + _STAGE_QUEUES[stage] for stage in self._stages]
+        self._queues = [prefix + q + s for q in QUEUES for s in PRIORITY_SUFFIXES]
+        self._lock = prefix + f"{PREFIX}watchdog"
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._orphaned: dict[str, dict[int, float]] = {}  # job -> item -> first seen
+        self._missing: dict[str, float] = {}  # task id -> first seen missing
+        self._queued: dict[str, float] = {}  # task id -> last found by a full look
+        self._task: asyncio.Task[None] | None = None
+        #: Tasks looked for in whole queues, over this watchdog's life.
+        self.full_looks = 0
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            import redis
+
+            self._client = redis.Redis.from_url(
+                self.app.conf.broker_url, socket_timeout=30, socket_connect_timeout=5
+            )
+            self._scripts = {
+                "first": self._client.register_script(_FIRST_LOOK_SCRIPT),
+                "held": self._client.register_script(_HELD_SCRIPT),
+            }
+        return self._client
+
+    def held(self, task_ids: Sequence[str]) -> set[str]:
+        """The tasks among ``task_ids`` that the broker holds (the full look)."""
+        if not task_ids:
+            return set()
+        self._redis()
+        self.full_looks += len(task_ids)
+        found = self._scripts["held"](keys=[self._unacked, *self._queues], args=list(task_ids))
+        return {_text(f) for f in found}
+
+    def _held_of(self, tasks: Mapping[str, TrackedTask]) -> set[str]:
+        """The tasks among ``tasks`` that the broker holds: the first look, then
+        the full look for what it could not place."""
+        if not tasks:
+            return set()
+        self._redis()
+        on_workers, oldest = self._scripts["first"](
+            keys=[self._unacked, *self._heads], args=list(tasks)
+        )
+        held = {_text(t) for t in on_workers}
+        # When each stage's oldest queued message was sent: anything sent since
+        # is still queued. An empty queue holds nothing; an oldest message that
+        # is not a noted task (a duplicate of a finished one) places nothing.
+        since: dict[str, float] = {}
+        for stage, head in zip(self._stages, oldest, strict=True):
+            if not head:
+                since[stage] = float("inf")
+            else:
+                noted = tasks.get(_text(head))
+                since[stage] = noted.sent_at if noted is not None else float("-inf")
+        # A task found in a queue by a full look was put back at the far end
+        # (a requeue puts it where the youngest go): it is placed for a while.
+        now = self._clock()
+        recent = now - 10 * self.interval
+        self._queued = {t: at for t, at in self._queued.items() if at >= recent and t in tasks}
+        placed: set[str] = set()
+        unplaced: list[str] = []
+        for task_id, task in tasks.items():
+            if task_id in held:
+                continue
+            if task.sent_at >= since.get(task.stage, float("-inf")) or task_id in self._queued:
+                placed.add(task_id)
+            else:
+                unplaced.append(task_id)
+        found = self.held(unplaced)
+        for task_id in found:
+            self._queued[task_id] = now
+        return held | placed | found
+
+    def check(self) -> dict[str, list[int]]:
+        """One check; the items sent again, by job. Skipped (``{}``) while another
+        replica's check holds the lock."""
+        # The lock lapses before this replica's next check: whichever replica
+        # comes first after that checks next.
+        if not self._redis().set(self._lock, "1", nx=True, px=int(self.interval * 800)):
+            return {}
+        store = self.core.store
+        now = self._clock()
+        jobs = [j for j in store.open_jobs() if store.is_sealed(j)]
+        tracked = {j: store.tracked(j) for j in jobs}
+        held = self._held_of({t: task for tasks in tracked.values() for t, task in tasks.items()})
+        resent: dict[str, list[int]] = {}
+        for job_id in jobs:
+            covered: set[int] = set()
+            gone: list[str] = []
+            for task_id, task in tracked[job_id].items():
+                if task_id in held:
+                    covered.update(task.items)
+                    self._missing.pop(task_id, None)
+                elif now - self._missing.setdefault(task_id, now) >= self.confirm_seconds:
+                    gone.append(task_id)
+            unfinished = set(store.unfinished_items(job_id))
+            if not unfinished:
+                store.snapshot(job_id)  # records that it is DONE
+                continue
+            seen = self._orphaned.setdefault(job_id, {})
+            orphans = unfinished - covered
+            for item in [i for i in seen if i not in orphans]:
+                del seen[item]
+            for item in orphans:
+                seen.setdefault(item, now)
+            due = sorted(i for i, first in seen.items() if now - first >= self.confirm_seconds)
+            if gone:
+                store.untrack(job_id, gone)
+                for task_id in gone:
+                    del self._missing[task_id]
+            if not due:
+                continue
+            tenant = store.tenant_of(job_id)
+            if tenant is None:
+                continue
+            log.warning(
+                "job %s: %d unfinished items are held by no task in a queue or on a worker "
+                "(%d of its tasks were lost); sending them again",
+                job_id,
+                len(due),
+                len(gone),
+            )
+            self.core.resend(job_id, tenant, due)
+            RESENT.inc(len(due))
+            for item in due:
+                del seen[item]
+            resent[job_id] = due
+        for job_id in [j for j in self._orphaned if j not in tracked]:
+            del self._orphaned[job_id]
+        live = {t for tasks in tracked.values() for t in tasks}
+        for task_id in [t for t in self._missing if t not in live]:
+            del self._missing[task_id]
+        return resent
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="watchdog")
+
+    async def _loop(self) -> None:
+        import redis
+
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await asyncio.to_thread(self.check)
+            except redis.RedisError as err:
+                # The broker or the job state away: the next check looks again.
+                log.warning("the pipeline watchdog could not check: %s", err)
+            except Exception:
+                log.exception("the pipeline watchdog's check failed")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None

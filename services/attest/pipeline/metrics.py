@@ -32,7 +32,7 @@ MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 OWNED_DIR = "ATTEST_WORKER_METRICS_DIR"
 #: kombu's Redis transport keeps a queue's prioritized messages in extra lists
 #: named ``<queue>\x06\x16<priority>`` (default steps 0, 3, 6, 9).
-_PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+PRIORITY_SUFFIXES = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
 
 class QueueDepth(Collector):
@@ -53,7 +53,7 @@ class QueueDepth(Collector):
         client = redis.Redis.from_url(self._broker_url, socket_timeout=2.0)
         try:
             for queue in self._queues:
-                depth = sum(int(client.llen(queue + s)) for s in _PRIORITY_SUFFIXES)
+                depth = sum(int(client.llen(queue + s)) for s in PRIORITY_SUFFIXES)
                 family.add_metric([queue], depth)
         except redis.RedisError as err:
             # A scrape while the broker is away shows no depth instead of failing.

@@ -41,6 +41,13 @@ class PipelineSettings(ServiceSettings):
         description="A task delivered this many times without finishing (its worker died "
         "each time) is given up: its documents are reported as failed.",
     )
+    reconcile_interval_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        description="How often the ingest service checks that every unfinished item of a job "
+        "is held by a task in a queue or on a worker, and sends again the items of a task "
+        "that the broker lost (seen missing on two checks this far apart).",
+    )
     publish_retry_seconds: float = Field(
         default=60.0,
         gt=0,

@@ -1,0 +1,182 @@
+"""The ingest service's watchdog on a real Redis: items that no task in a queue or
+on a worker holds any more are sent again, and nothing else is."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+import redis
+
+from attest.ingest.documents import article_from_raw_json
+from attest.ingest.jobs import Batch, IngestCore, Item
+from attest.ingest.state import PREFIX, JobStore, RedisKeyValue
+from attest.pipeline.app import QUEUE_ENRICH, create_app
+from attest.pipeline.ingest import CeleryDispatcher, Watchdog
+from attest.pipeline.settings import PipelineSettings
+from tests.conftest import require_server
+
+pytestmark = pytest.mark.integration
+
+INTERVAL = 0.4
+
+
+class _Dropped:
+    """A dispatcher whose process died before it sent anything."""
+
+    def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
+        pass
+
+
+def _never() -> object:
+    raise AssertionError("no sinks needed")
+
+
+def _items(n: int) -> list[Item]:
+    raws = [json.dumps({"id": f"d{i}", "body": f"Story {i}."}).encode() for i in range(n)]
+    return [Item(f"f:{i}", article_from_raw_json(raw)) for i, raw in enumerate(raws)]
+
+
+class _Pipeline:
+    def __init__(self, base: str) -> None:
+        self.broker_url, state_url = f"{base}/3", f"{base}/4"
+        for url in (self.broker_url, state_url):
+            redis.Redis.from_url(url).flushdb()
+        self.app = create_app(
+            PipelineSettings(broker_url=self.broker_url, result_backend_url=f"{base}/3")
+        )
+        self.kv = RedisKeyValue(state_url)
+        self.store = JobStore(self.kv)
+        self.core = IngestCore(
+            self.store, CeleryDispatcher(self.app, self.store), _never, batch_size=2
+        )
+        self.broker = redis.Redis.from_url(self.broker_url)
+
+    def watchdog(self) -> Watchdog:
+        return Watchdog(self.app, self.core, INTERVAL)
+
+    def queued(self) -> list[dict]:
+        return [json.loads(m) for m in self.broker.lrange(QUEUE_ENRICH, 0, -1)]
+
+    def take(self) -> dict:
+        """Pop the oldest enrich message, as a worker's BRPOP does."""
+        return json.loads(self.broker.rpop(QUEUE_ENRICH))
+
+    def close(self) -> None:
+        self.broker.close()
+        self.kv.close()
+
+
+@pytest.fixture
+def pipeline() -> Iterator[_Pipeline]:
+    p = _Pipeline(require_server("ATTEST_TEST_REDIS_URL").rstrip("/"))
+    yield p
+    p.close()
+
+
+def _check(watchdog: Watchdog) -> dict[str, list[int]]:
+    time.sleep(INTERVAL)  # the previous check's lock lapses, and the look is confirmed
+    return watchdog.check()
+
+
+def _items_of(message: dict) -> list[int]:
+    args = json.loads(base64.b64decode(message["body"]))[0]
+    return [int(i) for i, _ in args[2]]
+
+
+def test_a_message_lost_between_pop_and_record_is_sent_again_and_held_ones_are_not(
+    pipeline: _Pipeline,
+):
+    store = pipeline.store
+    job = pipeline.core.ingest("t", _items(6)).job_id
+    tracked = store.tracked(job)
+    assert sorted(sorted(t.items) for t in tracked.values()) == [[0, 1], [2, 3], [4, 5]]
+    assert {t.stage for t in tracked.values()} == {"ENRICH"}
+    watchdog = pipeline.watchdog()
+    assert watchdog.check() == {}
+    assert _check(watchdog) == {}, "every batch is queued"
+    # Placed by the first look: all were sent since the oldest queued message.
+    assert watchdog.full_looks == 0
+
+    # One batch is on a worker: kombu keeps it in its unacknowledged hash.
+    held = pipeline.take()
+    tag = held["properties"]["delivery_tag"]
+    pipeline.broker.hset("unacked", tag, json.dumps([held, "", QUEUE_ENRICH]))
+    # Another was popped by a worker that died before recording it: it is nowhere.
+    lost = pipeline.take()
+    lost_items = _items_of(lost)
+    assert lost["properties"]["correlation_id"] in tracked
+
+    first = _check(watchdog)
+    assert first == {}, "a message missing on one look only is not sent again"
+    assert _check(watchdog) == {job: lost_items}
+    after = store.tracked(job)
+    assert lost["properties"]["correlation_id"] not in after
+    assert held["properties"]["correlation_id"] in after
+    (again,) = [m for m in pipeline.queued() if m["headers"]["id"] not in tracked]
+    assert _items_of(again) == lost_items
+    assert again["headers"]["id"] in after
+    # Sent once: later checks find it queued.
+    assert _check(watchdog) == {}
+    assert _check(watchdog) == {}
+    assert len(pipeline.queued()) == 2
+
+
+def test_a_task_put_back_where_the_youngest_go_is_found_by_a_full_look(pipeline: _Pipeline):
+    """A requeued task (its worker's pool process died) goes to the end where
+    new tasks go, behind younger ones: the first look cannot place it, the full
+    look finds it, and it is not sent again."""
+    job = pipeline.core.ingest("t", _items(6)).job_id
+    oldest = pipeline.take()
+    pipeline.broker.lpush(QUEUE_ENRICH, json.dumps(oldest))
+    watchdog = pipeline.watchdog()
+    assert watchdog.check() == {}
+    assert watchdog.full_looks == 1
+    assert _check(watchdog) == {}
+    assert watchdog.full_looks == 1, "found queued a moment ago: no second full look"
+    assert len(pipeline.store.tracked(job)) == 3
+    assert len(pipeline.queued()) == 3
+
+
+def test_items_finished_meanwhile_are_not_sent_again(pipeline: _Pipeline):
+    store = pipeline.store
+    job = pipeline.core.ingest("t", _items(4)).job_id
+    watchdog = pipeline.watchdog()
+    lost = _items_of(pipeline.take())
+    store.mark(job, "indexed", [lost[0]])
+    watchdog.check()
+    assert _check(watchdog) == {job: lost[1:]}
+
+
+def test_a_job_sealed_by_a_process_that_died_before_sending_is_sent(pipeline: _Pipeline):
+    store = pipeline.store
+    dead = IngestCore(store, _Dropped(), _never, batch_size=2)
+    job = dead.ingest("t", _items(3)).job_id
+    assert store.tracked(job) == {}
+    watchdog = pipeline.watchdog()
+    watchdog.check()
+    assert _check(watchdog) == {job: [0, 1, 2]}
+    assert sorted(i for m in pipeline.queued() for i in _items_of(m)) == [0, 1, 2]
+
+
+def test_one_replica_checks_at_a_time_and_a_finished_job_is_settled(pipeline: _Pipeline):
+    store = pipeline.store
+    job = pipeline.core.ingest("t", _items(2)).job_id
+    pipeline.take()
+    first, second = pipeline.watchdog(), pipeline.watchdog()
+    first.check()
+    time.sleep(INTERVAL)
+    assert first.check() == {job: [0, 1]}
+    assert second.check() == {}, "the other replica waits for the lock"
+    # The job finishes; the next check records it DONE and forgets it.
+    store.mark(job, "indexed", [0, 1])
+    assert job in store.open_jobs()
+    _check(second)
+    assert job not in store.open_jobs()
+    snapshot = store.snapshot(job)
+    assert snapshot is not None
+    assert snapshot.state == "DONE"
+    assert pipeline.broker.exists(f"{PREFIX}watchdog")
