@@ -3,6 +3,7 @@ in the middle of a job."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -245,10 +246,19 @@ def test_a_task_popped_by_a_worker_that_died_before_recording_it_is_sent_again(s
     finally:
         broker.close()
     assert message["headers"]["task"] == EMBED
+    dropped = json.loads(base64.b64decode(message["body"]))[0][2]
     stack.start_worker("worker-embed", "embed")
     _assert_complete(stack, job_id, docs)
+    # Exactly the dropped batch went through again, once.
     log = (stack.tmp / "ingest.log").read_text()
-    assert re.search(rf"job {job_id}: \d+ unfinished items are held by no task", log), log[-3000:]
+    resent = re.findall(rf"job {job_id}: (\d+) unfinished items are held by no task", log)
+    assert [int(n) for n in resent] == [len(dropped)], log[-3000:]
+    # Every task of the job was forgotten when it finished.
+    state = redis.Redis.from_url(stack.state)
+    try:
+        assert state.hlen(f"{PREFIX}job:{job_id}:tasks") == 0
+    finally:
+        state.close()
 
 
 @pytest.mark.timeout(1200)

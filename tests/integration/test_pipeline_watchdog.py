@@ -158,19 +158,54 @@ def test_a_job_sealed_by_a_process_that_died_before_sending_is_sent(pipeline: _P
     assert store.tracked(job) == {}
     watchdog = pipeline.watchdog()
     watchdog.check()
+    assert _check(watchdog) == {}, "its batches may still be being sent"
+    # Long after the seal, nothing marks it dispatched: its sender died.
+    store.kv.hset(f"{PREFIX}job:{job}", {"sealed_at": repr(time.time() - 3600)})
+    watchdog.check()
     assert _check(watchdog) == {job: [0, 1, 2]}
     assert sorted(i for m in pipeline.queued() for i in _items_of(m)) == [0, 1, 2]
 
 
-def test_one_replica_checks_at_a_time_and_a_finished_job_is_settled(pipeline: _Pipeline):
+def test_a_job_of_a_release_that_did_not_note_its_tasks_is_left_alone(pipeline: _Pipeline):
+    store = pipeline.store
+    job = pipeline.core.ingest("t", _items(2)).job_id
+    store.kv.hdel(f"{PREFIX}job:{job}", ["tasks_noted"])
+    store.untrack(job, list(store.tracked(job)))
+    watchdog = pipeline.watchdog()
+    watchdog.check()
+    assert _check(watchdog) == {}
+    assert len(pipeline.queued()) == 1
+
+
+def test_a_lost_task_is_found_behind_a_message_that_is_no_noted_task(pipeline: _Pipeline):
+    """The oldest queued message places nothing when it is no task of a job (a
+    task of an older release, a duplicate of a finished one): the tasks of
+    its stage are looked for through the whole queue."""
+    job = pipeline.core.ingest("t", _items(6)).job_id
+    lost = _items_of(pipeline.take())
+    foreign = pipeline.queued()[0]
+    foreign["properties"]["correlation_id"] = foreign["headers"]["id"] = "not-a-noted-task"
+    pipeline.broker.rpush(QUEUE_ENRICH, json.dumps(foreign))
+    watchdog = pipeline.watchdog()
+    watchdog.check()
+    assert _check(watchdog) == {job: lost}
+
+
+def test_replicas_take_turns_and_a_finished_job_is_settled(pipeline: _Pipeline):
     store = pipeline.store
     job = pipeline.core.ingest("t", _items(2)).job_id
     pipeline.take()
     first, second = pipeline.watchdog(), pipeline.watchdog()
+    # While another replica's check holds the lock, a check does nothing.
+    pipeline.broker.set(f"{PREFIX}watchdog", "another", px=60_000)
+    assert first.check() == {}
+    assert first.full_looks == 0
+    pipeline.broker.delete(f"{PREFIX}watchdog")
     first.check()
-    time.sleep(INTERVAL)
-    assert first.check() == {job: [0, 1]}
-    assert second.check() == {}, "the other replica waits for the lock"
+    assert not pipeline.broker.exists(f"{PREFIX}watchdog"), "released when the check ends"
+    assert _check(first) == {job: [0, 1]}
+    # The other replica saw nothing before: one look is not enough to send again.
+    assert second.check() == {}
     # The job finishes; the next check records it DONE and forgets it.
     store.mark(job, "indexed", [0, 1])
     assert job in store.open_jobs()
@@ -179,4 +214,22 @@ def test_one_replica_checks_at_a_time_and_a_finished_job_is_settled(pipeline: _P
     snapshot = store.snapshot(job)
     assert snapshot is not None
     assert snapshot.state == "DONE"
-    assert pipeline.broker.exists(f"{PREFIX}watchdog")
+
+
+def test_an_item_orphaned_again_waits_twice_as_long(pipeline: _Pipeline):
+    now = [0.0]
+    job = pipeline.core.ingest("t", _items(2)).job_id
+    watchdog = Watchdog(pipeline.app, pipeline.core, INTERVAL, clock=lambda: now[0])
+    confirm = watchdog.confirm_seconds
+
+    def at(t: float) -> dict[str, list[int]]:
+        now[0] = t
+        return watchdog.check()
+
+    pipeline.take()
+    assert at(0) == {}
+    assert at(confirm) == {job: [0, 1]}
+    pipeline.take()  # lost again
+    assert at(2 * confirm) == {}
+    assert at(3 * confirm) == {}, "a second loss waits two confirmations"
+    assert at(4 * confirm) == {job: [0, 1]}

@@ -580,6 +580,17 @@ class TrackedTask:
 
 
 @dataclass(frozen=True, slots=True)
+class WatchState:
+    """What the pipeline's watchdog reads of a job before looking at its items."""
+
+    sealed: bool
+    tasks_noted: bool
+    sealed_at: float | None
+    dispatched: bool
+    tenant: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressCounts:
     received: int = 0
     enriched: int = 0
@@ -709,7 +720,15 @@ class JobStore:
         with self.kv.transaction():
             self.kv.hset(
                 self._job(job_id),
-                {"tenant": tenant, "created_at": repr(time.time()), "received": "0", "sealed": ""},
+                {
+                    "tenant": tenant,
+                    "created_at": repr(time.time()),
+                    "received": "0",
+                    "sealed": "",
+                    # This job's pipeline tasks are noted (``track``): the
+                    # watchdog leaves alone the jobs of releases that did not.
+                    "tasks_noted": "1",
+                },
             )
             self.kv.sadd(self.OPEN_JOBS, [job_id])
             self.kv.sadd(self.TENANTS, [tenant])
@@ -745,7 +764,26 @@ class JobStore:
         return self.kv.hmget(f"{self._job(job_id)}:items", [str(i) for i in indexes])
 
     def seal(self, job_id: str, received: int) -> None:
-        self.kv.hset(self._job(job_id), {"received": str(received), "sealed": "1"})
+        self.kv.hset(
+            self._job(job_id),
+            {"received": str(received), "sealed": "1", "sealed_at": repr(time.time())},
+        )
+
+    def mark_dispatched(self, job_id: str) -> None:
+        """Every batch of the job was handed to the pipeline."""
+        self.kv.hset(self._job(job_id), {"dispatched": repr(time.time())})
+
+    def watch_state(self, job_id: str) -> WatchState:
+        sealed, noted, sealed_at, dispatched, tenant = self.kv.hmget(
+            self._job(job_id), ["sealed", "tasks_noted", "sealed_at", "dispatched", "tenant"]
+        )
+        return WatchState(
+            sealed=bool(sealed),
+            tasks_noted=bool(noted),
+            sealed_at=float(sealed_at) if sealed_at else None,
+            dispatched=bool(dispatched),
+            tenant=tenant,
+        )
 
     def mark_started(self) -> None:
         """(kept for symmetry; started_at is set by ``mark``)."""

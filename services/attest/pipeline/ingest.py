@@ -51,7 +51,7 @@ from prometheus_client import Counter
 from attest.ingest.documents import FailureCode
 from attest.ingest.jobs import TRANSIENT, Batch, StageRunner
 from attest.ingest.state import PREFIX, JobStore, RedisKeyValue, TrackedTask
-from attest.pipeline.app import QUEUE_EMBED, QUEUE_ENRICH, QUEUE_INDEX, QUEUES
+from attest.pipeline.app import QUEUE_EMBED, QUEUE_ENRICH, QUEUE_INDEX
 from attest.pipeline.metrics import PRIORITY_SUFFIXES
 from attest.pipeline.settings import PipelineSettings
 
@@ -268,7 +268,21 @@ def register(app: Celery) -> None:
                     maximum=settings.retry_backoff_max_seconds,
                     full_jitter=True,
                 )
+                self._noted_again(args)
                 raise self.retry(exc=exc, countdown=countdown) from exc
+
+        def _noted_again(self, args: Sequence[Any]) -> None:
+            """A retry is a new message under the same task id: note when it was
+            sent, which the watchdog orders queued messages by."""
+            import redis
+
+            if not self.request.id:
+                return
+            items = [i for i, _ in _items(self.name, args)]
+            try:
+                process.runner.store.track(str(args[0]), self.request.id, _STAGES[self.name], items)
+            except redis.RedisError as err:
+                log.warning("could not note retried task %s: %s", self.request.id, err)
 
         def _failing_for(self) -> float:
             """Seconds since this task's first transient failure (shared by its
@@ -348,12 +362,13 @@ class CeleryDispatcher:
     def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
         for batch in batches:
             send(self.app, self.store, ENRICH, job_id, tenant, batch, [int(i) for i, _ in batch])
+        self.store.mark_dispatched(job_id)
 
 
 # Where a message keeps its task id: its properties, which come last, after a
 # body that may be megabytes of vectors, so the id is looked for in the tail.
 _LOOK = """
-local pattern = '"correlation_id": "([^"]*)"'
+local pattern = '"correlation_id":%s*"([^"]*)"'
 local function task_id(message)
   return string.match(message, pattern, -2048) or string.match(message, pattern)
 end
@@ -410,6 +425,12 @@ return found
 """
 )
 
+# Deletes the lock (KEYS[1]) only while it still holds this check's token (ARGV[1]).
+_RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 _STAGE_QUEUES = {"ENRICH": QUEUE_ENRICH, "EMBED": QUEUE_EMBED, "INDEX": QUEUE_INDEX}
 
 
@@ -425,19 +446,26 @@ class Watchdog:
     in a queue, or unacknowledged on a worker (kombu's ``unacked`` hash, which
     the visibility timeout restores from). An item held by none is orphaned:
     its task's message was lost (popped by a worker killed before it recorded
-    it), or the process that sealed the job died before sending it. An item
+    it), or the process that sealed the job died before sending it (a job not
+    marked dispatched ``undispatched_after_seconds`` after its seal). An item
     orphaned on two checks at least ``confirm_seconds`` apart goes through the
     pipeline again from the enrich stage (``IngestCore.resend``); the two
     looks keep a message that a live worker has popped and is recording, a
-    matter of milliseconds, from being sent twice. Every stage is idempotent,
+    matter of milliseconds, from being sent twice. An item sent again and
+    orphaned again waits twice as long each time. Every stage is idempotent,
     so a duplicate costs work and never a wrong count.
 
     Finding a task costs little: a queue is first in, first out, so a task sent
     after the oldest message still queued has not been popped yet, and is
-    held. Only a task sent before it and not on a worker is looked for in the
-    whole queue (it may have been put back, at the far end, by a restore).
+    held. Only a task sent before it and not on a worker, or any task of a
+    stage whose oldest message is not a noted task, is looked for through the
+    stage's whole queue (it may have been put back behind younger ones by a
+    requeue); one found there counts as held for four intervals.
 
-    One service replica checks at a time (a lock in the broker).
+    Jobs created by a release that did not note its tasks are left alone.
+    Replicas of the service take turns (a lock in the broker, released when a
+    check ends); a replica whose previous look is older than one and a half
+    intervals starts its confirmations afresh.
     """
 
     def __init__(
@@ -446,25 +474,37 @@ class Watchdog:
         core: IngestCore,
         interval_seconds: float,
         *,
+        undispatched_after_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
         self.core = core
         self.interval = interval_seconds
         self.confirm_seconds = interval_seconds / 2
+        self.undispatched_after = (
+            max(300.0, 10 * interval_seconds)
+            if undispatched_after_seconds is None
+            else undispatched_after_seconds
+        )
         self._clock = clock
         options = app.conf.broker_transport_options or {}
         prefix = str(options.get("global_keyprefix", ""))
         self._unacked = prefix + str(options.get("unacked_key", "unacked"))
         self._stages = list(_STAGE_QUEUES)
         self._heads = [prefix + _STAGE_QUEUES[stage] for stage in self._stages]
-        self._queues = [prefix + q + s for q in QUEUES for s in PRIORITY_SUFFIXES]
+        self._lists = {
+            stage: [prefix + queue + suffix for suffix in PRIORITY_SUFFIXES]
+            for stage, queue in _STAGE_QUEUES.items()
+        }
         self._lock = prefix + f"{PREFIX}watchdog"
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
         self._orphaned: dict[str, dict[int, float]] = {}  # job -> item -> first seen
+        self._resends: dict[str, dict[int, int]] = {}  # job -> item -> times sent again
         self._missing: dict[str, float] = {}  # task id -> first seen missing
         self._queued: dict[str, float] = {}  # task id -> last found by a full look
+        self._last: float | None = None
+        self._stopping = False
         self._task: asyncio.Task[None] | None = None
         #: Tasks looked for in whole queues, over this watchdog's life.
         self.full_looks = 0
@@ -479,16 +519,20 @@ class Watchdog:
             self._scripts = {
                 "first": self._client.register_script(_FIRST_LOOK_SCRIPT),
                 "held": self._client.register_script(_HELD_SCRIPT),
+                "release": self._client.register_script(_RELEASE_SCRIPT),
             }
         return self._client
 
-    def held(self, task_ids: Sequence[str]) -> set[str]:
-        """The tasks among ``task_ids`` that the broker holds (the full look)."""
-        if not task_ids:
+    def held(self, tasks: Mapping[str, TrackedTask]) -> set[str]:
+        """The tasks among ``tasks`` that the broker holds, looked for on the
+        workers and through their stages' whole queues (the full look)."""
+        if not tasks:
             return set()
         self._redis()
-        self.full_looks += len(task_ids)
-        found = self._scripts["held"](keys=[self._unacked, *self._queues], args=list(task_ids))
+        self.full_looks += len(tasks)
+        stages = sorted({t.stage for t in tasks.values()})
+        keys = [self._unacked, *(k for stage in stages for k in self._lists.get(stage, []))]
+        found = self._scripts["held"](keys=keys, args=list(tasks))
         return {_text(f) for f in found}
 
     def _held_of(self, tasks: Mapping[str, TrackedTask]) -> set[str]:
@@ -502,97 +546,140 @@ class Watchdog:
         )
         held = {_text(t) for t in on_workers}
         # When each stage's oldest queued message was sent: anything sent since
-        # is still queued. An empty queue holds nothing; an oldest message that
-        # is not a noted task (a duplicate of a finished one) places nothing.
+        # is still queued. An empty queue holds nothing, and an oldest message
+        # that is not a noted task (a task of an older release, or a duplicate
+        # of a finished one) places nothing: both leave everything to the full
+        # look.
         since: dict[str, float] = {}
         for stage, head in zip(self._stages, oldest, strict=True):
-            if not head:
-                since[stage] = float("inf")
-            else:
-                noted = tasks.get(_text(head))
-                since[stage] = noted.sent_at if noted is not None else float("-inf")
-        # A task found in a queue by a full look was put back at the far end
-        # (a requeue puts it where the youngest go): it is placed for a while.
+            noted = tasks.get(_text(head)) if head else None
+            since[stage] = noted.sent_at if noted is not None else float("inf")
         now = self._clock()
-        recent = now - 10 * self.interval
+        recent = now - 4 * self.interval
         self._queued = {t: at for t, at in self._queued.items() if at >= recent and t in tasks}
-        placed: set[str] = set()
-        unplaced: list[str] = []
+        unplaced: dict[str, TrackedTask] = {}
         for task_id, task in tasks.items():
             if task_id in held:
                 continue
-            if task.sent_at >= since.get(task.stage, float("-inf")) or task_id in self._queued:
-                placed.add(task_id)
+            if task.sent_at >= since.get(task.stage, float("inf")) or task_id in self._queued:
+                held.add(task_id)
             else:
-                unplaced.append(task_id)
+                unplaced[task_id] = task
         found = self.held(unplaced)
         for task_id in found:
             self._queued[task_id] = now
-        return held | placed | found
+        return held | found
 
     def check(self) -> dict[str, list[int]]:
         """One check; the items sent again, by job. Skipped (``{}``) while another
         replica's check holds the lock."""
-        # The lock lapses before this replica's next check: whichever replica
-        # comes first after that checks next.
-        if not self._redis().set(self._lock, "1", nx=True, px=int(self.interval * 800)):
+        token = uuid.uuid4().hex
+        ttl_ms = int(max(120.0, 10 * self.interval) * 1000)
+        if not self._redis().set(self._lock, token, nx=True, px=ttl_ms):
             return {}
+        try:
+            return self._check()
+        finally:
+            self._scripts["release"](keys=[self._lock], args=[token])
+
+    def _jobs(self, wall: float) -> dict[str, str]:
+        """The open jobs to look at, with their tenants."""
+        store = self.core.store
+        jobs: dict[str, str] = {}
+        for job_id in store.open_jobs():
+            state = store.watch_state(job_id)
+            if not (state.sealed and state.tasks_noted and state.tenant is not None):
+                continue
+            if not state.dispatched and wall - (state.sealed_at or wall) < self.undispatched_after:
+                continue  # its batches may still be being sent
+            jobs[job_id] = state.tenant
+        return jobs
+
+    def _check(self) -> dict[str, list[int]]:
         store = self.core.store
         now = self._clock()
-        jobs = [j for j in store.open_jobs() if store.is_sealed(j)]
+        if self._last is not None and now - self._last > 1.5 * self.interval:
+            # Other replicas checked meanwhile: what this one saw is too old to confirm.
+            self._orphaned.clear()
+            self._missing.clear()
+        self._last = now
+        jobs = self._jobs(time.time())
         tracked = {j: store.tracked(j) for j in jobs}
         held = self._held_of({t: task for tasks in tracked.values() for t, task in tasks.items()})
         resent: dict[str, list[int]] = {}
-        for job_id in jobs:
-            covered: set[int] = set()
-            gone: list[str] = []
-            for task_id, task in tracked[job_id].items():
-                if task_id in held:
-                    covered.update(task.items)
-                    self._missing.pop(task_id, None)
-                elif now - self._missing.setdefault(task_id, now) >= self.confirm_seconds:
-                    gone.append(task_id)
-            unfinished = set(store.unfinished_items(job_id))
-            if not unfinished:
-                store.snapshot(job_id)  # records that it is DONE
-                continue
-            seen = self._orphaned.setdefault(job_id, {})
-            orphans = unfinished - covered
-            for item in [i for i in seen if i not in orphans]:
-                del seen[item]
-            for item in orphans:
-                seen.setdefault(item, now)
-            due = sorted(i for i, first in seen.items() if now - first >= self.confirm_seconds)
-            if gone:
-                store.untrack(job_id, gone)
-                for task_id in gone:
-                    del self._missing[task_id]
-            if not due:
-                continue
-            tenant = store.tenant_of(job_id)
-            if tenant is None:
-                continue
-            log.warning(
-                "job %s: %d unfinished items are held by no task in a queue or on a worker "
-                "(%d of its tasks were lost); sending them again",
-                job_id,
-                len(due),
-                len(gone),
-            )
-            self.core.resend(job_id, tenant, due)
-            RESENT.inc(len(due))
-            for item in due:
-                del seen[item]
-            resent[job_id] = due
-        for job_id in [j for j in self._orphaned if j not in tracked]:
-            del self._orphaned[job_id]
+        for job_id, tenant in jobs.items():
+            if self._stopping:
+                break
+            try:
+                due = self._job(job_id, tracked[job_id], held, now)
+                if due:
+                    log.warning(
+                        "job %s: %d unfinished items are held by no task in a queue or on a "
+                        "worker; sending them again",
+                        job_id,
+                        len(due),
+                    )
+                    self.core.resend(job_id, tenant, due)
+                    RESENT.inc(len(due))
+                    counts = self._resends.setdefault(job_id, {})
+                    for item in due:
+                        del self._orphaned[job_id][item]
+                        counts[item] = counts.get(item, 0) + 1
+                    resent[job_id] = due
+            except Exception:
+                # One job's trouble (its state unreadable) does not stop the others.
+                log.exception("the pipeline watchdog could not check job %s", job_id)
+        for memo in (self._orphaned, self._resends):
+            for job_id in [j for j in memo if j not in jobs]:
+                del memo[job_id]
         live = {t for tasks in tracked.values() for t in tasks}
         for task_id in [t for t in self._missing if t not in live]:
             del self._missing[task_id]
         return resent
 
+    def _job(
+        self, job_id: str, tasks: Mapping[str, TrackedTask], held: set[str], now: float
+    ) -> list[int]:
+        """The job's items due to be sent again; forgets its tasks that are gone."""
+        store = self.core.store
+        covered: set[int] = set()
+        gone: list[str] = []
+        for task_id, task in tasks.items():
+            if task_id in held:
+                covered.update(task.items)
+                self._missing.pop(task_id, None)
+            elif now - self._missing.setdefault(task_id, now) >= self.confirm_seconds:
+                gone.append(task_id)
+        # Tasks noted since the first read were sent after the broker was looked
+        # at (a stage handing its batch on): they hold their items.
+        for task_id, task in store.tracked(job_id).items():
+            if task_id not in tasks:
+                covered.update(task.items)
+        unfinished = set(store.unfinished_items(job_id))
+        if not unfinished:
+            store.snapshot(job_id)  # records that it is DONE
+            return []
+        seen = self._orphaned.setdefault(job_id, {})
+        orphans = unfinished - covered
+        for item in [i for i in seen if i not in orphans]:
+            del seen[item]
+        for item in orphans:
+            seen.setdefault(item, now)
+        counts = self._resends.get(job_id, {})
+        due = sorted(
+            item
+            for item, first in seen.items()
+            if now - first >= self.confirm_seconds * 2 ** min(counts.get(item, 0), 6)
+        )
+        if gone:
+            store.untrack(job_id, gone)
+            for task_id in gone:
+                del self._missing[task_id]
+        return due
+
     def start(self) -> None:
         if self._task is None:
+            self._stopping = False
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="watchdog")
 
     async def _loop(self) -> None:
@@ -609,6 +696,8 @@ class Watchdog:
                 log.exception("the pipeline watchdog's check failed")
 
     async def close(self) -> None:
+        # A check already running in its thread stops before its next job.
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
