@@ -5,12 +5,10 @@ from __future__ import annotations
 from celery import Celery
 
 from attest.core import tracing
+from attest.pipeline.queues import QUEUE_EMBED, QUEUE_ENRICH, QUEUE_INDEX, QUEUES
 from attest.pipeline.settings import PipelineSettings
 
-QUEUE_INDEX = "index"
-QUEUE_ENRICH = "enrich"
-QUEUE_EMBED = "embed"
-QUEUES = (QUEUE_ENRICH, QUEUE_EMBED, QUEUE_INDEX)
+__all__ = ["QUEUES", "QUEUE_EMBED", "QUEUE_ENRICH", "QUEUE_INDEX", "create_app"]
 
 
 def create_app(settings: PipelineSettings) -> Celery:

@@ -51,8 +51,8 @@ from prometheus_client import Counter
 from attest.ingest.documents import FailureCode
 from attest.ingest.jobs import TRANSIENT, Batch, StageRunner
 from attest.ingest.state import PREFIX, JobStore, RedisKeyValue, TrackedTask
-from attest.pipeline.app import QUEUE_EMBED, QUEUE_ENRICH, QUEUE_INDEX
 from attest.pipeline.metrics import PRIORITY_SUFFIXES
+from attest.pipeline.queues import QUEUE_EMBED, QUEUE_ENRICH, QUEUE_INDEX
 from attest.pipeline.settings import PipelineSettings
 
 if TYPE_CHECKING:
@@ -399,7 +399,7 @@ return {held, oldest}
 
 # The full look: which of the task ids (ARGV) are in the unacknowledged hash
 # (KEYS[1]) or anywhere in the queues (the other KEYS). It reads every queued
-# message (about 0.2 s per 100 MB of queue, during which Redis serves no one
+# message (about 0.3-0.4 s per 100 MB of queue, during which Redis serves no one
 # else), so it runs only for tasks the first look could not place.
 _HELD_SCRIPT = (
     _LOOK
