@@ -112,6 +112,14 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
     assert written["method"] in ("rrf", "weighted", "dbsf")
     assert "toy_climate" in written["fitted_on"]
     assert set(written["cross_validated"]["toy_climate"]) == {"A", "B"}
+    # The best fit that weighs the graph, and the paired intervals over both halves.
+    assert "best with KG" in out.output
+    assert "toy_climate both halves (8 queries)" in out.output
+    pooled = written["paired"]["toy_climate"]
+    assert pooled["queries"] == 8
+    for diff in pooled["differences"].values():
+        low, high = diff["ci95"]
+        assert low <= diff["mean"] <= high
     # The settings file is what `--fusion-settings` (and the services) read.
     out = runner.invoke(
         main,

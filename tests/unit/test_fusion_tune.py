@@ -12,10 +12,11 @@ from attest.evaluation.fusion_tune import (
     fit_linear,
     halves,
     ndcg10,
+    paired,
     prepare,
     tune,
 )
-from attest.evaluation.ir import evaluate
+from attest.evaluation.ir import evaluate, ndcg10_per_query
 from attest.evaluation.runner import SignalLists, plain_fusions, run_of
 from attest.retrieval.fusion import FusionSettings
 
@@ -89,3 +90,64 @@ def test_linear_fusion_learns_which_signal_to_trust():
     # It ranks the held-out half at least as well as plain RRF.
     plain = FusionSettings(method="rrf", weights={"bm25": 1, "dense": 1}, default_weight=0)
     assert ndcg10(prepared, model, b) >= ndcg10(prepared, plain, b) - 0.01
+
+
+def test_per_query_ndcg_averages_to_the_reported_figure():
+    lists, qrels = _synthetic(3)
+    run = run_of(lists, plain_fusions()["hybrid"])
+    per_query = ndcg10_per_query(qrels, run)
+    assert set(per_query) == set(qrels)
+    assert sum(per_query.values()) / len(per_query) == pytest.approx(
+        evaluate(qrels, run)["ndcg@10"], abs=1e-12
+    )
+
+
+def test_paired_intervals_tell_a_steady_gain_from_noise():
+    qids = [f"q{i}" for i in range(200)]
+    rng = random.Random(1)
+    hybrid = {q: rng.random() for q in qids}
+    steady = {q: v + 0.05 for q, v in hybrid.items()}  # better on every query
+    noisy = {q: v + rng.gauss(0, 0.3) for q, v in hybrid.items()}  # no better on average
+    out = paired(
+        {
+            "hybrid": hybrid,
+            "tuned": steady,
+            "tuned_with_kg": noisy,
+            "tuned_without_kg": steady,
+        }
+    )
+    assert out["queries"] == 200
+    diffs = out["differences"]
+    gain = diffs["tuned - hybrid"]
+    assert gain["mean"] == pytest.approx(0.05, abs=1e-4)
+    assert gain["ci95"][0] == pytest.approx(0.05, abs=1e-4)  # the same gain on every query
+    chance = diffs["tuned_with_kg - hybrid"]
+    low, high = chance["ci95"]
+    assert low < 0 < high
+    assert low <= chance["mean"] <= high
+    assert diffs["tuned_with_kg - tuned_without_kg"]["ci95"][1] < 0.05
+    # Seeded: the same figures again.
+    assert paired({"hybrid": hybrid, "tuned": noisy}) == paired({"hybrid": hybrid, "tuned": noisy})
+
+
+def test_tune_reports_the_best_fit_that_weighs_the_graph():
+    lists, qrels = _synthetic(17, n_queries=60)
+    _, report = tune([("toy", lists, qrels)])
+    for figures in report["cross_validated"]["toy"].values():  # type: ignore[index]
+        with_kg = figures["fitted_with_kg_on_other_half"]
+        if with_kg["method"] == "linear":
+            assert any(with_kg["features"]["kg"].values())
+        else:
+            assert with_kg["weights"]["kg"] > 0
+        assert 0 <= figures["tuned_with_kg"] <= 1
+    pooled = report["paired"]["toy"]  # type: ignore[index]
+    assert pooled["queries"] == 60
+    halves_ = report["cross_validated"]["toy"]  # type: ignore[index]
+    for label in ("hybrid", "tuned", "tuned_with_kg", "tuned_without_kg"):
+        expected = (halves_["A"][label] * 30 + halves_["B"][label] * 30) / 60
+        assert pooled[label] == pytest.approx(expected, abs=2e-4)
+    assert set(pooled["differences"]) == {
+        "tuned - hybrid",
+        "tuned_with_kg - hybrid",
+        "tuned_with_kg - tuned_without_kg",
+    }

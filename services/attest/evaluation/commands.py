@@ -435,7 +435,11 @@ def tune_fusion_command(
     except (ValueError, DatasetError) as exc:
         raise click.ClickException(str(exc)) from exc
     output = _output(output, "fusion")
-    record = {**settings.describe(), "cross_validated": report["cross_validated"]}
+    record = {
+        **settings.describe(),
+        "cross_validated": report["cross_validated"],
+        "paired": report["paired"],
+    }
     _write(output, record)
     for name, by_half in report["cross_validated"].items():  # type: ignore[attr-defined]
         for half, f in sorted(by_half.items()):
@@ -443,7 +447,22 @@ def tune_fusion_command(
                 f"{name} half {half} ({f['queries']} queries, fitted on the other half): "
                 f"hybrid {f['hybrid']:.4f}  hybrid_kg {f['hybrid_kg']:.4f}  "
                 f"tuned {f['tuned']:.4f}  tuned without KG {f['tuned_without_kg']:.4f}  "
-                f"[{_short(f['fitted_on_other_half'])}]"
+                f"best with KG {f['tuned_with_kg']:.4f}  "
+                f"[{_short(f['fitted_on_other_half'])}]  "
+                f"[with KG: {_short(f['fitted_with_kg_on_other_half'])}]"
+            )
+    for name, pooled in report["paired"].items():  # type: ignore[attr-defined]
+        if "differences" not in pooled:
+            continue
+        click.echo(
+            f"{name} both halves ({pooled['queries']} queries): hybrid {pooled['hybrid']:.4f}  "
+            f"tuned {pooled['tuned']:.4f}  best with KG {pooled['tuned_with_kg']:.4f}  "
+            f"without KG {pooled['tuned_without_kg']:.4f}"
+        )
+        for pair, d in pooled["differences"].items():
+            low, high = d["ci95"]
+            click.echo(
+                f"  {pair}: {d['mean']:+.4f} (95% bootstrap interval {low:+.4f} to {high:+.4f})"
             )
     click.echo(f"fitted on all: {_short(settings.describe())}")
     click.echo(f"wrote {output}")

@@ -12,6 +12,11 @@ candidates' per-retriever features (reciprocal rank, DBSF score, found): one
 over BM25 and dense, one with the knowledge-graph signals as re-scoring
 features. Which of these families is used is chosen as described below.
 
+Beside the fit, the best fit that must weigh a KG signal is reported, with
+bootstrap intervals of its held-out difference from plain RRF and from the
+same search without the KG: the question a knowledge graph has to answer is
+whether it adds to BM25 + dense on queries the fit did not see.
+
 Cross-validation: each data set's judged queries are split into two halves
 (alternating in sorted id order); the grid is fitted on one half and scored
 on the other, both ways round, so the reported figure is one the fit did not
@@ -32,6 +37,7 @@ import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +63,8 @@ MIN_QUERIES = 8
 # Inverse L2 strength of the linear method's logistic regression.
 LINEAR_C = 1.0
 Qrels = Mapping[str, Mapping[str, int]]
+# Whether a fit may, must not or must weigh a knowledge-graph signal.
+KgUse = Literal["may", "never", "always"]
 
 
 @dataclass(frozen=True)
@@ -271,6 +279,47 @@ def select(
     return families[best_name](qids), best_score
 
 
+# Paired comparisons reported by ``tune``: (better, baseline) fusion labels.
+COMPARISONS = (
+    ("tuned", "hybrid"),
+    ("tuned_with_kg", "hybrid"),
+    ("tuned_with_kg", "tuned_without_kg"),
+)
+BOOTSTRAP_SAMPLES = 2000
+
+
+def paired(
+    per_query: Mapping[str, Mapping[str, float]], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
+) -> dict[str, object]:
+    """Means over a data set's held-out queries (both halves), and for each pair in
+    ``COMPARISONS`` the mean per-query difference with a 95 % percentile bootstrap
+    interval (queries resampled with replacement; seeded, so a rerun prints the same).
+
+    A difference whose interval holds 0 is one this many queries cannot tell from
+    chance."""
+    qids = sorted(next(iter(per_query.values()), {}))
+    out: dict[str, object] = {"queries": len(qids)}
+    if not qids:
+        return out
+    table = {label: np.array([by[q] for q in qids]) for label, by in per_query.items()}
+    out.update({label: round(float(v.mean()), 4) for label, v in table.items()})
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(qids), size=(samples, len(qids)))
+    differences: dict[str, dict[str, object]] = {}
+    for better, baseline in COMPARISONS:
+        if better not in table or baseline not in table:
+            continue
+        diff = table[better] - table[baseline]
+        means = diff[draws].mean(axis=1)
+        low, high = np.percentile(means, [2.5, 97.5])
+        differences[f"{better} - {baseline}"] = {
+            "mean": round(float(diff.mean()), 4),
+            "ci95": [round(float(low), 4), round(float(high), 4)],
+        }
+    out["differences"] = differences
+    return out
+
+
 def halves(qids: Iterable[str]) -> tuple[list[str], list[str]]:
     ordered = sorted(qids)
     return ordered[0::2], ordered[1::2]
@@ -281,15 +330,20 @@ def tune(
 ) -> tuple[FusionSettings, dict[str, object]]:
     """Cross-validated figures per data set and half, and the settings fitted on all.
 
-    ``tuned_without_kg`` is the same search without the KG signals, so a
-    reader sees what the graph adds.
-
     Each figure is nDCG@10 by trec_eval on queries the fit did not see:
-    ``plain_hybrid`` (RRF of BM25 and dense), ``plain_hybrid_kg`` (RRF with
-    KG enhanced added at equal weight) and ``tuned`` (fitted on the other
-    half).
+    ``hybrid`` (RRF of BM25 and dense), ``hybrid_kg`` (RRF with KG enhanced
+    added at equal weight) and ``tuned`` (fitted on the other half).
+    ``tuned_without_kg`` is the same search without the KG signals and
+    ``tuned_with_kg`` the best fit that must weigh one (the grid's points
+    with a KG weight, and the linear model with the KG as re-scoring or as a
+    retriever of its own), so a reader sees what the graph adds.
+
+    ``paired`` has, per data set, each fusion's mean over all its held-out
+    queries (both halves) and bootstrap intervals of the differences that
+    matter (``paired``), so a gain can be told from the noise of that many
+    queries.
     """
-    from attest.evaluation.ir import evaluate
+    from attest.evaluation.ir import ndcg10_per_query
     from attest.evaluation.runner import plain_fusions, run_of
 
     prepared = [prepare(lists, qrels) for _, lists, qrels in datasets]
@@ -305,22 +359,35 @@ def tune(
     report: dict[str, object] = {"grid_size": len(grid)}
     per_set: dict[str, dict[str, dict[str, object]]] = {}
 
-    def fitted(ids: Sequence[Sequence[str]], with_kg: bool) -> tuple[FusionSettings, float]:
-        kg = [s for s in KG_SIGNALS if s in signals] if with_kg else []
-        pool = [g for g in grid if with_kg or not any(g.weight(s) for s in KG_SIGNALS)]
-        base = [s for s in signals if s not in KG_SIGNALS]
+    kg = [s for s in KG_SIGNALS if s in signals]
+    base = [s for s in signals if s not in KG_SIGNALS]
+
+    def fitted(ids: Sequence[Sequence[str]], kg_use: KgUse) -> tuple[FusionSettings, float]:
+        if kg_use == "never" or not kg:
+            pool = [g for g in grid if not any(g.weight(s) for s in KG_SIGNALS)]
+        elif kg_use == "always":
+            pool = [g for g in grid if any(g.weight(s) for s in KG_SIGNALS)]
+        else:
+            pool = list(grid)
         families: dict[str, Callable[[Sequence[Sequence[str]]], FusionSettings]] = {
             "grid": lambda part: fit(prepared, part, pool)[0],
-            "linear": lambda part: fit_linear(prepared, part, base, ()),
         }
-        if kg:
+        if kg_use != "always" or not kg:
+            families["linear"] = lambda part: fit_linear(prepared, part, base, ())
+        if kg and kg_use != "never":
             families["linear_kg"] = lambda part: fit_linear(prepared, part, base + kg, kg)
+        if kg and kg_use == "always":
+            # The KG's lists also bring candidates of their own here.
+            families["linear_kg_fused"] = lambda part: fit_linear(prepared, part, base + kg, ())
         return select(prepared, ids, families)
 
+    # Per data set, each held-out query's nDCG@10 under each fusion (both halves together).
+    held_out: dict[str, dict[str, dict[str, float]]] = {}
     for fit_on, score_on in ((0, 1), (1, 0)):
         ids = [h[fit_on] for h in split]
-        chosen, fitted_score = fitted(ids, with_kg=True)
-        without_kg, _ = fitted(ids, with_kg=False)
+        chosen, fitted_score = fitted(ids, "may")
+        without_kg, _ = fitted(ids, "never")
+        with_kg, _ = fitted(ids, "always") if kg else (chosen, fitted_score)
         for (name, lists, qrels), h in zip(datasets, split, strict=True):
             held = set(h[score_on])
             sub_lists = {q: v for q, v in lists.items() if q in held}
@@ -330,14 +397,18 @@ def tune(
                 **plain_fusions(),
                 "tuned": chosen,
                 "tuned_without_kg": without_kg,
+                "tuned_with_kg": with_kg,
             }.items():
-                run = run_of(sub_lists, settings)
-                figures[label] = round(evaluate(sub_qrels, run)["ndcg@10"], 4)
+                per_query = ndcg10_per_query(sub_qrels, run_of(sub_lists, settings))
+                held_out.setdefault(name, {}).setdefault(label, {}).update(per_query)
+                figures[label] = round(sum(per_query.values()) / max(len(per_query), 1), 4)
             figures["fitted_on_other_half"] = chosen.describe()
+            figures["fitted_with_kg_on_other_half"] = with_kg.describe()
             figures["inner_cv_objective"] = round(fitted_score, 4)
             per_set.setdefault(name, {})["AB"[score_on]] = figures
     report["cross_validated"] = per_set
-    final, final_score = fitted([list(p.queries) for p in prepared], with_kg=True)
+    report["paired"] = {name: paired(by) for name, by in held_out.items()}
+    final, final_score = fitted([list(p.queries) for p in prepared], "may")
     report["fitted_on_all"] = {
         "settings": final.describe(),
         "inner_cv_ndcg@10": round(final_score, 4),

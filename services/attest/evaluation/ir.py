@@ -117,6 +117,15 @@ def evaluate(qrels: dict[str, dict[str, int]], run: Run) -> dict[str, float]:
     }
 
 
+def ndcg10_per_query(qrels: dict[str, dict[str, int]], run: Run) -> dict[str, float]:
+    """nDCG@10 of each judged query (as ``evaluate`` averages it): what a paired
+    comparison of two runs resamples."""
+    judged = [q for q, rels in qrels.items() if any(v > 0 for v in rels.values())]
+    full = {q: run.get(q) or {"\x00none": 0.0} for q in judged}
+    per_query = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(full)
+    return {q: float(per_query[q]["ndcg_cut_10"]) for q in judged}
+
+
 def cutoff_metrics(
     qrels: dict[str, dict[str, int]],
     run: Run,

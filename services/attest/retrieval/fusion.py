@@ -173,7 +173,9 @@ class FusionSettings:
             "rescore",
             "features",
             "fitted_on",
+            # What the fitting command measured, kept with the settings (not read).
             "cross_validated",
+            "paired",
         }
         if unknown:
             raise FusionSettingsError(f"unknown fusion settings keys {sorted(unknown)}")
