@@ -15,14 +15,18 @@ from attest.evaluation.fusion_tune import (
     paired,
     prepare,
     tune,
+    weighs,
 )
 from attest.evaluation.ir import evaluate, ndcg10_per_query
 from attest.evaluation.runner import SignalLists, plain_fusions, run_of
 from attest.retrieval.fusion import FusionSettings
 
 
-def _synthetic(seed: int, n_queries: int = 40) -> tuple[SignalLists, dict[str, dict[str, int]]]:
-    """BM25 is a noisy view of relevance, dense a less noisy one, kg mostly noise."""
+def _synthetic(
+    seed: int, n_queries: int = 40, kg_noise: float = 3.0, views: float = 1.0
+) -> tuple[SignalLists, dict[str, dict[str, int]]]:
+    """BM25 is a noisy view of relevance, dense a less noisy one, kg mostly noise
+    (``views`` scales the noise of the first two)."""
     rng = random.Random(seed)
     lists: SignalLists = {}
     qrels: dict[str, dict[str, int]] = {}
@@ -32,7 +36,7 @@ def _synthetic(seed: int, n_queries: int = 40) -> tuple[SignalLists, dict[str, d
         relevant = set(rng.sample(docs, 3))
         qrels[qid] = {d: 1 for d in relevant}
         by: dict[str, list[tuple[str, float]]] = {}
-        for name, noise in (("bm25", 1.2), ("dense", 0.7), ("kg", 3.0)):
+        for name, noise in (("bm25", 1.2 * views), ("dense", 0.7 * views), ("kg", kg_noise)):
             scored = [(d, (1.0 if d in relevant else 0.0) + rng.gauss(0, noise)) for d in docs]
             scored.sort(key=lambda kv: -kv[1])
             by[name] = scored[:30]
@@ -151,3 +155,65 @@ def test_tune_reports_the_best_fit_that_weighs_the_graph():
         "tuned_with_kg - hybrid",
         "tuned_with_kg - tuned_without_kg",
     }
+
+
+def test_per_query_ndcg_scores_a_judged_query_missing_from_the_run_as_zero():
+    lists, qrels = _synthetic(3)
+    run = run_of(lists, plain_fusions()["hybrid"])
+    missing = sorted(run)[0]
+    del run[missing]
+    per_query = ndcg10_per_query(qrels, run)
+    assert per_query[missing] == 0.0
+    assert len(per_query) == len(qrels)
+
+
+def test_the_fit_with_kg_weighs_a_graph_the_free_fit_leaves_out():
+    # Clean BM25 and dense views, a KG of pure noise: the free fit gains
+    # nothing from the graph, the restricted one must still weigh it.
+    lists, qrels = _synthetic(21, n_queries=60, kg_noise=50.0, views=0.3)
+    _, report = tune([("noise", lists, qrels)])
+    for figures in report["cross_validated"]["noise"].values():  # type: ignore[index]
+        free = FusionSettings.from_dict(figures["fitted_on_other_half"])
+        with_kg = FusionSettings.from_dict(figures["fitted_with_kg_on_other_half"])
+        assert not weighs(free, ["kg"])
+        assert weighs(with_kg, ["kg"])
+
+
+def test_without_a_kg_that_finds_anything_there_is_no_fit_with_kg():
+    lists, qrels = _synthetic(5, n_queries=30)
+    for by in lists.values():
+        by["kg"] = []
+    _, report = tune([("empty", lists, qrels)])
+    for figures in report["cross_validated"]["empty"].values():  # type: ignore[index]
+        assert figures["tuned_with_kg"] is None
+        assert figures["fitted_with_kg_on_other_half"] is None
+        assert not weighs(FusionSettings.from_dict(figures["fitted_on_other_half"]), ["kg"])
+    assert set(report["paired"]["empty"]["differences"]) == {"tuned - hybrid"}  # type: ignore[index]
+
+
+def test_a_half_is_scored_by_fits_that_never_saw_its_judgments():
+    lists, qrels = _synthetic(9, n_queries=40)
+    _, before = tune([("toy", lists, qrels)])
+    _, b = halves(qrels)
+    # Other judgments for half B: the fits scored on B (fitted on A) must not move.
+    rng = random.Random(4)
+    docs = sorted({d for by in lists.values() for d, _ in by["bm25"]})
+    changed = {
+        q: ({d: 1 for d in rng.sample(docs, 3)} if q in set(b) else r) for q, r in qrels.items()
+    }
+    _, after = tune([("toy", lists, changed)])
+    for key in ("fitted_on_other_half", "fitted_with_kg_on_other_half"):
+        assert (
+            before["cross_validated"]["toy"]["B"][key]  # type: ignore[index]
+            == after["cross_validated"]["toy"]["B"][key]  # type: ignore[index]
+        )
+    assert (
+        before["cross_validated"]["toy"]["B"]["tuned"]
+        != after["cross_validated"]["toy"]["B"]["tuned"]
+    )  # type: ignore[index]
+
+
+def test_data_sets_need_distinct_names():
+    lists, qrels = _synthetic(5, n_queries=30)
+    with pytest.raises(ValueError, match="distinct names"):
+        tune([("same", lists, qrels), ("same", lists, qrels)])

@@ -447,17 +447,27 @@ def tune_fusion_command(
                 f"{name} half {half} ({f['queries']} queries, fitted on the other half): "
                 f"hybrid {f['hybrid']:.4f}  hybrid_kg {f['hybrid_kg']:.4f}  "
                 f"tuned {f['tuned']:.4f}  tuned without KG {f['tuned_without_kg']:.4f}  "
-                f"best with KG {f['tuned_with_kg']:.4f}  "
-                f"[{_short(f['fitted_on_other_half'])}]  "
-                f"[with KG: {_short(f['fitted_with_kg_on_other_half'])}]"
+                + (
+                    f"best with KG {f['tuned_with_kg']:.4f}  "
+                    if f["tuned_with_kg"] is not None
+                    else "best with KG n/a (no KG signal found anything)  "
+                )
+                + f"[{_short(f['fitted_on_other_half'])}]"
+                + (
+                    f"  [with KG: {_short(f['fitted_with_kg_on_other_half'])}]"
+                    if f["fitted_with_kg_on_other_half"] is not None
+                    else ""
+                )
             )
     for name, pooled in report["paired"].items():  # type: ignore[attr-defined]
         if "differences" not in pooled:
             continue
+        with_kg = pooled.get("tuned_with_kg")
         click.echo(
             f"{name} both halves ({pooled['queries']} queries): hybrid {pooled['hybrid']:.4f}  "
-            f"tuned {pooled['tuned']:.4f}  best with KG {pooled['tuned_with_kg']:.4f}  "
-            f"without KG {pooled['tuned_without_kg']:.4f}"
+            f"tuned {pooled['tuned']:.4f}  "
+            + (f"best with KG {with_kg:.4f}  " if with_kg is not None else "")
+            + f"without KG {pooled['tuned_without_kg']:.4f}"
         )
         for pair, d in pooled["differences"].items():
             low, high = d["ci95"]

@@ -320,6 +320,21 @@ def paired(
     return out
 
 
+def _found_any(p: Prepared, signal: str) -> bool:
+    if signal not in p.signals:
+        return False
+    j = p.signals.index(signal)
+    return any(bool(q.found[:, j].any()) for q in p.queries.values())
+
+
+def weighs(settings: FusionSettings, signals: Iterable[str]) -> bool:
+    """Whether ``settings`` gives any of ``signals`` a say in the ranking: a
+    non-zero feature of a linear model, a positive weight otherwise."""
+    if settings.method == "linear":
+        return any(v != 0 for s in signals for v in settings.features.get(s, {}).values())
+    return any(settings.weight(s) > 0 for s in signals)
+
+
 def halves(qids: Iterable[str]) -> tuple[list[str], list[str]]:
     ordered = sorted(qids)
     return ordered[0::2], ordered[1::2]
@@ -338,14 +353,21 @@ def tune(
     with a KG weight, and the linear model with the KG as re-scoring or as a
     retriever of its own), so a reader sees what the graph adds.
 
+    Without a KG signal that found anything, ``tuned_with_kg`` is None and
+    its comparisons are left out.
+
     ``paired`` has, per data set, each fusion's mean over all its held-out
-    queries (both halves) and bootstrap intervals of the differences that
-    matter (``paired``), so a gain can be told from the noise of that many
-    queries.
+    queries (both halves) and bootstrap intervals of the ``COMPARISONS``, so
+    a gain can be told from the noise of that many queries. The intervals
+    resample queries only: they take the one split and the models fitted on
+    it as given.
     """
     from attest.evaluation.ir import ndcg10_per_query
     from attest.evaluation.runner import plain_fusions, run_of
 
+    names = [name for name, _, _ in datasets]
+    if len(set(names)) != len(names):
+        raise ValueError(f"data sets need distinct names (folder names); got {names}")
     prepared = [prepare(lists, qrels) for _, lists, qrels in datasets]
     for (name, _, _), p in zip(datasets, prepared, strict=True):
         if len(p.queries) < MIN_QUERIES:
@@ -359,7 +381,8 @@ def tune(
     report: dict[str, object] = {"grid_size": len(grid)}
     per_set: dict[str, dict[str, dict[str, object]]] = {}
 
-    kg = [s for s in KG_SIGNALS if s in signals]
+    # KG signals that found something: a fusion weighing only empty lists does not weigh the KG.
+    kg = [s for s in KG_SIGNALS if any(_found_any(p, s) for p in prepared)]
     base = [s for s in signals if s not in KG_SIGNALS]
 
     def fitted(ids: Sequence[Sequence[str]], kg_use: KgUse) -> tuple[FusionSettings, float]:
@@ -387,23 +410,25 @@ def tune(
         ids = [h[fit_on] for h in split]
         chosen, fitted_score = fitted(ids, "may")
         without_kg, _ = fitted(ids, "never")
-        with_kg, _ = fitted(ids, "always") if kg else (chosen, fitted_score)
+        with_kg = fitted(ids, "always")[0] if kg else None
+        if with_kg is not None and not weighs(with_kg, kg):
+            raise RuntimeError(f"the fit that must weigh the KG does not: {with_kg.describe()}")
         for (name, lists, qrels), h in zip(datasets, split, strict=True):
             held = set(h[score_on])
             sub_lists = {q: v for q, v in lists.items() if q in held}
             sub_qrels = {q: dict(v) for q, v in qrels.items() if q in held}
             figures: dict[str, object] = {"queries": len(held)}
-            for label, settings in {
-                **plain_fusions(),
-                "tuned": chosen,
-                "tuned_without_kg": without_kg,
-                "tuned_with_kg": with_kg,
-            }.items():
+            fusions = {**plain_fusions(), "tuned": chosen, "tuned_without_kg": without_kg}
+            if with_kg is not None:
+                fusions["tuned_with_kg"] = with_kg
+            for label, settings in fusions.items():
                 per_query = ndcg10_per_query(sub_qrels, run_of(sub_lists, settings))
                 held_out.setdefault(name, {}).setdefault(label, {}).update(per_query)
                 figures[label] = round(sum(per_query.values()) / max(len(per_query), 1), 4)
             figures["fitted_on_other_half"] = chosen.describe()
-            figures["fitted_with_kg_on_other_half"] = with_kg.describe()
+            if with_kg is None:
+                figures["tuned_with_kg"] = None
+            figures["fitted_with_kg_on_other_half"] = with_kg.describe() if with_kg else None
             figures["inner_cv_objective"] = round(fitted_score, 4)
             per_set.setdefault(name, {})["AB"[score_on]] = figures
     report["cross_validated"] = per_set
@@ -413,8 +438,7 @@ def tune(
         "settings": final.describe(),
         "inner_cv_ndcg@10": round(final_score, 4),
     }
-    names = ", ".join(name for name, _, _ in datasets)
     final = dataclasses.replace(
-        final, fitted_on=f"attest eval tune-fusion on {names} (all judged queries)"
+        final, fitted_on=f"attest eval tune-fusion on {', '.join(names)} (all judged queries)"
     )
     return final, report
