@@ -14,6 +14,7 @@ from attest.evaluation.fusion_tune import (
     ndcg10,
     paired,
     prepare,
+    random_halves,
     tune,
     weighs,
 )
@@ -217,3 +218,34 @@ def test_data_sets_need_distinct_names():
     lists, qrels = _synthetic(5, n_queries=30)
     with pytest.raises(ValueError, match="distinct names"):
         tune([("same", lists, qrels), ("same", lists, qrels)])
+
+
+def test_repeats_cross_validate_again_on_random_halvings():
+    lists, qrels = _synthetic(17, n_queries=40)
+    _, once = tune([("toy", lists, qrels)])
+    assert "repeated" not in once
+    _, report = tune([("toy", lists, qrels)], repeats=3)
+    # The first split is the alternating one: its figures are unchanged.
+    assert report["cross_validated"] == once["cross_validated"]
+    repeated = report["repeated"]["toy"]  # type: ignore[index]
+    assert set(repeated) == set(report["paired"]["toy"]["differences"])  # type: ignore[index]
+    for r in repeated.values():
+        assert r["splits"] == 3
+        assert r["low"] <= r["mean"] <= r["high"]
+        assert 0 <= r["positive"] <= 3
+    first = report["paired"]["toy"]["differences"]["tuned - hybrid"]["mean"]  # type: ignore[index]
+    low, high = repeated["tuned - hybrid"]["low"], repeated["tuned - hybrid"]["high"]
+    assert low <= first <= high
+    assert low < high  # other halvings fit other models
+    # Seeded: the same figures again.
+    assert tune([("toy", lists, qrels)], repeats=3)[1]["repeated"] == report["repeated"]
+    with pytest.raises(ValueError, match="repeats"):
+        tune([("toy", lists, qrels)], repeats=0)
+
+
+def test_random_halves_split_every_query_once():
+    qids = [f"q{i}" for i in range(11)]
+    a, b = random_halves(qids, random.Random(2))
+    assert sorted(a + b) == sorted(qids)
+    assert (len(a), len(b)) == (6, 5)
+    assert (a, b) != halves(qids)

@@ -390,8 +390,17 @@ def convert_demo_command(target: Path) -> None:
     "instead of asking the retrievers again (only valid if no scoring code or setting "
     "changed since).",
 )
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run the cross-validation again on REPEATS - 1 random halvings of the queries "
+    "and print how much each difference moves with the split (each repeat costs "
+    "about as much as the first fit).",
+)
 def tune_fusion_command(
-    datasets: tuple[Path, ...], output: Path | None, backend: str, reuse_lists: bool
+    datasets: tuple[Path, ...], output: Path | None, backend: str, reuse_lists: bool, repeats: int
 ) -> None:
     """Fit the fusion method and weights on development sets, cross-validated by halves.
 
@@ -431,7 +440,7 @@ def tune_fusion_command(
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        settings, report = tune(inputs)
+        settings, report = tune(inputs, repeats=repeats, progress=repeats > 1)
     except (ValueError, DatasetError) as exc:
         raise click.ClickException(str(exc)) from exc
     output = _output(output, "fusion")
@@ -439,6 +448,7 @@ def tune_fusion_command(
         **settings.describe(),
         "cross_validated": report["cross_validated"],
         "paired": report["paired"],
+        **({"repeated": report["repeated"]} if "repeated" in report else {}),
     }
     _write(output, record)
     for name, by_half in report["cross_validated"].items():  # type: ignore[attr-defined]
@@ -473,6 +483,12 @@ def tune_fusion_command(
             low, high = d["ci95"]
             click.echo(
                 f"  {pair}: {d['mean']:+.4f} (95% bootstrap interval {low:+.4f} to {high:+.4f})"
+            )
+    for name, by_pair in report.get("repeated", {}).items():  # type: ignore[attr-defined]
+        for pair, r in by_pair.items():
+            click.echo(
+                f"{name} over {r['splits']} splits: {pair}: mean {r['mean']:+.4f}, "
+                f"from {r['low']:+.4f} to {r['high']:+.4f}, positive on {r['positive']} of them"
             )
     click.echo(f"fitted on all: {_short(settings.describe())}")
     click.echo(f"wrote {output}")

@@ -35,12 +35,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from tqdm import tqdm
 
 from attest.evaluation.runner import SignalLists
 from attest.retrieval.fusion import (
@@ -288,6 +290,17 @@ COMPARISONS = (
 BOOTSTRAP_SAMPLES = 2000
 
 
+def mean_differences(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """The mean per-query difference of each pair in ``COMPARISONS`` present in
+    ``per_query`` (label -> query id -> nDCG@10)."""
+    out: dict[str, float] = {}
+    for better, baseline in COMPARISONS:
+        if better in per_query and baseline in per_query:
+            b, a = per_query[better], per_query[baseline]
+            out[f"{better} - {baseline}"] = sum(b[q] - a[q] for q in a) / max(len(a), 1)
+    return out
+
+
 def paired(
     per_query: Mapping[str, Mapping[str, float]], samples: int = BOOTSTRAP_SAMPLES, seed: int = 0
 ) -> dict[str, object]:
@@ -335,6 +348,13 @@ def weighs(settings: FusionSettings, signals: Iterable[str]) -> bool:
     return any(settings.weight(s) > 0 for s in signals)
 
 
+def random_halves(qids: Iterable[str], rng: random.Random) -> tuple[list[str], list[str]]:
+    """A random halving (sizes as ``halves``)."""
+    ordered = sorted(qids)
+    rng.shuffle(ordered)
+    return sorted(ordered[0::2]), sorted(ordered[1::2])
+
+
 def halves(qids: Iterable[str]) -> tuple[list[str], list[str]]:
     ordered = sorted(qids)
     return ordered[0::2], ordered[1::2]
@@ -342,6 +362,9 @@ def halves(qids: Iterable[str]) -> tuple[list[str], list[str]]:
 
 def tune(
     datasets: Sequence[tuple[str, SignalLists, Qrels]],
+    *,
+    repeats: int = 1,
+    progress: bool = False,
 ) -> tuple[FusionSettings, dict[str, object]]:
     """Cross-validated figures per data set and half, and the settings fitted on all.
 
@@ -360,8 +383,13 @@ def tune(
     queries (both halves) and bootstrap intervals of the ``COMPARISONS``, so
     a gain can be told from the noise of that many queries. The intervals
     resample queries only: they take the one split and the models fitted on
-    it as given.
+    it as given. With ``repeats`` > 1 the whole cross-validation runs again on
+    ``repeats - 1`` random halvings (seeded), and ``repeated`` has, per set
+    and comparison, the mean difference over all the splits, its lowest and
+    highest, and on how many splits it was positive.
     """
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
     from attest.evaluation.ir import ndcg10_per_query
     from attest.evaluation.runner import plain_fusions, run_of
 
@@ -377,9 +405,7 @@ def tune(
             )
     signals = sorted({s for p in prepared for s in p.signals})
     grid = candidates(signals)
-    split = [halves(p.queries) for p in prepared]
     report: dict[str, object] = {"grid_size": len(grid)}
-    per_set: dict[str, dict[str, dict[str, object]]] = {}
 
     # KG signals that found something: a fusion weighing only empty lists does not weigh the KG.
     kg = [s for s in KG_SIGNALS if any(_found_any(p, s) for p in prepared)]
@@ -404,35 +430,67 @@ def tune(
             families["linear_kg_fused"] = lambda part: fit_linear(prepared, part, base + kg, ())
         return select(prepared, ids, families)
 
-    # Per data set, each held-out query's nDCG@10 under each fusion (both halves together).
-    held_out: dict[str, dict[str, dict[str, float]]] = {}
-    for fit_on, score_on in ((0, 1), (1, 0)):
-        ids = [h[fit_on] for h in split]
-        chosen, fitted_score = fitted(ids, "may")
-        without_kg, _ = fitted(ids, "never")
-        with_kg = fitted(ids, "always")[0] if kg else None
-        if with_kg is not None and not weighs(with_kg, kg):
-            raise RuntimeError(f"the fit that must weigh the KG does not: {with_kg.describe()}")
-        for (name, lists, qrels), h in zip(datasets, split, strict=True):
-            held = set(h[score_on])
-            sub_lists = {q: v for q, v in lists.items() if q in held}
-            sub_qrels = {q: dict(v) for q, v in qrels.items() if q in held}
-            figures: dict[str, object] = {"queries": len(held)}
-            fusions = {**plain_fusions(), "tuned": chosen, "tuned_without_kg": without_kg}
-            if with_kg is not None:
-                fusions["tuned_with_kg"] = with_kg
-            for label, settings in fusions.items():
-                per_query = ndcg10_per_query(sub_qrels, run_of(sub_lists, settings))
-                held_out.setdefault(name, {}).setdefault(label, {}).update(per_query)
-                figures[label] = round(sum(per_query.values()) / max(len(per_query), 1), 4)
-            figures["fitted_on_other_half"] = chosen.describe()
-            if with_kg is None:
-                figures["tuned_with_kg"] = None
-            figures["fitted_with_kg_on_other_half"] = with_kg.describe() if with_kg else None
-            figures["inner_cv_objective"] = round(fitted_score, 4)
-            per_set.setdefault(name, {})["AB"[score_on]] = figures
+    def cross_validate(
+        split: Sequence[tuple[list[str], list[str]]],
+    ) -> tuple[dict[str, dict[str, dict[str, object]]], dict[str, dict[str, dict[str, float]]]]:
+        """Per set and half, the figures; per set, each held-out query's nDCG@10
+        under each fusion (both halves together)."""
+        per_set: dict[str, dict[str, dict[str, object]]] = {}
+        held_out: dict[str, dict[str, dict[str, float]]] = {}
+        for fit_on, score_on in ((0, 1), (1, 0)):
+            ids = [h[fit_on] for h in split]
+            chosen, fitted_score = fitted(ids, "may")
+            without_kg, _ = fitted(ids, "never")
+            with_kg = fitted(ids, "always")[0] if kg else None
+            if with_kg is not None and not weighs(with_kg, kg):
+                raise RuntimeError(f"the fit that must weigh the KG does not: {with_kg.describe()}")
+            for (name, lists, qrels), h in zip(datasets, split, strict=True):
+                held = set(h[score_on])
+                sub_lists = {q: v for q, v in lists.items() if q in held}
+                sub_qrels = {q: dict(v) for q, v in qrels.items() if q in held}
+                figures: dict[str, object] = {"queries": len(held)}
+                fusions = {**plain_fusions(), "tuned": chosen, "tuned_without_kg": without_kg}
+                if with_kg is not None:
+                    fusions["tuned_with_kg"] = with_kg
+                for label, settings in fusions.items():
+                    per_query = ndcg10_per_query(sub_qrels, run_of(sub_lists, settings))
+                    held_out.setdefault(name, {}).setdefault(label, {}).update(per_query)
+                    figures[label] = round(sum(per_query.values()) / max(len(per_query), 1), 4)
+                figures["fitted_on_other_half"] = chosen.describe()
+                if with_kg is None:
+                    figures["tuned_with_kg"] = None
+                figures["fitted_with_kg_on_other_half"] = with_kg.describe() if with_kg else None
+                figures["inner_cv_objective"] = round(fitted_score, 4)
+                per_set.setdefault(name, {})["AB"[score_on]] = figures
+        return per_set, held_out
+
+    per_set, held_out = cross_validate([halves(p.queries) for p in prepared])
     report["cross_validated"] = per_set
     report["paired"] = {name: paired(by) for name, by in held_out.items()}
+    if repeats > 1:
+        # The same cross-validation over other random halvings: how much the
+        # differences move with the split and the models fitted on it.
+        means: dict[str, dict[str, list[float]]] = {}
+        for r in tqdm(range(repeats), desc="splits", unit="split", disable=not progress):
+            if r:
+                rng = random.Random(r)
+                _, held_out = cross_validate([random_halves(p.queries, rng) for p in prepared])
+            for name, by in held_out.items():
+                for pair, mean in mean_differences(by).items():
+                    means.setdefault(name, {}).setdefault(pair, []).append(mean)
+        report["repeated"] = {
+            name: {
+                pair: {
+                    "splits": len(v),
+                    "mean": round(float(np.mean(v)), 4),
+                    "low": round(min(v), 4),
+                    "high": round(max(v), 4),
+                    "positive": sum(1 for x in v if x > 0),
+                }
+                for pair, v in by.items()
+            }
+            for name, by in means.items()
+        }
     final, final_score = fitted([list(p.queries) for p in prepared], "may")
     report["fitted_on_all"] = {
         "settings": final.describe(),

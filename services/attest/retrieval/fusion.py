@@ -176,6 +176,7 @@ class FusionSettings:
             # What the fitting command measured, kept with the settings (not read).
             "cross_validated",
             "paired",
+            "repeated",
         }
         if unknown:
             raise FusionSettingsError(f"unknown fusion settings keys {sorted(unknown)}")
