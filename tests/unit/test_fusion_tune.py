@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from attest.evaluation.fusion_tune import (
     paired,
     prepare,
     random_halves,
+    select,
     tune,
     weighs,
 )
@@ -249,3 +252,114 @@ def test_random_halves_split_every_query_once():
     assert sorted(a + b) == sorted(qids)
     assert (len(a), len(b)) == (6, 5)
     assert (a, b) != halves(qids)
+
+
+def test_a_family_that_cannot_be_fitted_is_left_out():
+    lists, qrels = _synthetic(5, n_queries=30)
+    prepared = prepare(lists, qrels)
+    grid = candidates(prepared.signals)
+
+    def unfit(_part: object) -> FusionSettings:
+        raise ValueError("the candidates need both relevant and non-relevant documents")
+
+    chosen, score = select(
+        [prepared],
+        [list(prepared.queries)],
+        {"unfit": unfit, "grid": lambda part: fit([prepared], part, grid)[0]},
+    )
+    assert chosen.method in ("rrf", "weighted", "dbsf")
+    assert 0 < score <= 1
+    with pytest.raises(ValueError, match="no fusion family"):
+        select([prepared], [list(prepared.queries)], {"unfit": unfit})
+
+
+def _beir(root: Path, n_queries: int, *, docs: int = 12, unknown: int = 0) -> Path:
+    root.mkdir(parents=True)
+    with (root / "corpus.jsonl").open("w") as f:
+        for i in range(docs):
+            f.write(json.dumps({"_id": f"d{i}", "title": f"doc {i}", "text": f"text {i}"}) + "\n")
+    with (root / "queries.jsonl").open("w") as f:
+        for q in range(n_queries):
+            f.write(json.dumps({"_id": f"q{q}", "text": f"query {q}"}) + "\n")
+    (root / "qrels").mkdir()
+    lines = ["query-id\tcorpus-id\tscore"]
+    lines += [f"q{q}\td{q % max(docs, 1)}\t1" for q in range(n_queries)]
+    lines += [f"q{q}\tmissing{q}\t1" for q in range(unknown)]
+    (root / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_tune_fusion_refuses_bad_sets_before_indexing_anything(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from attest.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    async def no_indexing(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("indexed a set that cannot be fitted")
+
+    monkeypatch.setattr("attest.evaluation.runner.signal_lists", no_indexing)
+    runner = CliRunner()
+    good = _beir(tmp_path / "a" / "set", 10)
+    same_name = _beir(tmp_path / "b" / "set", 10)
+    cases = {
+        (str(good), str(good)): "is given twice",
+        (str(good), str(same_name)): "are both named 'set'",
+        (str(_beir(tmp_path / "few", 5)),): "5 queries in queries.jsonl have a positive judgment",
+        (str(_beir(tmp_path / "empty", 10, docs=0)),): "holds no documents",
+    }
+    for dirs, message in cases.items():
+        args = ["eval", "tune-fusion", *(x for d in dirs for x in ("--dataset", d))]
+        out = runner.invoke(main, args)
+        assert out.exit_code == 1, out.output
+        assert message in out.output
+        assert "Traceback" not in out.output
+    assert not (tmp_path / ".attest").exists()
+
+
+def test_tune_fusion_warns_of_judgments_the_corpus_lacks(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from attest.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    seen = []
+
+    async def stop(data: object, *_args: object, **_kwargs: object) -> None:
+        seen.append(data)
+        raise SystemExit(3)
+
+    monkeypatch.setattr("attest.evaluation.runner.signal_lists", stop)
+    path = _beir(tmp_path / "partly", 10, unknown=2)
+    out = CliRunner().invoke(main, ["eval", "tune-fusion", "--dataset", str(path)])
+    assert len(seen) == 1  # the warning does not stop it
+    assert "2 positive judgments name documents the corpus lacks (e.g. query q0: missing0)" in (
+        out.output
+    )
+
+
+def test_settings_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    import click
+
+    from attest.evaluation.commands import _write
+
+    target = tmp_path / "fusion.json"
+    target.write_text('{"method": "rrf"}\n')
+    real = Path.write_text
+
+    def half_then_fail(self: Path, text: str, *args: object, **kwargs: object) -> int:
+        real(self, text[:10], *args, **kwargs)
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(
+        click.ClickException, match=r"cannot write .*fusion\.json: .*File too large"
+    ):
+        _write(target, {"method": "weighted", "weights": {"bm25": 1}})
+    monkeypatch.undo()
+    assert target.read_text() == '{"method": "rrf"}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["fusion.json"]
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(click.ClickException, match="cannot write"):
+        _write(tmp_path / "afile" / "x.json", {})

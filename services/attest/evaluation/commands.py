@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,6 +17,7 @@ from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings
 
 if TYPE_CHECKING:
+    from attest.evaluation.ir import Dataset
     from attest.evaluation.qa import Answered, QAItem
 
 T = TypeVar("T")
@@ -41,8 +43,17 @@ def _output(output: Path | None, name: str) -> Path:
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Write ``record`` whole or not at all: a file already there (the services'
+    settings, say) is replaced only once the new one is complete."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise click.ClickException(f"cannot write {path}: {exc}") from exc
 
 
 def _check_pooled_mode(mode: str) -> None:
@@ -423,8 +434,10 @@ def tune_fusion_command(
     configure_logging(LoggingSettings(level="WARNING", json=False))
     inputs = []
     try:
-        for root in datasets:
-            data = load_dataset(root)
+        # What would fail the fit is checked before anything is indexed.
+        loaded = [load_dataset(root) for root in datasets]
+        _check_tuning_sets(loaded)
+        for data in loaded:
             with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
                 lists, _ = asyncio.run(
                     signal_lists(
@@ -443,14 +456,6 @@ def tune_fusion_command(
         settings, report = tune(inputs, repeats=repeats, progress=repeats > 1)
     except (ValueError, DatasetError) as exc:
         raise click.ClickException(str(exc)) from exc
-    output = _output(output, "fusion")
-    record = {
-        **settings.describe(),
-        "cross_validated": report["cross_validated"],
-        "paired": report["paired"],
-        **({"repeated": report["repeated"]} if "repeated" in report else {}),
-    }
-    _write(output, record)
     for name, by_half in report["cross_validated"].items():  # type: ignore[attr-defined]
         for half, f in sorted(by_half.items()):
             click.echo(
@@ -460,7 +465,7 @@ def tune_fusion_command(
                 + (
                     f"best with KG {f['tuned_with_kg']:.4f}  "
                     if f["tuned_with_kg"] is not None
-                    else "best with KG n/a (no KG signal found anything)  "
+                    else "best with KG n/a (no KG lists)  "
                 )
                 + f"[{_short(f['fitted_on_other_half'])}]"
                 + (
@@ -491,7 +496,58 @@ def tune_fusion_command(
                 f"from {r['low']:+.4f} to {r['high']:+.4f}, positive on {r['positive']} of them"
             )
     click.echo(f"fitted on all: {_short(settings.describe())}")
+    output = _output(output, "fusion")
+    record = {
+        **settings.describe(),
+        "cross_validated": report["cross_validated"],
+        "paired": report["paired"],
+        **({"repeated": report["repeated"]} if "repeated" in report else {}),
+    }
+    _write(output, record)
     click.echo(f"wrote {output}")
+
+
+def _check_tuning_sets(sets: Sequence[Dataset]) -> None:
+    """The sets can be fitted by halves: distinct names, a corpus, enough queries
+    with a positive judgment; judgments of documents the corpus lacks are reported."""
+    from attest.evaluation.fusion_tune import MIN_QUERIES
+    from attest.evaluation.ir import DatasetError
+
+    seen: dict[str, Path] = {}
+    for data in sets:
+        first = seen.setdefault(data.name, data.root)
+        if first is not data.root:
+            if first.resolve() == data.root.resolve():
+                raise DatasetError(f"{data.root} is given twice")
+            raise DatasetError(
+                f"{first} and {data.root} are both named {data.name!r}: figures and fitted "
+                "settings are reported by folder name; rename one or link it under another name"
+            )
+    for data in sets:
+        ids = {doc.id for doc in data.corpus()}
+        if not ids:
+            raise DatasetError(f"{data.corpus_path} holds no documents")
+        positive = {
+            q
+            for q, rels in data.qrels.items()
+            if q in data.queries and any(v > 0 for v in rels.values())
+        }
+        if len(positive) < MIN_QUERIES:
+            raise DatasetError(
+                f"{data.name}: {len(positive)} queries in queries.jsonl have a positive judgment; "
+                f"fitting by halves and choosing a family by halves of those needs at least "
+                f"{MIN_QUERIES}"
+            )
+        unknown = sorted(
+            (q, d) for q in positive for d, v in data.qrels[q].items() if v > 0 and d not in ids
+        )
+        if unknown:
+            q, d = unknown[0]
+            click.echo(
+                f"warning: {data.name}: {len(unknown)} positive judgments name documents the "
+                f"corpus lacks (e.g. query {q}: {d}); no fusion can find them",
+                err=True,
+            )
 
 
 def _short(settings: dict[str, Any]) -> str:

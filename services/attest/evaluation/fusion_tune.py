@@ -268,17 +268,29 @@ def select(
     Families differ in how many parameters they fit, so they are compared on
     queries their fit did not see: ``qids`` are halved again, each family is
     fitted on one inner half and scored on the other, both ways round.
+
+    A family that cannot be fitted on some queries (a linear model needs a
+    relevant and a non-relevant candidate among them) is left out there; the
+    grid always fits.
     """
     inner = [halves(q) for q in qids]
-    best_name, best_score = "", -1.0
-    for name, fit_family in families.items():
-        score = 0.0
-        for a, b in ((0, 1), (1, 0)):
-            settings = fit_family([h[a] for h in inner])
-            score += objective(prepared, [h[b] for h in inner], settings) / 2
-        if score > best_score + 1e-12:
-            best_name, best_score = name, score
-    return families[best_name](qids), best_score
+    scores: list[tuple[float, int, str]] = []
+    for order, (name, fit_family) in enumerate(families.items()):
+        try:
+            score = 0.0
+            for a, b in ((0, 1), (1, 0)):
+                settings = fit_family([h[a] for h in inner])
+                score += objective(prepared, [h[b] for h in inner], settings) / 2
+        except ValueError:
+            continue
+        scores.append((round(score, 12), -order, name))
+    # Best score first, the earlier family on ties.
+    for score, _, name in sorted(scores, reverse=True):
+        try:
+            return families[name](qids), score
+        except ValueError:
+            continue
+    raise ValueError("no fusion family can be fitted on these queries")
 
 
 # Paired comparisons reported by ``tune``: (better, baseline) fusion labels.
@@ -400,8 +412,9 @@ def tune(
     for (name, _, _), p in zip(datasets, prepared, strict=True):
         if len(p.queries) < MIN_QUERIES:
             raise ValueError(
-                f"{name}: {len(p.queries)} judged queries with results; fitting by halves "
-                f"and choosing a family by halves of those needs at least {MIN_QUERIES}"
+                f"{name}: {len(p.queries)} queries with a positive judgment and results; "
+                f"fitting by halves and choosing a family by halves of those needs at least "
+                f"{MIN_QUERIES}"
             )
     signals = sorted({s for p in prepared for s in p.signals})
     grid = candidates(signals)
