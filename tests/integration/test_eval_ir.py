@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,8 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
     assert set(written["cross_validated"]["toy_climate"]) == {"A", "B"}
     # The best fit that weighs the graph, and the paired intervals over both halves.
     assert "best with KG" in out.output
+    # How much of the corpus the graph reaches, from the links eval ir cached.
+    assert re.search(r"toy_climate: \d+ of \d+ documents link to a KG entity", out.output)
     assert "toy_climate both halves (8 queries)" in out.output
     pooled = written["paired"]["toy_climate"]
     assert pooled["queries"] == 8

@@ -273,7 +273,9 @@ def test_a_family_that_cannot_be_fitted_is_left_out():
         select([prepared], [list(prepared.queries)], {"unfit": unfit})
 
 
-def _beir(root: Path, n_queries: int, *, docs: int = 12, unknown: int = 0) -> Path:
+def _beir(
+    root: Path, n_queries: int, *, docs: int = 12, unknown: int = 0, unasked: int = 0
+) -> Path:
     root.mkdir(parents=True)
     with (root / "corpus.jsonl").open("w") as f:
         for i in range(docs):
@@ -285,6 +287,7 @@ def _beir(root: Path, n_queries: int, *, docs: int = 12, unknown: int = 0) -> Pa
     lines = ["query-id\tcorpus-id\tscore"]
     lines += [f"q{q}\td{q % max(docs, 1)}\t1" for q in range(n_queries)]
     lines += [f"q{q}\tmissing{q}\t1" for q in range(unknown)]
+    lines += [f"unasked{q}\td0\t1" for q in range(unasked)]
     (root / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
     return root
 
@@ -331,10 +334,13 @@ def test_tune_fusion_warns_of_judgments_the_corpus_lacks(tmp_path, monkeypatch):
         raise SystemExit(3)
 
     monkeypatch.setattr("attest.evaluation.runner.signal_lists", stop)
-    path = _beir(tmp_path / "partly", 10, unknown=2)
+    path = _beir(tmp_path / "partly", 10, unknown=2, unasked=3)
     out = CliRunner().invoke(main, ["eval", "tune-fusion", "--dataset", str(path)])
     assert len(seen) == 1  # the warning does not stop it
     assert "2 positive judgments name documents the corpus lacks (e.g. query q0: missing0)" in (
+        out.output
+    )
+    assert "3 queries with a positive judgment are not in queries.jsonl (e.g. unasked0)" in (
         out.output
     )
 
@@ -363,3 +369,14 @@ def test_settings_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     (tmp_path / "afile").write_text("")
     with pytest.raises(click.ClickException, match="cannot write"):
         _write(tmp_path / "afile" / "x.json", {})
+
+
+def test_linked_documents_are_counted_from_the_links_a_run_cached(tmp_path):
+    from attest.evaluation.ir import load_dataset
+    from attest.evaluation.runner import _Cache, linked_documents
+
+    data = load_dataset(_beir(tmp_path / "set", 10))
+    cache = tmp_path / "cache"
+    assert linked_documents(data, cache) is None
+    _Cache(cache).save_json("links.json.gz", {"d0": ["climate-change"], "d1": [], "d2": ["coal"]})
+    assert linked_documents(data, cache) == (2, 3)

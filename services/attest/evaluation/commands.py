@@ -428,11 +428,13 @@ def tune_fusion_command(
         SIGNAL_NAMES,
         BackendName,
         default_cache_dir,
+        linked_documents,
         signal_lists,
     )
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     inputs = []
+    linked: dict[str, tuple[int, int] | None] = {}
     try:
         # What would fail the fit is checked before anything is indexed.
         loaded = [load_dataset(root) for root in datasets]
@@ -450,6 +452,7 @@ def tune_fusion_command(
                     )
                 )
             inputs.append((data.name, lists, data.qrels))
+            linked[data.name] = linked_documents(data, default_cache_dir(data))
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -474,6 +477,11 @@ def tune_fusion_command(
                     else ""
                 )
             )
+    for name, counts in linked.items():
+        if counts is not None:
+            # The KG lists are never empty (an article's own text scores), so say
+            # how much of the corpus the graph actually reaches.
+            click.echo(f"{name}: {counts[0]:,} of {counts[1]:,} documents link to a KG entity")
     for name, pooled in report["paired"].items():  # type: ignore[attr-defined]
         if "differences" not in pooled:
             continue
@@ -537,6 +545,17 @@ def _check_tuning_sets(sets: Sequence[Dataset]) -> None:
                 f"{data.name}: {len(positive)} queries in queries.jsonl have a positive judgment; "
                 f"fitting by halves and choosing a family by halves of those needs at least "
                 f"{MIN_QUERIES}"
+            )
+        unasked = [
+            q
+            for q, rels in data.qrels.items()
+            if q not in data.queries and any(v > 0 for v in rels.values())
+        ]
+        if unasked:
+            click.echo(
+                f"warning: {data.name}: {len(unasked)} queries with a positive judgment are "
+                f"not in queries.jsonl (e.g. {sorted(unasked)[0]}) and are left out of the fit",
+                err=True,
             )
         unknown = sorted(
             (q, d) for q in positive for d, v in data.qrels[q].items() if v > 0 and d not in ids

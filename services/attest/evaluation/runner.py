@@ -481,6 +481,15 @@ async def run_ir_eval(
     return metrics
 
 
+def linked_documents(data: Dataset, cache_dir: Path) -> tuple[int, int] | None:
+    """(documents with at least one knowledge-graph link, documents) from the
+    links a run left in ``cache_dir``; None when it left none."""
+    links = _Cache(cache_dir).load_json("links.json.gz")
+    if not isinstance(links, dict) or not links:
+        return None
+    return sum(1 for entities in links.values() if entities), len(links)
+
+
 def _link(docs: Sequence[CorpusDoc], batch_size: int) -> dict[str, list[str]]:
     """Knowledge-graph links of every document, as ingestion would make them."""
     from attest.knowledge.graph import load_graph
