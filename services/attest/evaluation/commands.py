@@ -452,7 +452,7 @@ def tune_fusion_command(
                     )
                 )
             inputs.append((data.name, lists, data.qrels))
-            linked[data.name] = linked_documents(data, default_cache_dir(data))
+            linked[data.name] = linked_documents(default_cache_dir(data))
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
     try:

@@ -481,9 +481,11 @@ async def run_ir_eval(
     return metrics
 
 
-def linked_documents(data: Dataset, cache_dir: Path) -> tuple[int, int] | None:
+def linked_documents(cache_dir: Path) -> tuple[int, int] | None:
     """(documents with at least one knowledge-graph link, documents) from the
     links a run left in ``cache_dir``; None when it left none."""
+    if not (cache_dir / "links.json.gz").is_file():
+        return None  # nothing to read, and no cache folder made for it
     links = _Cache(cache_dir).load_json("links.json.gz")
     if not isinstance(links, dict) or not links:
         return None
