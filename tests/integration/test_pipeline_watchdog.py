@@ -3,8 +3,10 @@ on a worker holds any more are sent again, and nothing else is."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
 
@@ -13,7 +15,7 @@ import redis
 
 from attest.ingest.documents import article_from_raw_json
 from attest.ingest.jobs import Batch, IngestCore, Item
-from attest.ingest.state import PREFIX, JobStore, RedisKeyValue
+from attest.ingest.state import PREFIX, JobStore, RedisKeyValue, TrackedTask
 from attest.pipeline.app import QUEUE_ENRICH, create_app
 from attest.pipeline.ingest import CeleryDispatcher, Watchdog
 from attest.pipeline.settings import PipelineSettings
@@ -233,3 +235,99 @@ def test_an_item_orphaned_again_waits_twice_as_long(pipeline: _Pipeline):
     assert at(2 * confirm) == {}
     assert at(3 * confirm) == {}, "a second loss waits two confirmations"
     assert at(4 * confirm) == {job: [0, 1]}
+
+
+def _task_message(task_id: str, padding: int = 0) -> str:
+    """A queued message as kombu writes it: the task id in its properties, last."""
+    return json.dumps(
+        {
+            "body": "x" * padding,
+            "headers": {"id": task_id},
+            "properties": {"correlation_id": task_id},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("queued", "padding"),
+    [(3000, 200), (40, 1_500_000)],
+    ids=["many small messages", "a few of megabytes"],
+)
+def test_the_full_look_finds_tasks_wherever_they_are_in_a_long_queue(
+    pipeline: _Pipeline, queued: int, padding: int
+):
+    """The full look reads a queue a page at a time, the page growing over small
+    messages and shrinking over large ones: no message is skipped or read twice
+    as the page changes size."""
+    at = sorted({0, 1, 15, 16, 17, 47, 48, queued // 3, queued // 2 + 1, queued - 2, queued - 1})
+    ids = [f"task-{i}" for i in range(queued)]
+    pipe = pipeline.broker.pipeline()
+    for task_id in ids:
+        pipe.lpush(QUEUE_ENRICH, _task_message(task_id, padding))  # oldest at the right
+    pipe.execute()
+    # LRANGE's index 0 is the youngest: the positions below are the script's reading order.
+    youngest_first = [
+        json.loads(m)["headers"]["id"] for m in pipeline.broker.lrange(QUEUE_ENRICH, 0, 0)
+    ]
+    assert youngest_first == [ids[-1]]
+    wanted = {ids[queued - 1 - i]: TrackedTask("ENRICH", (i,), 0.0) for i in at}
+    wanted["never-sent"] = TrackedTask("ENRICH", (99,), 0.0)
+    watchdog = pipeline.watchdog()
+    assert watchdog.held(wanted) == set(wanted) - {"never-sent"}
+    assert watchdog.full_looks == len(wanted)
+
+
+def test_close_waits_for_a_running_check_and_no_check_runs_after_it(pipeline: _Pipeline):
+    pipeline.core.ingest("t", _items(2))
+    watchdog = pipeline.watchdog()
+    started, finished = threading.Event(), threading.Event()
+    real = watchdog._check
+
+    def slow() -> dict[str, list[int]]:
+        started.set()
+        time.sleep(0.5)
+        out = real()
+        finished.set()
+        return out
+
+    watchdog._check = slow  # type: ignore[method-assign]
+    runner = threading.Thread(target=watchdog.check)
+    runner.start()
+    assert started.wait(5)
+    assert asyncio.run(watchdog.close()) is True
+    assert finished.is_set(), "close returned before the check it found running ended"
+    runner.join(5)
+    assert not pipeline.broker.exists(f"{PREFIX}watchdog"), "the check released its lock"
+    assert watchdog.check() == {}, "a closed watchdog does not check"
+    assert watchdog._client is None, "nor does it connect again"
+
+
+def test_close_gives_up_on_a_check_that_outlives_its_wait(pipeline: _Pipeline):
+    pipeline.core.ingest("t", _items(2))
+    watchdog = pipeline.watchdog()
+    started, go_on = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def stuck() -> dict[str, list[int]]:
+        started.set()
+        go_on.wait(10)
+        watchdog._redis()  # its next call to the broker
+        return {}
+
+    def run() -> None:
+        try:
+            watchdog.check()
+        except BaseException as err:  # recorded for the assertion below
+            errors.append(err)
+
+    watchdog._check = stuck  # type: ignore[method-assign]
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert started.wait(5)
+    began = time.monotonic()
+    assert asyncio.run(watchdog.close(wait_seconds=0.3)) is False
+    assert 0.25 < time.monotonic() - began < 5
+    go_on.set()
+    runner.join(5)
+    assert [type(e) for e in errors] == [redis.ConnectionError]
+    assert watchdog._client is None

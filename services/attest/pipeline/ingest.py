@@ -401,10 +401,24 @@ return {held, oldest}
 # (KEYS[1]) or anywhere in the queues (the other KEYS). It reads every queued
 # message (about 0.3-0.4 s per 100 MB of queue, during which Redis serves no one
 # else), so it runs only for tasks the first look could not place.
+#
+# A queue is read a page at a time, so that a page of messages of megabytes of
+# vectors each stays small in the script's memory. Each LRANGE walks from the
+# nearer end of the list to its page, so a fixed small page over a long queue of
+# small messages costs the square of its length: a page grows (doubling, up to
+# MAX_PAGE messages) while what it read stays under PAGE_BYTES, and shrinks
+# (halving, down to 1) when it read more. Stops as soon as every task is found.
+_FULL_LOOK_PAGE_BYTES = 4 << 20
+_FULL_LOOK_MAX_PAGE = 4096
 _HELD_SCRIPT = (
     _LOOK
+    + f"""
+local PAGE_BYTES = {_FULL_LOOK_PAGE_BYTES}
+local MAX_PAGE = {_FULL_LOOK_MAX_PAGE}
+"""
     + """
 local want = {}
+local left = #ARGV
 for i = 1, #ARGV do want[ARGV[i]] = true end
 local found = {}
 local function look(message)
@@ -412,13 +426,27 @@ local function look(message)
   if id and want[id] then
     found[#found + 1] = id
     want[id] = nil
+    left = left - 1
   end
 end
 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do look(v) end
 for k = 2, #KEYS do
   local n = redis.call('LLEN', KEYS[k])
-  for start = 0, n - 1, 16 do
-    for _, v in ipairs(redis.call('LRANGE', KEYS[k], start, start + 15)) do look(v) end
+  local start, page = 0, 16
+  while start < n and left > 0 do
+    local bytes = 0
+    local got = redis.call('LRANGE', KEYS[k], start, start + page - 1)
+    for _, v in ipairs(got) do
+      look(v)
+      bytes = bytes + #v
+    end
+    if #got == 0 then break end
+    start = start + #got
+    if bytes > PAGE_BYTES then
+      page = math.max(1, math.floor(page / 2))
+    elseif bytes * 2 <= PAGE_BYTES then
+      page = math.min(MAX_PAGE, page * 2)
+    end
   end
 end
 return found
@@ -505,6 +533,8 @@ class Watchdog:
         self._queued: dict[str, float] = {}  # task id -> last found by a full look
         self._last: float | None = None
         self._stopping = False
+        # Held by a check while it runs: ``close`` waits on it.
+        self._checking = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         #: Tasks looked for in whole queues, over this watchdog's life.
         self.full_looks = 0
@@ -512,6 +542,10 @@ class Watchdog:
     def _redis(self) -> Any:
         if self._client is None:
             import redis
+
+            if self._stopping:
+                # Closed while a check was still running: it makes no new connection.
+                raise redis.ConnectionError("the pipeline watchdog is closed")
 
             self._client = redis.Redis.from_url(
                 self.app.conf.broker_url, socket_timeout=30, socket_connect_timeout=5
@@ -572,15 +606,18 @@ class Watchdog:
 
     def check(self) -> dict[str, list[int]]:
         """One check; the items sent again, by job. Skipped (``{}``) while another
-        replica's check holds the lock."""
-        token = uuid.uuid4().hex
-        ttl_ms = int(max(120.0, 10 * self.interval) * 1000)
-        if not self._redis().set(self._lock, token, nx=True, px=ttl_ms):
-            return {}
-        try:
-            return self._check()
-        finally:
-            self._scripts["release"](keys=[self._lock], args=[token])
+        replica's check holds the lock, or once the watchdog is closing."""
+        with self._checking:
+            if self._stopping:
+                return {}
+            token = uuid.uuid4().hex
+            ttl_ms = int(max(120.0, 10 * self.interval) * 1000)
+            if not self._redis().set(self._lock, token, nx=True, px=ttl_ms):
+                return {}
+            try:
+                return self._check()
+            finally:
+                self._scripts["release"](keys=[self._lock], args=[token])
 
     def _jobs(self, wall: float) -> dict[str, str]:
         """The open jobs to look at, with their tenants."""
@@ -695,14 +732,27 @@ class Watchdog:
             except Exception:
                 log.exception("the pipeline watchdog's check failed")
 
-    async def close(self) -> None:
-        # A check already running in its thread stops before its next job.
+    async def close(self, wait_seconds: float = 10.0) -> bool:
+        """Stops the checks. A check running in its thread stops before its next
+        job; this waits for it up to ``wait_seconds`` (a job being sent again is
+        sent whole), then closes the connection. False when the check was still
+        running then (logged): it fails at its next call to the broker."""
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        idle = await asyncio.to_thread(self._checking.acquire, timeout=wait_seconds)
+        if idle:
+            self._checking.release()
+        else:
+            log.warning(
+                "the pipeline watchdog's check was still running %.0f s after shutdown began; "
+                "closing its connection",
+                wait_seconds,
+            )
         if self._client is not None:
             self._client.close()
             self._client = None
+        return idle
