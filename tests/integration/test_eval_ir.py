@@ -118,6 +118,8 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
     # How much of the corpus the graph reaches, from the links eval ir cached.
     assert re.search(r"toy_climate: \d+ of \d+ documents link to a KG entity", out.output)
     assert "toy_climate both halves (8 queries)" in out.output
+    assert "warning: toy_climate: 8 queries: read the intervals below as rough" in out.output
+    assert re.search(r"tuned - hybrid: .*; nDCG@10 differs on \d of 8 queries\)", out.output)
     pooled = written["paired"]["toy_climate"]
     assert pooled["queries"] == 8
     for diff in pooled["differences"].values():

@@ -136,6 +136,12 @@ def test_paired_intervals_tell_a_steady_gain_from_noise():
     assert diffs["tuned_with_kg - tuned_without_kg"]["ci95"][1] < 0.05
     # Seeded: the same figures again.
     assert paired({"hybrid": hybrid, "tuned": noisy}) == paired({"hybrid": hybrid, "tuned": noisy})
+    # How many queries the interval rests on: all of them, or none where the two agree.
+    assert gain["differing"] == 200
+    partly = {q: v + (0.1 if i < 7 else 0.0) for i, (q, v) in enumerate(hybrid.items())}
+    same = paired({"hybrid": hybrid, "tuned": hybrid, "tuned_with_kg": partly})["differences"]
+    assert same["tuned - hybrid"] == {"mean": 0.0, "ci95": [0.0, 0.0], "differing": 0}
+    assert same["tuned_with_kg - hybrid"]["differing"] == 7
 
 
 def test_tune_reports_the_best_fit_that_weighs_the_graph():

@@ -422,7 +422,7 @@ def tune_fusion_command(
     """
     from typing import cast
 
-    from attest.evaluation.fusion_tune import tune
+    from attest.evaluation.fusion_tune import FEW_QUERIES, tune
     from attest.evaluation.ir import DatasetError, load_dataset
     from attest.evaluation.runner import (
         SIGNAL_NAMES,
@@ -492,10 +492,24 @@ def tune_fusion_command(
             + (f"best with KG {with_kg:.4f}  " if with_kg is not None else "")
             + f"without KG {pooled['tuned_without_kg']:.4f}"
         )
+        if pooled["queries"] < FEW_QUERIES:
+            click.echo(
+                f"warning: {name}: {pooled['queries']} queries: read the intervals below as "
+                f"rough (a percentile bootstrap on fewer than {FEW_QUERIES} queries runs "
+                "narrower than 95 %)",
+                err=True,
+            )
         for pair, d in pooled["differences"].items():
             low, high = d["ci95"]
+            differing = d.get("differing")
             click.echo(
-                f"  {pair}: {d['mean']:+.4f} (95% bootstrap interval {low:+.4f} to {high:+.4f})"
+                f"  {pair}: {d['mean']:+.4f} (95% bootstrap interval {low:+.4f} to {high:+.4f}"
+                + (
+                    f"; nDCG@10 differs on {differing} of {pooled['queries']} queries"
+                    if differing is not None
+                    else ""
+                )
+                + ")"
             )
     for name, by_pair in report.get("repeated", {}).items():  # type: ignore[attr-defined]
         for pair, r in by_pair.items():

@@ -300,6 +300,10 @@ COMPARISONS = (
     ("tuned_with_kg", "tuned_without_kg"),
 )
 BOOTSTRAP_SAMPLES = 2000
+# Below this many queries a percentile bootstrap interval runs narrower than its
+# nominal 95 % (it cannot see the tails of the per-query differences), and
+# report readers are warned.
+FEW_QUERIES = 30
 
 
 def mean_differences(per_query: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
@@ -321,7 +325,8 @@ def paired(
     interval (queries resampled with replacement; seeded, so a rerun prints the same).
 
     A difference whose interval holds 0 is one this many queries cannot tell from
-    chance."""
+    chance. ``differing`` counts the queries whose nDCG@10 the two give differently: an
+    interval drawn from a handful of them is no better than that handful."""
     qids = sorted(next(iter(per_query.values()), {}))
     out: dict[str, object] = {"queries": len(qids)}
     if not qids:
@@ -340,6 +345,7 @@ def paired(
         differences[f"{better} - {baseline}"] = {
             "mean": round(float(diff.mean()), 4),
             "ci95": [round(float(low), 4), round(float(high), 4)],
+            "differing": int(np.count_nonzero(np.abs(diff) > 1e-12)),
         }
     out["differences"] = differences
     return out
