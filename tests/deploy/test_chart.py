@@ -603,6 +603,11 @@ def _threads(r: Rendered, deployment: str) -> str | None:
     return None if entry is None else str(entry["value"])
 
 
+def _cpus(r: Rendered, deployment: str) -> str | None:
+    entry = r.env(deployment).get("PYTHON_CPU_COUNT")
+    return None if entry is None else str(entry["value"])
+
+
 @pytest.mark.parametrize("values", ["default", "gpu-production", "minimal"])
 def test_every_container_sizes_its_thread_pools_by_its_cpus(values: str) -> None:
     """Without OMP_NUM_THREADS, ONNX Runtime and torch size their pools by the
@@ -618,6 +623,10 @@ def test_every_container_sizes_its_thread_pools_by_its_cpus(values: str) -> None
         threads = _threads(r, name)
         assert threads is not None, name
         assert int(threads) >= 1, name
+        # A process that sees every node core (a request, no limit) still counts
+        # only its share of the CPU as its own.
+        assert _cpus(r, name) is not None, name
+        assert int(_cpus(r, name) or 0) >= int(threads), name
 
 
 def test_threads_follow_the_cpu_limit_then_the_request_then_the_override() -> None:
@@ -631,12 +640,26 @@ def test_threads_follow_the_cpu_limit_then_the_request_then_the_override() -> No
     )
     assert _threads(r, sem) == "3"  # the limit, 2.5 cores, rounded up
     assert _threads(r, worker) == "2"  # 3 cores over 2 processes
+    assert (_cpus(r, sem), _cpus(r, worker)) == ("3", "2")
     r = render("default", "services.semantic.resources.requests.cpu=1.5")
     assert _threads(r, sem) == "2"
     r = render("default", "services.semantic.threads=6", "workers.index.threads=1")
     assert (_threads(r, sem), _threads(r, worker)) == ("6", "1")
+    # Fewer threads than CPUs: the process still counts its whole share.
+    r = render(
+        "default",
+        "services.semantic.threads=1",
+        "services.semantic.resources.limits.cpu=2500m",
+        "workers.index.threads=1",
+        "workers.index.resources.requests.cpu=3",
+        "workers.index.concurrency=2",
+    )
+    assert (_cpus(r, sem), _cpus(r, worker)) == ("3", "2")
     r = render("default", "services.semantic.resources=null")
     assert _threads(r, sem) is None  # nothing to size by: the runtime's default
+    assert _cpus(r, sem) is None
+    r = render("default", "services.semantic.resources=null", "services.semantic.threads=2")
+    assert (_threads(r, sem), _cpus(r, sem)) == ("2", None)
     with pytest.raises(RenderError):
         render("default", "services.semantic.threads=-1")
     # A quantity in another unit is refused, not silently left to the node's cores.
@@ -646,3 +669,4 @@ def test_threads_follow_the_cpu_limit_then_the_request_then_the_override() -> No
         "default", "services.semantic.resources.limits.cpu=1k", "services.semantic.threads=2"
     )
     assert _threads(r, sem) == "2"
+    assert _cpus(r, sem) is None  # a CPU it cannot read sizes nothing

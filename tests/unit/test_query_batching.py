@@ -290,6 +290,7 @@ def test_available_cpus_honours_the_cgroup_quota(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_max: str, expected: int
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.delenv("PYTHON_CPU_COUNT", raising=False)
     quota = tmp_path / "cpu.max"
     quota.write_text(cpu_max)
     assert embedding.available_cpus(quota, tmp_path / "no-v1") == expected
@@ -304,11 +305,42 @@ def test_available_cpus_reads_a_cgroup_v1_quota_without_cpu_max(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cfs_quota: str, cfs_period: str, expected: int
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.delenv("PYTHON_CPU_COUNT", raising=False)
     cfs = tmp_path / "cpu"
     cfs.mkdir()
     (cfs / "cpu.cfs_quota_us").write_text(cfs_quota + "\n")
     (cfs / "cpu.cfs_period_us").write_text(cfs_period + "\n")
     assert embedding.available_cpus(tmp_path / "no-cpu.max", cfs) == expected
+
+
+@pytest.mark.parametrize(
+    ("hint", "cpu_max", "expected"),
+    [
+        ("2", "max 100000", 2),  # a pod with a request and no limit: its share, not the node's
+        ("8", "max 100000", 8),  # an override, as CPython 3.13 takes it
+        ("8", "200000 100000", 2),  # still capped by a quota
+        ("default", "max 100000", 64),
+        ("0", "max 100000", 64),
+        ("two", "max 100000", 64),
+        (" 3 ", "max 100000", 3),
+    ],
+)
+def test_available_cpus_takes_python_cpu_count_before_the_affinity(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    hint: str,
+    cpu_max: str,
+    expected: int,
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setenv("PYTHON_CPU_COUNT", hint)
+    quota = tmp_path / "cpu.max"
+    quota.write_text(cpu_max)
+    with caplog.at_level("WARNING", logger=embedding.__name__):
+        assert embedding.available_cpus(quota, tmp_path / "no-v1") == expected
+    ignored = hint.strip() in ("0", "two")
+    assert ("PYTHON_CPU_COUNT" in caplog.text) == ignored
 
 
 class _Torch:

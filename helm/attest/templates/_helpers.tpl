@@ -178,25 +178,37 @@ affinity:
 limit (or, without one, its request) shared by its `processes`, rounded up,
 at least 1; none without either. Without it ONNX Runtime and torch size
 their pools by the node's cores, dozens of threads in a pod that may use
-one. A CPU in another unit than cores or millicores fails the render.
+one. A CPU in another unit than cores or millicores fails the render (unless
+`threads` is set; then the CPU sizes nothing).
+With a CPU, also PYTHON_CPU_COUNT, that share of the CPU rounded up: the
+CPUs a process counts as its own (a pod with a request and no limit has no
+quota, and sees every core of the node). Attest sizes its concurrent ONNX
+passes by it, and CPython 3.13 its os.cpu_count.
 Input: dict "cfg" the component's values, "processes" worker processes per
 container. */}}
 {{- define "attest.threadsEnv" -}}
 {{- $threads := int (.cfg.threads | default 0) -}}
-{{- if not $threads -}}
 {{- $res := .cfg.resources | default dict -}}
 {{- $cpu := toString (dig "limits" "cpu" "" $res | default (dig "requests" "cpu" "" $res)) -}}
+{{- $own := 0 -}}
 {{- if $cpu -}}
-{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $cpu) -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?m?$" $cpu -}}
+{{- $cores := ternary (divf (trimSuffix "m" $cpu) 1000) (float64 $cpu) (hasSuffix "m" $cpu) -}}
+{{- $own = max 1 (int (ceil (divf $cores (.processes | default 1)))) -}}
+{{- else if not $threads -}}
 {{- fail (printf "resources cpu %q: give cores (2, 0.5) or millicores (500m), or set threads" $cpu) -}}
 {{- end -}}
-{{- $cores := ternary (divf (trimSuffix "m" $cpu) 1000) (float64 $cpu) (hasSuffix "m" $cpu) -}}
-{{- $threads = max 1 (int (ceil (divf $cores (.processes | default 1)))) -}}
 {{- end -}}
+{{- if not $threads -}}
+{{- $threads = $own -}}
 {{- end -}}
 {{- if $threads -}}
 - name: OMP_NUM_THREADS
   value: {{ $threads | quote }}
+{{- end -}}
+{{- if $own }}
+- name: PYTHON_CPU_COUNT
+  value: {{ $own | quote }}
 {{- end -}}
 {{- end -}}
 

@@ -437,15 +437,30 @@ def available_cpus(
     cpu_max: Path = Path("/sys/fs/cgroup/cpu.max"),
     cfs: Path = Path("/sys/fs/cgroup/cpu"),
 ) -> int:
-    """The CPUs this process may use: its affinity (a container's cpuset), capped
-    by its cgroup's CPU quota (what ``resources.limits.cpu`` in Kubernetes and
-    ``--cpus`` in Docker set), rounded up. The quota is read from cgroup v2's
-    ``cpu.max``, else from cgroup v1's ``cpu.cfs_quota_us`` and
-    ``cpu.cfs_period_us`` under ``cfs`` (-1: no quota)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
+    """The CPUs this process may use: ``PYTHON_CPU_COUNT`` when it is a positive
+    whole number (CPython 3.13's variable for this, read here on every version),
+    else its affinity (a container's cpuset); capped by its cgroup's CPU quota
+    (what ``resources.limits.cpu`` in Kubernetes and ``--cpus`` in Docker set),
+    rounded up. The quota is read from cgroup v2's ``cpu.max``, else from cgroup
+    v1's ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` under ``cfs`` (-1: no
+    quota).
+
+    A pod that requests CPU and sets no limit has no quota, and its affinity is
+    every core of the node: the Helm chart sets ``PYTHON_CPU_COUNT`` from the
+    request, so that such a pod on a 64-core node does not run 64 forward
+    passes at once (``OnnxEncoder.slots``), each holding a batch's activations
+    in memory."""
+    cpus = 0
+    hint = os.environ.get("PYTHON_CPU_COUNT", "").strip()
+    if hint.isdigit() and int(hint) > 0:
+        cpus = int(hint)
+    elif hint and hint != "default":
+        log.warning("PYTHON_CPU_COUNT=%r is not a positive whole number; ignored", hint)
+    if not cpus:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
     quota: str | None = None
     period = ""
     try:
