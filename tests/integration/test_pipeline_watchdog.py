@@ -249,16 +249,18 @@ def _task_message(task_id: str, padding: int = 0) -> str:
 
 
 @pytest.mark.parametrize(
-    ("queued", "padding"),
-    [(3000, 200), (40, 1_500_000)],
+    ("queued", "padding", "reads"),
+    # 16 small messages a read; large ones read fewer at a time (16, 8, 4, then
+    # 2 of 1.5 MB, under the 4 MB a page may hold), where a fixed page took 3.
+    [(3000, 200, 188), (40, 1_500_000, 9)],
     ids=["many small messages", "a few of megabytes"],
 )
 def test_the_full_look_finds_tasks_wherever_they_are_in_a_long_queue(
-    pipeline: _Pipeline, queued: int, padding: int
+    pipeline: _Pipeline, queued: int, padding: int, reads: int
 ):
-    """The full look reads a queue a page at a time, the page growing over small
-    messages and shrinking over large ones: no message is skipped or read twice
-    as the page changes size."""
+    """The full look reads a queue a page at a time, fewer messages a page while
+    they are large: no message is skipped or read twice as the page changes
+    size, and a page never holds more than 16."""
     at = sorted({0, 1, 15, 16, 17, 47, 48, queued // 3, queued // 2 + 1, queued - 2, queued - 1})
     ids = [f"task-{i}" for i in range(queued)]
     pipe = pipeline.broker.pipeline()
@@ -275,44 +277,58 @@ def test_the_full_look_finds_tasks_wherever_they_are_in_a_long_queue(
     watchdog = pipeline.watchdog()
     assert watchdog.held(wanted) == set(wanted) - {"never-sent"}
     assert watchdog.full_looks == len(wanted)
+    # A task never sent keeps it reading to the end of the queue.
+    assert watchdog.full_look_reads == reads
+    # Tasks found near the front end the look there; one given twice is one task.
+    first = {ids[queued - 1]: TrackedTask("ENRICH", (0,), 0.0)}
+    twice = watchdog._scripts["held"](
+        keys=["unacked", QUEUE_ENRICH], args=[ids[queued - 1], ids[queued - 1]]
+    )
+    assert twice == [[ids[queued - 1].encode()], 1]
+    watchdog.full_look_reads = 0
+    assert watchdog.held(first) == set(first)
+    assert watchdog.full_look_reads == 1
+
+
+def _running(watchdog: Watchdog, release: threading.Event) -> threading.Event:
+    """A check that holds on (inside its lock, connected) until ``release``."""
+    started = threading.Event()
+    real = watchdog._check
+
+    def held() -> dict[str, list[int]]:
+        started.set()
+        release.wait(10)
+        return real()
+
+    watchdog._check = held  # type: ignore[method-assign]
+    return started
 
 
 def test_close_waits_for_a_running_check_and_no_check_runs_after_it(pipeline: _Pipeline):
     pipeline.core.ingest("t", _items(2))
     watchdog = pipeline.watchdog()
-    started, finished = threading.Event(), threading.Event()
-    real = watchdog._check
-
-    def slow() -> dict[str, list[int]]:
-        started.set()
-        time.sleep(0.5)
-        out = real()
-        finished.set()
-        return out
-
-    watchdog._check = slow  # type: ignore[method-assign]
+    release = threading.Event()
+    started = _running(watchdog, release)
     runner = threading.Thread(target=watchdog.check)
     runner.start()
     assert started.wait(5)
+    threading.Timer(0.5, release.set).start()
+    began = time.monotonic()
     assert asyncio.run(watchdog.close()) is True
-    assert finished.is_set(), "close returned before the check it found running ended"
+    assert time.monotonic() - began >= 0.4, "close returned before the check it found ended"
     runner.join(5)
     assert not pipeline.broker.exists(f"{PREFIX}watchdog"), "the check released its lock"
+    assert watchdog._client is None
     assert watchdog.check() == {}, "a closed watchdog does not check"
     assert watchdog._client is None, "nor does it connect again"
 
 
-def test_close_gives_up_on_a_check_that_outlives_its_wait(pipeline: _Pipeline):
+def test_a_check_that_outlives_close_closes_its_own_connection(pipeline: _Pipeline):
     pipeline.core.ingest("t", _items(2))
     watchdog = pipeline.watchdog()
-    started, go_on = threading.Event(), threading.Event()
+    release = threading.Event()
+    started = _running(watchdog, release)
     errors: list[BaseException] = []
-
-    def stuck() -> dict[str, list[int]]:
-        started.set()
-        go_on.wait(10)
-        watchdog._redis()  # its next call to the broker
-        return {}
 
     def run() -> None:
         try:
@@ -320,14 +336,43 @@ def test_close_gives_up_on_a_check_that_outlives_its_wait(pipeline: _Pipeline):
         except BaseException as err:  # recorded for the assertion below
             errors.append(err)
 
-    watchdog._check = stuck  # type: ignore[method-assign]
     runner = threading.Thread(target=run)
     runner.start()
     assert started.wait(5)
     began = time.monotonic()
     assert asyncio.run(watchdog.close(wait_seconds=0.3)) is False
     assert 0.25 < time.monotonic() - began < 5
-    go_on.set()
+    client = watchdog._client
+    assert client is not None, "the running check keeps its connection"
+    release.set()
     runner.join(5)
-    assert [type(e) for e in errors] == [redis.ConnectionError]
-    assert watchdog._client is None
+    assert errors == []
+    assert not pipeline.broker.exists(f"{PREFIX}watchdog"), "it released its lock"
+    assert watchdog._client is None, "and closed its connection when it ended"
+    assert all(c._sock is None for c in client.connection_pool._available_connections)
+    assert client.connection_pool._in_use_connections == set()
+
+
+def test_a_cancelled_close_leaves_nothing_held(pipeline: _Pipeline):
+    pipeline.core.ingest("t", _items(2))
+    watchdog = pipeline.watchdog()
+    release = threading.Event()
+    started = _running(watchdog, release)
+    runner = threading.Thread(target=watchdog.check)
+    runner.start()
+    assert started.wait(5)
+
+    async def impatient() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(watchdog.close(), 0.2)
+
+    asyncio.run(impatient())
+    release.set()
+    runner.join(5)
+    assert not watchdog._checking.locked()
+    assert watchdog._idle.is_set()
+    later = threading.Thread(target=watchdog.check)
+    later.start()
+    later.join(2)
+    assert not later.is_alive(), "a later check is not blocked by the cancelled close"
+    assert asyncio.run(watchdog.close(wait_seconds=1)) is True

@@ -398,18 +398,19 @@ return {held, oldest}
 )
 
 # The full look: which of the task ids (ARGV) are in the unacknowledged hash
-# (KEYS[1]) or anywhere in the queues (the other KEYS). It reads every queued
-# message (about 0.3-0.4 s per 100 MB of queue, during which Redis serves no one
-# else), so it runs only for tasks the first look could not place.
+# (KEYS[1]) or anywhere in the queues (the other KEYS), and how many list reads
+# it took. It reads every queued message (about 0.3-0.4 s per 100 MB of queue,
+# during which Redis serves no one else), so it runs only for tasks the first
+# look could not place, and stops as soon as it has found them all.
 #
-# A queue is read a page at a time, so that a page of messages of megabytes of
-# vectors each stays small in the script's memory. Each LRANGE walks from the
-# nearer end of the list to its page, so a fixed small page over a long queue of
-# small messages costs the square of its length: a page grows (doubling, up to
-# MAX_PAGE messages) while what it read stays under PAGE_BYTES, and shrinks
-# (halving, down to 1) when it read more. Stops as soon as every task is found.
+# A queue is read a page at a time: LRANGE's reply, and its copy in the script,
+# are held whole. A page is at most 16 messages, and halves (down to 1) while
+# the last one read more than PAGE_BYTES, doubling back while it read under
+# half that: index tasks carry megabytes of vectors each. The size of the
+# messages to come is unknown until they are read, so a page never grows past
+# 16, the most any page can hold being 16 of the largest message.
 _FULL_LOOK_PAGE_BYTES = 4 << 20
-_FULL_LOOK_MAX_PAGE = 4096
+_FULL_LOOK_MAX_PAGE = 16
 _HELD_SCRIPT = (
     _LOOK
     + f"""
@@ -418,8 +419,11 @@ local MAX_PAGE = {_FULL_LOOK_MAX_PAGE}
 """
     + """
 local want = {}
-local left = #ARGV
-for i = 1, #ARGV do want[ARGV[i]] = true end
+local left = 0
+for i = 1, #ARGV do
+  if not want[ARGV[i]] then left = left + 1 end
+  want[ARGV[i]] = true
+end
 local found = {}
 local function look(message)
   local id = task_id(message)
@@ -430,17 +434,19 @@ local function look(message)
   end
 end
 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do look(v) end
+local reads = 0
 for k = 2, #KEYS do
   local n = redis.call('LLEN', KEYS[k])
-  local start, page = 0, 16
+  local start, page = 0, MAX_PAGE
   while start < n and left > 0 do
-    local bytes = 0
     local got = redis.call('LRANGE', KEYS[k], start, start + page - 1)
+    reads = reads + 1
+    if #got == 0 then break end
+    local bytes = 0
     for _, v in ipairs(got) do
       look(v)
       bytes = bytes + #v
     end
-    if #got == 0 then break end
     start = start + #got
     if bytes > PAGE_BYTES then
       page = math.max(1, math.floor(page / 2))
@@ -449,7 +455,7 @@ for k = 2, #KEYS do
     end
   end
 end
-return found
+return {found, reads}
 """
 )
 
@@ -533,11 +539,15 @@ class Watchdog:
         self._queued: dict[str, float] = {}  # task id -> last found by a full look
         self._last: float | None = None
         self._stopping = False
-        # Held by a check while it runs: ``close`` waits on it.
+        # One check at a time; ``_idle`` is clear while one runs, for ``close``.
         self._checking = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
         self._task: asyncio.Task[None] | None = None
-        #: Tasks looked for in whole queues, over this watchdog's life.
+        #: Tasks looked for in whole queues, and the list reads (LRANGE) that
+        #: took, over this watchdog's life.
         self.full_looks = 0
+        self.full_look_reads = 0
 
     def _redis(self) -> Any:
         if self._client is None:
@@ -566,7 +576,8 @@ class Watchdog:
         self.full_looks += len(tasks)
         stages = sorted({t.stage for t in tasks.values()})
         keys = [self._unacked, *(k for stage in stages for k in self._lists.get(stage, []))]
-        found = self._scripts["held"](keys=keys, args=list(tasks))
+        found, reads = self._scripts["held"](keys=keys, args=list(tasks))
+        self.full_look_reads += int(reads)
         return {_text(f) for f in found}
 
     def _held_of(self, tasks: Mapping[str, TrackedTask]) -> set[str]:
@@ -610,14 +621,30 @@ class Watchdog:
         with self._checking:
             if self._stopping:
                 return {}
-            token = uuid.uuid4().hex
-            ttl_ms = int(max(120.0, 10 * self.interval) * 1000)
-            if not self._redis().set(self._lock, token, nx=True, px=ttl_ms):
-                return {}
+            self._idle.clear()
             try:
-                return self._check()
+                client = self._redis()
+                release = self._scripts["release"]
+                token = uuid.uuid4().hex
+                ttl_ms = int(max(120.0, 10 * self.interval) * 1000)
+                if not client.set(self._lock, token, nx=True, px=ttl_ms):
+                    return {}
+                try:
+                    return self._check()
+                finally:
+                    release(keys=[self._lock], args=[token], client=client)
             finally:
-                self._scripts["release"](keys=[self._lock], args=[token])
+                if self._stopping:
+                    # ``close`` stopped waiting for this check: its connection
+                    # is closed here, once the check is done with it.
+                    self._disconnect()
+                self._idle.set()
+
+    def _disconnect(self) -> None:
+        client, self._client = self._client, None
+        self._scripts = {}
+        if client is not None:
+            client.close()
 
     def _jobs(self, wall: float) -> dict[str, str]:
         """The open jobs to look at, with their tenants."""
@@ -735,24 +762,24 @@ class Watchdog:
     async def close(self, wait_seconds: float = 10.0) -> bool:
         """Stops the checks. A check running in its thread stops before its next
         job; this waits for it up to ``wait_seconds`` (a job being sent again is
-        sent whole), then closes the connection. False when the check was still
-        running then (logged): it fails at its next call to the broker."""
+        sent whole) and closes the broker connection. False when the check was
+        still running then (logged): it closes the connection itself when it
+        ends, and the job store, which the caller closes next, may be read by
+        it once more."""
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        idle = await asyncio.to_thread(self._checking.acquire, timeout=wait_seconds)
+        # Waiting on an event: a close that is itself cancelled leaves nothing held.
+        idle = await asyncio.to_thread(self._idle.wait, wait_seconds)
         if idle:
-            self._checking.release()
+            self._disconnect()
         else:
             log.warning(
                 "the pipeline watchdog's check was still running %.0f s after shutdown began; "
-                "closing its connection",
+                "it closes its broker connection when it ends",
                 wait_seconds,
             )
-        if self._client is not None:
-            self._client.close()
-            self._client = None
         return idle
