@@ -317,11 +317,15 @@ def test_available_cpus_reads_a_cgroup_v1_quota_without_cpu_max(
     ("hint", "cpu_max", "expected"),
     [
         ("2", "max 100000", 2),  # a pod with a request and no limit: its share, not the node's
-        ("8", "max 100000", 8),  # an override, as CPython 3.13 takes it
+        ("8", "max 100000", 8),
         ("8", "200000 100000", 2),  # still capped by a quota
+        ("128", "max 100000", 64),  # and by the affinity
         ("default", "max 100000", 64),
         ("0", "max 100000", 64),
         ("two", "max 100000", 64),
+        ("\u00b2", "max 100000", 64),  # str.isdigit() says yes; int() says no
+        ("\u0663", "max 100000", 64),  # an Arabic-Indic 3
+        ("2.0", "max 100000", 64),
         (" 3 ", "max 100000", 3),
     ],
 )
@@ -339,8 +343,21 @@ def test_available_cpus_takes_python_cpu_count_before_the_affinity(
     quota.write_text(cpu_max)
     with caplog.at_level("WARNING", logger=embedding.__name__):
         assert embedding.available_cpus(quota, tmp_path / "no-v1") == expected
-    ignored = hint.strip() in ("0", "two")
+    ignored = hint.strip() not in ("2", "8", "128", "default", "3")
     assert ("PYTHON_CPU_COUNT" in caplog.text) == ignored
+
+
+def test_the_machine_size_is_not_python_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From CPython 3.13, os.cpu_count() returns PYTHON_CPU_COUNT: a process held
+    to 2 CPUs by it would then look like the whole machine, and ONNX Runtime
+    would take its default pool of every core."""
+    monkeypatch.setattr(os, "sysconf", lambda name: 64)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # as 3.13 with PYTHON_CPU_COUNT=2
+    assert embedding._machine_cpus() == 64
+    monkeypatch.setattr(embedding, "available_cpus", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # type: ignore[arg-type]
+    assert embedding._default_threads() == 2
 
 
 class _Torch:
@@ -381,5 +398,5 @@ def test_onnx_threads_default_to_the_cpus_the_process_may_use(
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", omp)
     monkeypatch.setattr(embedding, "available_cpus", lambda: cpus)
-    monkeypatch.setattr(os, "cpu_count", lambda: machine)
+    monkeypatch.setattr(embedding, "_machine_cpus", lambda: machine)
     assert embedding._default_threads() == expected

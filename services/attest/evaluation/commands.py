@@ -492,16 +492,17 @@ def tune_fusion_command(
             + (f"best with KG {with_kg:.4f}  " if with_kg is not None else "")
             + f"without KG {pooled['tuned_without_kg']:.4f}"
         )
+        # On standard output, so that a report kept in a file keeps the warning.
         if pooled["queries"] < FEW_QUERIES:
             click.echo(
                 f"warning: {name}: {pooled['queries']} queries: read the intervals below as "
                 f"rough (a percentile bootstrap on fewer than {FEW_QUERIES} queries runs "
-                "narrower than 95 %)",
-                err=True,
+                "narrower than 95 %)"
             )
         for pair, d in pooled["differences"].items():
             low, high = d["ci95"]
             differing = d.get("differing")
+            few = differing is not None and 0 < differing < FEW_QUERIES
             click.echo(
                 f"  {pair}: {d['mean']:+.4f} (95% bootstrap interval {low:+.4f} to {high:+.4f}"
                 + (
@@ -510,6 +511,7 @@ def tune_fusion_command(
                     else ""
                 )
                 + ")"
+                + ("  [rough: the interval rests on those few]" if few else "")
             )
     for name, by_pair in report.get("repeated", {}).items():  # type: ignore[attr-defined]
         for pair, r in by_pair.items():

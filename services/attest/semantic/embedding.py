@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -437,9 +438,9 @@ def available_cpus(
     cpu_max: Path = Path("/sys/fs/cgroup/cpu.max"),
     cfs: Path = Path("/sys/fs/cgroup/cpu"),
 ) -> int:
-    """The CPUs this process may use: ``PYTHON_CPU_COUNT`` when it is a positive
-    whole number (CPython 3.13's variable for this, read here on every version),
-    else its affinity (a container's cpuset); capped by its cgroup's CPU quota
+    """The CPUs this process may use: its affinity (a container's cpuset), capped
+    by ``PYTHON_CPU_COUNT`` when that is a positive whole number (CPython 3.13's
+    variable for this, read here on every version) and by its cgroup's CPU quota
     (what ``resources.limits.cpu`` in Kubernetes and ``--cpus`` in Docker set),
     rounded up. The quota is read from cgroup v2's ``cpu.max``, else from cgroup
     v1's ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us`` under ``cfs`` (-1: no
@@ -450,17 +451,15 @@ def available_cpus(
     request, so that such a pod on a 64-core node does not run 64 forward
     passes at once (``OnnxEncoder.slots``), each holding a batch's activations
     in memory."""
-    cpus = 0
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = _machine_cpus() or 1
     hint = os.environ.get("PYTHON_CPU_COUNT", "").strip()
-    if hint.isdigit() and int(hint) > 0:
-        cpus = int(hint)
+    if re.fullmatch(r"[0-9]+", hint) and int(hint) > 0:
+        cpus = min(cpus, int(hint))
     elif hint and hint != "default":
         log.warning("PYTHON_CPU_COUNT=%r is not a positive whole number; ignored", hint)
-    if not cpus:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cpus = os.cpu_count() or 1
     quota: str | None = None
     period = ""
     try:
@@ -477,6 +476,16 @@ def available_cpus(
     except (ValueError, ZeroDivisionError):
         pass
     return cpus
+
+
+def _machine_cpus() -> int | None:
+    """The machine's online CPUs. Not ``os.cpu_count()``, which from CPython 3.13
+    on returns ``PYTHON_CPU_COUNT`` when it is set."""
+    try:
+        online = os.sysconf("SC_NPROCESSORS_ONLN")
+    except (AttributeError, ValueError, OSError):
+        online = -1
+    return online if online > 0 else os.cpu_count()
 
 
 def _default_threads() -> int:
@@ -498,7 +507,7 @@ def _default_threads() -> int:
     get_threads = getattr(torch, "get_num_threads", None)  # None while torch imports
     threads = int(get_threads()) if get_threads is not None else 0
     cpus = available_cpus()
-    if cpus < (os.cpu_count() or cpus):
+    if cpus < (_machine_cpus() or cpus):
         return min(threads, cpus) if threads > 0 else cpus
     return threads
 
