@@ -440,6 +440,7 @@ def eval_ir(
     concurrency: int,
 ) -> None:
     """Index a BEIR data set through the service API; print nDCG@10, MRR@10, Recall@100."""
+    from attest.evaluation.commands import check_output, warn_unasked, write_whole
     from attest.evaluation.ir import DatasetError, load_dataset
     from attest.evaluation.runner import BackendName, default_cache_dir, run_ir_eval
     from attest.retrieval.fusion import FusionSettingsError, load_fusion_settings
@@ -450,10 +451,12 @@ def eval_ir(
         tuned = load_fusion_settings(fusion_settings)
     except (DatasetError, FusionSettingsError) as exc:
         raise click.ClickException(str(exc)) from exc
+    warn_unasked(data, "every figure")
     label = "remote" if address else backend
     if retriever in ("dense", "kg", "kg_enhanced"):
         label = "remote" if semantic_address else "qdrant-edge"
     output = output or Path(".attest") / "eval" / f"{data.name}-{retriever}-{label}.json"
+    check_output(output)
     cache_dir = default_cache_dir(data) if cache else None
     with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
         try:
@@ -474,8 +477,7 @@ def eval_ir(
         except DatasetError as exc:
             raise click.ClickException(str(exc)) from exc
     result.update({"dataset": data.name, "retriever": retriever, "backend": label})
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    write_whole(output, json.dumps(result, indent=2) + "\n")
     rows = result["retrievers"] if retriever == "all" else {retriever: result}
     for name, m in rows.items():
         click.echo(

@@ -4,6 +4,7 @@ numeric-tolerant recall, re-search), RGB negatives, the demo's labels and output
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,7 @@ from attest.evaluation.commands import demo_summary
 from attest.evaluation.pooled import ask_streamed
 from attest.evaluation.qa import (
     Answered,
+    QADatasetError,
     QAItem,
     QAPassage,
     RevisionLog,
@@ -468,6 +470,79 @@ def test_convert_rgb_command_writes_the_negatives_only_set(tmp_path: Path) -> No
     assert "wrote 1 questions" in result.output
     (item,) = load_qa(target)
     assert [p.gold for p in item.passages] == [False, False]
+
+
+@pytest.mark.parametrize(
+    ("second_line", "error"),
+    [
+        (b'{"id": 9, "query": "caf\xe9?", "answer": "x"}', r"rgb\.json:2: not UTF-8"),
+        (b'{"id": 9, "query": "cut off', r"rgb\.json:2: not an RGB line"),
+        (b'{"id": 9, "answer": "x"}', r"rgb\.json:2: not an RGB line \(KeyError\('query'\)\)"),
+    ],
+)
+def test_convert_rgb_leaves_the_target_alone_when_the_source_is_bad(
+    tmp_path: Path, second_line: bytes, error: str
+) -> None:
+    source = tmp_path / "rgb.json"
+    first = json.dumps({"id": 1, "query": "Q?", "answer": "A", "positive": ["A."]})
+    source.write_bytes(first.encode() + b"\n" + second_line + b"\n")
+    target = tmp_path / "keep.jsonl"
+    target.write_text('{"precious": true}\n')
+    result = CliRunner().invoke(main, ["eval", "convert-rgb", str(source), str(target)])
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert re.search(error, result.output), result.output
+    assert target.read_text() == '{"precious": true}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.jsonl", "rgb.json"]
+
+
+def test_load_qa_names_a_line_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(b'{"id": "a", "question": "caf\xe9?"}\n')
+    with pytest.raises(QADatasetError, match=r"latin\.jsonl:1: not UTF-8 \(byte 29"):
+        load_qa(path)
+
+
+def test_convert_demo_does_not_overwrite_a_folder_without_being_told(tmp_path: Path) -> None:
+    target = tmp_path / "beir"
+    target.mkdir()
+    (target / "corpus.jsonl").write_text("mine\n")
+    out = CliRunner().invoke(main, ["eval", "convert-demo", str(target)])
+    assert out.exit_code == 1
+    assert "already there: give --overwrite" in out.output
+    assert (target / "corpus.jsonl").read_text() == "mine\n"
+    out = CliRunner().invoke(main, ["eval", "convert-demo", str(target), "--overwrite"])
+    assert out.exit_code == 0, out.output
+    assert (target / "corpus.jsonl").read_text() != "mine\n"
+
+
+@pytest.mark.parametrize("command", ["ir", "tune-fusion", "convert-rgb"])
+def test_an_output_under_a_file_is_refused_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    target = str(tmp_path / "afile" / "out.json")
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    (beir / "queries.jsonl").write_text('{"_id": "q1", "text": "x"}\n')
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+
+    def no_work(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the output was not checked first")
+
+    monkeypatch.setattr("attest.evaluation.runner.run_ir_eval", no_work)
+    monkeypatch.setattr("attest.evaluation.runner.signal_lists", no_work)
+    monkeypatch.setattr("attest.evaluation.qa.convert_rgb", no_work)
+    args = {
+        "ir": ["eval", "ir", "--dataset", str(beir), "--output", target],
+        "tune-fusion": ["eval", "tune-fusion", "--dataset", str(beir), "--output", target],
+        "convert-rgb": ["eval", "convert-rgb", str(beir / "queries.jsonl"), target],
+    }[command]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 1, out.output
+    assert f"cannot write {target}: {tmp_path / 'afile'} is not a folder" in out.output
 
 
 def test_load_qa_reads_answer_parts_and_answerability(tmp_path: Path) -> None:

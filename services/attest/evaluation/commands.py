@@ -42,18 +42,34 @@ def _output(output: Path | None, name: str) -> Path:
     return output or Path(".attest") / "eval" / f"{name}.json"
 
 
-def _write(path: Path, record: dict[str, Any]) -> None:
-    """Write ``record`` whole or not at all: a file already there (the services'
+def check_output(path: Path) -> None:
+    """Refuses, before any work, an output path that cannot be a file: a folder,
+    or under something that is a file."""
+    if path.is_dir():
+        raise click.ClickException(f"cannot write {path}: it is a folder")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise click.ClickException(f"cannot write {path}: {parent} is not a folder")
+            break
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` whole or not at all: a file already there (the services'
     settings, say) is replaced only once the new one is complete."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise click.ClickException(f"cannot write {path}: {exc}") from exc
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    write_whole(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
 
 
 def _check_pooled_mode(mode: str) -> None:
@@ -298,16 +314,18 @@ def demo_summary(records: list[dict[str, Any]]) -> list[str]:
     "unanswerable (the right answer is insufficient information).",
 )
 def convert_rgb_command(source: Path, target: Path, negatives_only: bool) -> None:
-    """Convert RGB's en_fact.json into the QA JSONL of ``attest eval qa``."""
-    from attest.evaluation.qa import convert_rgb
+    """Convert RGB's en_fact.json into the QA JSONL of ``attest eval qa``.
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with target.open("w", encoding="utf-8") as handle:
-        for row in convert_rgb(source, negatives_only=negatives_only):
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-    click.echo(f"wrote {count} questions to {target}")
+    TARGET is written whole, and only once all of SOURCE has been read."""
+    from attest.evaluation.qa import QADatasetError, convert_rgb
+
+    check_output(target)
+    try:
+        rows = list(convert_rgb(source, negatives_only=negatives_only))
+    except QADatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    write_whole(target, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    click.echo(f"wrote {len(rows)} questions to {target}")
 
 
 @click.command(name="fit-judge")
@@ -356,7 +374,8 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
 
 @click.command(name="convert-demo")
 @click.argument("target", type=click.Path(file_okay=False, path_type=Path))
-def convert_demo_command(target: Path) -> None:
+@click.option("--overwrite", is_flag=True, help="Replace the BEIR files TARGET already holds.")
+def convert_demo_command(target: Path, overwrite: bool) -> None:
     """Write the demo sample and its labelled questions as a BEIR folder TARGET.
 
     Each answerable question is a query and its supporting articles are its
@@ -365,7 +384,20 @@ def convert_demo_command(target: Path) -> None:
     """
     from attest.demo.labels import write_beir
 
-    docs, queries = write_beir(target)
+    present = [
+        str(target / name)
+        for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+        if (target / name).exists()
+    ]
+    if present and not overwrite:
+        raise click.ClickException(
+            f"{', '.join(present)} already there: give --overwrite to replace them, "
+            "or another folder"
+        )
+    try:
+        docs, queries = write_beir(target)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc}") from exc
     click.echo(f"wrote {docs} documents and {queries} judged queries to {target}")
 
 
@@ -437,6 +469,7 @@ def tune_fusion_command(
     linked: dict[str, tuple[int, int] | None] = {}
     try:
         # What would fail the fit is checked before anything is indexed.
+        check_output(_output(output, "fusion"))
         loaded = [load_dataset(root) for root in datasets]
         _check_tuning_sets(loaded)
         for data in loaded:
@@ -562,17 +595,7 @@ def _check_tuning_sets(sets: Sequence[Dataset]) -> None:
                 f"fitting by halves and choosing a family by halves of those needs at least "
                 f"{MIN_QUERIES}"
             )
-        unasked = [
-            q
-            for q, rels in data.qrels.items()
-            if q not in data.queries and any(v > 0 for v in rels.values())
-        ]
-        if unasked:
-            click.echo(
-                f"warning: {data.name}: {len(unasked)} queries with a positive judgment are "
-                f"not in queries.jsonl (e.g. {sorted(unasked)[0]}) and are left out of the fit",
-                err=True,
-            )
+        warn_unasked(data, "the fit")
         unknown = sorted(
             (q, d) for q in positive for d, v in data.qrels[q].items() if v > 0 and d not in ids
         )
@@ -583,6 +606,16 @@ def _check_tuning_sets(sets: Sequence[Dataset]) -> None:
                 f"corpus lacks (e.g. query {q}: {d}); no fusion can find them",
                 err=True,
             )
+
+
+def warn_unasked(data: Dataset, left_out_of: str) -> None:
+    """Says which judged queries queries.jsonl lacks (``Dataset.unasked``)."""
+    if data.unasked:
+        click.echo(
+            f"warning: {data.name}: {len(data.unasked)} queries with a positive judgment are "
+            f"not in queries.jsonl (e.g. {data.unasked[0]}) and are left out of {left_out_of}",
+            err=True,
+        )
 
 
 def _short(settings: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytrec_eval
 
@@ -27,11 +28,46 @@ class CorpusDoc:
     text: str
 
 
+def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers; blank lines and a
+    leading byte order mark are skipped, anything else unreadable is a
+    ``DatasetError`` naming the line."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(
+                    f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)"
+                ) from exc
+            if n == 1:
+                line = line.removeprefix("\ufeff")
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{n}: not JSON ({exc.msg}, column {exc.colno})") from exc
+            if not isinstance(obj, dict):
+                raise DatasetError(f"{path}:{n}: expected a JSON object")
+            if obj.get("_id") in (None, ""):
+                raise DatasetError(f"{path}:{n}: no '_id'")
+            yield n, obj
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
 @dataclass(frozen=True)
 class Dataset:
     root: Path
     queries: dict[str, str]
+    # Judgments of the queries in ``queries``; see ``unasked`` for the others.
     qrels: dict[str, dict[str, int]]
+    # Queries with a positive judgment that queries.jsonl does not hold: they
+    # cannot be asked, so they are kept out of ``qrels`` and every figure.
+    unasked: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -46,41 +82,50 @@ class Dataset:
             return sum(1 for line in f if line.strip())
 
     def corpus(self) -> Iterator[CorpusDoc]:
-        with self.corpus_path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    raw = json.loads(line)
-                    yield CorpusDoc(str(raw["_id"]), raw.get("title") or "", raw.get("text") or "")
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise DatasetError(f"{self.corpus_path}:{n}: {exc}") from exc
+        for _, raw in _objects(self.corpus_path):
+            yield CorpusDoc(str(raw["_id"]), _text(raw.get("title")), _text(raw.get("text")))
 
     def judged_queries(self) -> dict[str, str]:
         return {qid: text for qid, text in self.queries.items() if qid in self.qrels}
 
 
 def load_dataset(root: Path, split: str = "test") -> Dataset:
+    """Reads and checks a BEIR folder: every line of its files readable, no id
+    given twice, at least one document."""
     corpus = root / "corpus.jsonl"
     queries_path = root / "queries.jsonl"
     qrels_path = root / "qrels" / f"{split}.tsv"
     for path in (corpus, queries_path, qrels_path):
         if not path.is_file():
             raise DatasetError(f"{path} is missing; expected a BEIR folder")
+    documents: dict[str, int] = {}
+    for n, raw in _objects(corpus):
+        first = documents.setdefault(str(raw["_id"]), n)
+        if first != n:
+            raise DatasetError(f"{corpus}:{n}: document id {raw['_id']!r} is also on line {first}")
+    if not documents:
+        raise DatasetError(f"{corpus} holds no documents")
     queries: dict[str, str] = {}
-    with queries_path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    raw = json.loads(line)
-                    queries[str(raw["_id"])] = str(raw["text"])
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise DatasetError(f"{queries_path}:{n}: {exc}") from exc
+    lines: dict[str, int] = {}
+    for n, raw in _objects(queries_path):
+        qid = str(raw["_id"])
+        if qid in lines:
+            raise DatasetError(f"{queries_path}:{n}: query id {qid!r} is also on line {lines[qid]}")
+        if not isinstance(raw.get("text"), str):
+            raise DatasetError(f"{queries_path}:{n}: no 'text'")
+        lines[qid] = n
+        queries[qid] = raw["text"]
     qrels: dict[str, dict[str, int]] = {}
-    with qrels_path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            parts = line.rstrip("\n").split("\t")
+    with qrels_path.open("rb") as f:
+        for n, raw_line in enumerate(f, 1):
+            try:
+                line = raw_line.decode("utf-8").removeprefix("\ufeff" if n == 1 else "")
+            except UnicodeDecodeError as exc:
+                raise DatasetError(f"{qrels_path}:{n}: not UTF-8") from exc
+            parts = line.rstrip("\r\n").split("\t")
             if n == 1 and parts[0] == "query-id":
+                continue
+            if not line.strip():
                 continue
             if len(parts) != 3:
                 raise DatasetError(f"{qrels_path}:{n}: expected 3 tab-separated columns")
@@ -88,7 +133,13 @@ def load_dataset(root: Path, split: str = "test") -> Dataset:
                 qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
             except ValueError as exc:
                 raise DatasetError(f"{qrels_path}:{n}: {exc}") from exc
-    return Dataset(root=root, queries=queries, qrels=qrels)
+    unasked = tuple(
+        sorted(
+            q for q, rels in qrels.items() if q not in queries and any(v > 0 for v in rels.values())
+        )
+    )
+    asked = {q: rels for q, rels in qrels.items() if q in queries}
+    return Dataset(root=root, queries=queries, qrels=asked, unasked=unasked)
 
 
 Run = dict[str, dict[str, float]]

@@ -123,35 +123,47 @@ class QAItem:
         return self.answerable and any(p.gold for p in self.passages)
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a UTF-8 file with their numbers; a line that is
+    not UTF-8 is a ``QADatasetError`` naming it."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise QADatasetError(
+                    f"{path}:{number}: not UTF-8 (byte {exc.start + 1} of the line)"
+                ) from exc
+            if number == 1:
+                line = line.removeprefix("\ufeff")
+            if line.strip():
+                yield number, line
+
+
 def load_qa(path: Path) -> list[QAItem]:
     items = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                passages = tuple(
-                    QAPassage(
-                        str(p["id"]), str(p.get("title", "")), str(p["text"]), bool(p["gold"])
-                    )
-                    for p in row["passages"]
-                )
-                item = QAItem(
-                    str(row["id"]),
-                    str(row["question"]),
-                    tuple(str(a) for a in row["answers"]),
-                    passages,
-                    tuple(tuple(str(a) for a in part) for part in row.get("answer_parts") or ()),
-                    bool(row.get("answerable", True)),
-                )
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise QADatasetError(f"{path}:{number}: not a QA line ({exc})") from exc
-            if not item.question.strip() or not item.passages:
-                raise QADatasetError(f"{path}:{number}: needs a question and passages")
-            if any(not part for part in item.answer_parts):
-                raise QADatasetError(f"{path}:{number}: an empty answer part")
-            items.append(item)
+    for number, line in _lines(path):
+        try:
+            row = json.loads(line)
+            passages = tuple(
+                QAPassage(str(p["id"]), str(p.get("title", "")), str(p["text"]), bool(p["gold"]))
+                for p in row["passages"]
+            )
+            item = QAItem(
+                str(row["id"]),
+                str(row["question"]),
+                tuple(str(a) for a in row["answers"]),
+                passages,
+                tuple(tuple(str(a) for a in part) for part in row.get("answer_parts") or ()),
+                bool(row.get("answerable", True)),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise QADatasetError(f"{path}:{number}: not a QA line ({exc})") from exc
+        if not item.question.strip() or not item.passages:
+            raise QADatasetError(f"{path}:{number}: needs a question and passages")
+        if any(not part for part in item.answer_parts):
+            raise QADatasetError(f"{path}:{number}: an empty answer part")
+        items.append(item)
     if not items:
         raise QADatasetError(f"{path}: no questions")
     return items
@@ -201,31 +213,32 @@ def convert_rgb(path: Path, *, negatives_only: bool = False) -> Iterator[dict[st
     ``negatives_only``: RGB's negative-rejection protocol, each question with
     only its negative passages, marked unanswerable (a question without
     negatives is left out)."""
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
+    for number, line in _lines(path):
+        try:
             row = json.loads(line)
             qid = str(row["id"])
-            positives = [] if negatives_only else row.get("positive", [])
-            passages = [
-                {"id": f"{qid}-p{i}", "title": "", "text": t, "gold": True}
-                for i, t in enumerate(positives)
-            ] + [
-                {"id": f"{qid}-n{i}", "title": "", "text": t, "gold": False}
-                for i, t in enumerate(row.get("negative", []))
-            ]
-            if not passages:
-                continue
-            out: dict[str, Any] = {
-                "id": qid,
-                "question": row["query"],
-                "answers": _answers(row["answer"]),
-                "passages": passages,
-            }
-            if negatives_only:
-                out["answerable"] = False
-            yield out
+            query, answer = row["query"], row["answer"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise QADatasetError(f"{path}:{number}: not an RGB line ({exc!r})") from exc
+        positives = [] if negatives_only else row.get("positive", [])
+        passages = [
+            {"id": f"{qid}-p{i}", "title": "", "text": t, "gold": True}
+            for i, t in enumerate(positives)
+        ] + [
+            {"id": f"{qid}-n{i}", "title": "", "text": t, "gold": False}
+            for i, t in enumerate(row.get("negative", []))
+        ]
+        if not passages:
+            continue
+        out: dict[str, Any] = {
+            "id": qid,
+            "question": query,
+            "answers": _answers(answer),
+            "passages": passages,
+        }
+        if negatives_only:
+            out["answerable"] = False
+        yield out
 
 
 # --- answer matching ---------------------------------------------------------
