@@ -185,7 +185,12 @@ def main() -> None:
 @click.argument("service", type=click.Choice([*SERVICES, "all", "llm"]))
 @click.option("--host", default=None, help="Listen address (default from settings).")
 @click.option("--port", type=int, default=None, help="Listen port; 0 picks a free one.")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded state.",
+)
 @click.option(
     "--embedded",
     is_flag=True,
@@ -489,7 +494,12 @@ def eval_ir(
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded state.",
+)
 @click.option("--top-k", type=click.IntRange(1, 20), default=3, show_default=True)
 @click.option(
     "--llm",

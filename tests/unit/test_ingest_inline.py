@@ -181,3 +181,40 @@ def test_cli_ingests_a_folder_and_reports(tmp_path: Path):
     third = runner.invoke(ingest_command, [str(docs), "--data-dir", str(tmp_path / "state")])
     assert third.exit_code == 0, third.output
     assert "ingested 0  updated 0  unchanged 2  failed 0" in third.output
+
+
+async def test_a_later_item_with_the_same_id_supersedes_an_earlier_one(embedded: Assembly):
+    lines = [
+        b'{"id": "x", "body": "First version of the story about water use."}',
+        b'{"id": "y", "body": "Another story about emissions."}',
+        b'{"id": "x", "body": "Second, different version about emissions."}',
+    ]
+    job = await _run(embedded, _items(lines))
+    p = job.progress
+    assert job.state == "DONE"
+    assert (p.received, p.created, p.unchanged, p.superseded, p.failed) == (3, 2, 1, 1, 0)
+    assert p.finished == p.received
+    sinks = embedded.core.sinks
+    assert isinstance(sinks, LocalSinks)
+    hits = await sinks.lexical.search(
+        TENANT, SearchQuery(text="water", top_k=10, level=Level.PASSAGE)
+    )
+    assert hits == [], "the earlier version of x is not what is stored"
+    hits = await sinks.lexical.search(
+        TENANT, SearchQuery(text="Second different version", top_k=10, level=Level.PASSAGE)
+    )
+    assert [h.doc_id for h in hits] == ["x"]
+    # Sent again without the duplicate: nothing is superseded, x is unchanged.
+    again = await _run(embedded, _items(lines[1:]))
+    assert (again.progress.unchanged, again.progress.superseded) == (2, 0)
+
+
+def test_cli_says_which_unchanged_records_were_superseded(tmp_path: Path):
+    source = tmp_path / "dup.jsonl"
+    source.write_text(
+        '{"id": "x", "body": "First version."}\n{"id": "x", "body": "Second version."}\n'
+    )
+    out = CliRunner().invoke(ingest_command, [str(source), "--data-dir", str(tmp_path / "state")])
+    assert out.exit_code == 0, out.output
+    assert "received 2  ingested 1  updated 0  unchanged 1  failed 0" in out.output
+    assert "of the unchanged, 1 had an id that a later record of the input has too" in out.output

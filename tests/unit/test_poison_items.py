@@ -171,3 +171,39 @@ def _stage_items() -> dict[tuple[str, str], float]:
             ("index", "failed"),
         )
     }
+
+
+def test_a_failed_call_to_the_ingest_service_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import grpc
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise grpc.aio.AioRpcError(
+            grpc.StatusCode.NOT_FOUND,
+            grpc.aio.Metadata(),
+            grpc.aio.Metadata(),
+            details="no job 'nosuchjob'",
+        )
+
+    monkeypatch.setattr("attest.ingest.commands._remote_failures", refused)
+    out = CliRunner().invoke(ingest_command, ["failures", "nosuchjob", "--address", "127.0.0.1:1"])
+    assert out.exit_code == 1
+    assert out.output.strip() == "Error: NOT_FOUND: no job 'nosuchjob'"
+
+
+def test_ingest_help_lists_what_ingesting_a_path_takes() -> None:
+    out = CliRunner().invoke(ingest_command, ["--help"])
+    assert out.exit_code == 0
+    for option in ("--address", "--data-dir", "--batch-size", "--show-failures"):
+        assert option in out.output
+    assert "--help" in out.output
+    assert out.output.count("--help") == 1
+
+
+def test_a_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "one.jsonl").write_text('{"id": "a", "body": "x"}\n')
+    out = CliRunner().invoke(
+        ingest_command, [str(tmp_path / "one.jsonl"), "--data-dir", str(tmp_path / "afile")]
+    )
+    assert out.exit_code == 2
+    assert "is a file" in out.output

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from tqdm import tqdm
@@ -17,6 +17,8 @@ from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings, MiB
 from attest.ingest.readers import RawItem, count_items, read_path
 from attest.ingest.state import FailureRecord
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from attest.ingest.settings import IngestSettings
@@ -37,6 +39,8 @@ class Report:
     unchanged: int = 0
     failed: int = 0
     passages: int = 0
+    # Of unchanged: replaced by a later record of the input with the same id.
+    superseded: int = 0
     failures: list[tuple[str, str, str, str]] = field(default_factory=list)  # origin, id, code, why
 
     def lines(self, show: int) -> list[str]:
@@ -45,6 +49,11 @@ class Report:
             f"  received {self.received:,}  ingested {self.created:,}  updated {self.updated:,}  "
             f"unchanged {self.unchanged:,}  failed {self.failed:,}  passages {self.passages:,}",
         ]
+        if self.superseded:
+            out.append(
+                f"  of the unchanged, {self.superseded:,} had an id that a later record of the "
+                "input has too: the later one is the version stored"
+            )
         for origin, doc_id, code, reason in self.failures[:show]:
             where = f"{origin} ({doc_id})" if doc_id else origin
             out.append(f"  failed {where}: {code} {reason}")
@@ -105,6 +114,7 @@ async def run_embedded(path: Path, data_dir: Path, batch: int, total: int) -> Re
             created=p.created,
             updated=p.updated,
             unchanged=p.unchanged,
+            superseded=p.superseded,
             failed=p.failed,
             passages=p.passages_indexed,
             failures=[(f.origin, f.doc_id, f.code, f.reason) for f in job.failures],
@@ -169,12 +179,26 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
             created=p.created,
             updated=p.updated,
             unchanged=p.unchanged,
+            superseded=p.superseded,
             failed=p.failed + len(local_failures),
             passages=p.passages_indexed,
             failures=failures,
         )
     finally:
         await channel.close()
+
+
+def _run_remote(call: Coroutine[Any, Any, T]) -> T:
+    """Runs a client of the services; a failed call is one line, not a traceback."""
+    import grpc
+
+    from attest.core.rpc_errors import from_rpc
+
+    try:
+        return asyncio.run(call)
+    except grpc.aio.AioRpcError as err:
+        error = from_rpc(err)
+        raise click.ClickException(f"{error.code}: {error.details}") from err
 
 
 class _IngestGroup(click.Group):
@@ -188,6 +212,21 @@ class _IngestGroup(click.Group):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["load", *args]
         return super().parse_args(ctx, args)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # `attest ingest --help` lists what `attest ingest PATH` takes, which
+        # would otherwise sit under the hidden ``load`` command.
+        load = self.commands["load"]
+        records = [
+            r
+            for p in load.get_params(ctx)
+            if isinstance(p, click.Option)
+            and "--help" not in p.opts
+            and (r := p.get_help_record(ctx))
+        ]
+        with formatter.section("Options of `attest ingest PATH`"):
+            formatter.write_dl(records)
+        super().format_options(ctx, formatter)
 
 
 @click.group(name="ingest", cls=_IngestGroup)
@@ -206,7 +245,12 @@ def ingest() -> None:
     help="An ingest service at HOST:PORT; without it the pipeline runs in this process "
     "on the embedded stores under --data-dir.",
 )
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded state.",
+)
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True)
 @click.option("--show-failures", type=click.IntRange(0), default=20, show_default=True)
 def load(
@@ -220,7 +264,7 @@ def load(
     configure_logging(LoggingSettings(level="WARNING", json=False))
     total = count_items(path)
     if address:
-        report = asyncio.run(run_remote(path, address, batch_size, total))
+        report = _run_remote(run_remote(path, address, batch_size, total))
     else:
         report = asyncio.run(run_embedded(path, _data_dir(data_dir), batch_size, total))
     for line in report.lines(show_failures):
@@ -293,14 +337,19 @@ async def _remote_failures(address: str, job_id: str) -> tuple[str, list[Failure
 @ingest.command(name="failures")
 @click.argument("job_id")
 @click.option("--address", default=None, help="An ingest service at HOST:PORT.")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded state.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per failed item.")
 def failures(job_id: str, address: str | None, data_dir: Path | None, as_json: bool) -> None:
     """The dead letters of job JOB_ID: every item that failed, with its stage, code and
     reason (what the pipeline set aside while the rest of the job went on)."""
     configure_logging(LoggingSettings(level="WARNING", json=False))
     if address:
-        state, found = asyncio.run(_remote_failures(address, job_id))
+        state, found = _run_remote(_remote_failures(address, job_id))
     else:
         state, found = _local_failures(_data_dir(data_dir), job_id)
     if as_json:
@@ -456,7 +505,12 @@ async def run_doctor_services(
 
 
 @click.command(name="doctor")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Embedded state.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded state.",
+)
 @click.option(
     "--lexical-address",
     default=None,
@@ -498,7 +552,7 @@ def doctor_command(
     echo = lines.append if as_json else click.echo
     settings = _service_settings(data_dir, lexical_address, semantic_address, state_url)
     if settings is not None:
-        report = asyncio.run(
+        report = _run_remote(
             run_doctor_services(settings, repair=repair, tenants=tenants, echo=echo)
         )
     else:

@@ -85,6 +85,7 @@ def progress_to_proto(p: ProgressCounts) -> ingest_pb2.Progress:
         created=p.created,
         updated=p.updated,
         passages_indexed=p.passages_indexed,
+        superseded=p.superseded,
     )
 
 

@@ -609,6 +609,7 @@ class IngestCore:
         if current:
             batches.append(current)
         self.store.mark(job_id, "unchanged", unchanged)
+        self.store.mark(job_id, "superseded", intake.superseded)
         self.store.seal(job_id, intake.received)
         if batches:
             self.dispatcher.dispatch(job_id, tenant, batches)

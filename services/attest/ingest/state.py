@@ -546,7 +546,18 @@ def open_embedded_state(directory: Path) -> SqliteKeyValue:
 
 # -- the job store ----------------------------------------------------------------
 
-STAGE_SETS = ("enriched", "embedded", "indexed", "unchanged", "created", "updated", "failed")
+# "superseded": of "unchanged", the items a later item of the job with the same
+# document id replaced.
+STAGE_SETS = (
+    "enriched",
+    "embedded",
+    "indexed",
+    "unchanged",
+    "superseded",
+    "created",
+    "updated",
+    "failed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,6 +612,8 @@ class ProgressCounts:
     created: int = 0
     updated: int = 0
     passages_indexed: int = 0
+    # Of ``unchanged``: replaced by a later item of the job with the same id.
+    superseded: int = 0
 
     @property
     def finished(self) -> int:

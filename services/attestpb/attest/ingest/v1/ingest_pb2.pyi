@@ -347,6 +347,7 @@ class Progress(_message.Message):
     CREATED_FIELD_NUMBER: _builtins.int
     UPDATED_FIELD_NUMBER: _builtins.int
     PASSAGES_INDEXED_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
     received: _builtins.int
     """Items received into the job."""
     enriched: _builtins.int
@@ -367,6 +368,10 @@ class Progress(_message.Message):
     """Of `indexed`, the documents that replaced older content."""
     passages_indexed: _builtins.int
     """Passages written to the indexes by the indexed documents."""
+    superseded: _builtins.int
+    """Of `unchanged`, the items replaced by a later item of this job with the
+    same document id (the later one is the version stored).
+    """
     def __init__(
         self,
         *,
@@ -379,10 +384,11 @@ class Progress(_message.Message):
         created: _builtins.int = ...,
         updated: _builtins.int = ...,
         passages_indexed: _builtins.int = ...,
+        superseded: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "embedded", b"embedded", "enriched", b"enriched", "failed", b"failed", "indexed", b"indexed", "passages_indexed", b"passages_indexed", "received", b"received", "unchanged", b"unchanged", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "embedded", b"embedded", "enriched", b"enriched", "failed", b"failed", "indexed", b"indexed", "passages_indexed", b"passages_indexed", "received", b"received", "superseded", b"superseded", "unchanged", b"unchanged", "updated", b"updated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
