@@ -218,3 +218,26 @@ def test_cli_says_which_unchanged_records_were_superseded(tmp_path: Path):
     assert out.exit_code == 0, out.output
     assert "received 2  ingested 1  updated 0  unchanged 1  failed 0" in out.output
     assert "of the unchanged, 1 had an id that a later record of the input has too" in out.output
+
+
+def test_cli_reads_one_text_file_and_reports_what_a_folder_leaves_out(tmp_path: Path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "notes.md").write_text("# Water use\n\nThe plant cut its water use by 12%.\n")
+    (folder / "report.pdf").write_bytes(b"%PDF-1.7")
+    (folder / "data.jsonl").write_text('{"id": "a", "body": "x"}\n')
+    state = str(tmp_path / "state")
+    out = CliRunner().invoke(ingest_command, [str(folder / "notes.md"), "--data-dir", state])
+    assert out.exit_code == 0, out.output
+    assert "received 1  ingested 1" in out.output
+    out = CliRunner().invoke(ingest_command, [str(folder), "--data-dir", state])
+    assert out.exit_code == 0, out.output
+    assert "warning: 2 files under" in out.output
+    assert "are left out (e.g. data.jsonl, report.pdf)" in out.output
+    assert "received 1  ingested 0  updated 0  unchanged 1" in out.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = CliRunner().invoke(ingest_command, [str(empty), "--data-dir", state])
+    assert out.exit_code == 0, out.output
+    assert f"nothing to ingest: {empty} holds no documents" in out.output
+    assert "job " not in out.output

@@ -15,7 +15,13 @@ from tqdm import tqdm
 
 from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings, MiB
-from attest.ingest.readers import RawItem, count_items, read_path
+from attest.ingest.readers import (
+    TEXT_SUFFIXES,
+    RawItem,
+    count_items,
+    read_path,
+    skipped_files,
+)
 from attest.ingest.state import FailureRecord
 
 T = TypeVar("T")
@@ -148,7 +154,8 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                                 "",
                                 "BODY_TOO_LARGE",
                                 f"record is {len(raw.raw_json):,} bytes; bodies may have "
-                                f"{MAX_BODY_BYTES:,}",
+                                f"{MAX_BODY_BYTES:,} (refused here, never sent: the job "
+                                "does not list it among its failures)",
                             )
                         )
                         continue
@@ -262,7 +269,19 @@ def load(
     ingested or unchanged, 2 when the job finished with failed items, 1 when the job
     itself failed."""
     configure_logging(LoggingSettings(level="WARNING", json=False))
+    skipped = skipped_files(path)
+    if skipped:
+        names = ", ".join(p.relative_to(path).as_posix() for p in skipped[:3])
+        click.echo(
+            f"warning: {len(skipped):,} files under {path} are not "
+            f"{'/'.join(TEXT_SUFFIXES)} and are left out (e.g. {names})",
+            err=True,
+        )
     total = count_items(path)
+    if total == 0:
+        # No job for nothing: a feed with an empty day is not an error.
+        click.echo(f"nothing to ingest: {path} holds no documents", err=True)
+        return
     if address:
         report = _run_remote(run_remote(path, address, batch_size, total))
     else:

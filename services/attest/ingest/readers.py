@@ -106,20 +106,37 @@ def read_folder(root: Path) -> Iterator[RawItem]:
             yield read_text_file(path, root)
 
 
+def _is_text(path: Path) -> bool:
+    return path.suffix.lower() in TEXT_SUFFIXES
+
+
 def read_path(path: Path) -> Iterator[RawItem]:
-    """Items of a JSONL file, a BEIR folder (its corpus.jsonl) or a folder of text files."""
+    """Items of a JSONL file, a BEIR folder (its corpus.jsonl), a folder of text
+    files, or one text file (.txt, .md, .markdown, .html, .htm)."""
     if path.is_dir():
         corpus = path / "corpus.jsonl"
         if corpus.is_file():
             return read_jsonl(corpus)
         return read_folder(path)
+    if _is_text(path):
+        return iter([read_text_file(path, path.parent)])
     return read_jsonl(path)
+
+
+def skipped_files(path: Path) -> list[Path]:
+    """The files of a folder of text files that ``read_path`` leaves out (their
+    suffix is none of TEXT_SUFFIXES), to be reported."""
+    if not path.is_dir() or (path / "corpus.jsonl").is_file():
+        return []
+    return sorted(p for p in path.rglob("*") if p.is_file() and not _is_text(p))
 
 
 def count_items(path: Path) -> int:
     """How many items ``read_path`` will yield, for the progress bar."""
     if path.is_dir() and not (path / "corpus.jsonl").is_file():
-        return sum(1 for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+        return sum(1 for p in path.rglob("*") if p.is_file() and _is_text(p))
+    if not path.is_dir() and _is_text(path):
+        return 1
     target = path / "corpus.jsonl" if path.is_dir() else path
     with target.open("rb") as f:
         return sum(1 for line in f if line.strip())
