@@ -86,3 +86,19 @@ def test_cached_lists_are_reused_by_the_same_embedder_only(
     with pytest.raises(RuntimeError, match="no services"):
         lists()
     assert started == ["services"]
+
+
+def test_index_batches_are_cut_by_count_and_by_bytes():
+    from attest.evaluation.ir import CorpusDoc
+    from attest.evaluation.runner import _batches
+
+    small = [CorpusDoc(f"d{i}", "", "x" * 10) for i in range(7)]
+    assert [len(b) for b in _batches(small, 3)] == [3, 3, 1]
+    assert _batches([], 3) == []
+    big = [CorpusDoc(f"b{i}", "t", "y" * 400) for i in range(5)]
+    # About two documents of ~470 bytes fit in 1,000: a batch is cut before it would pass.
+    batches = _batches(big, 200, max_bytes=1000)
+    assert [len(b) for b in batches] == [2, 2, 1]
+    assert [d for b in batches for d in b] == big
+    huge = [CorpusDoc("h", "", "z" * 5000), *small[:2]]
+    assert [len(b) for b in _batches(huge, 200, max_bytes=1000)] == [1, 2]

@@ -155,8 +155,27 @@ async def service_targets(
         )
 
 
-def _batches(docs: Sequence[CorpusDoc], size: int) -> list[Sequence[CorpusDoc]]:
-    return [docs[i : i + size] for i in range(0, len(docs), size)]
+# An index request's documents stay under half the services' default request
+# limit (16 MiB), whatever --batch-size says: a batch of long documents is cut
+# earlier. A document larger than this goes alone.
+BATCH_BYTES = 8 << 20
+
+
+def _batches(
+    docs: Sequence[CorpusDoc], size: int, max_bytes: int = BATCH_BYTES
+) -> list[Sequence[CorpusDoc]]:
+    """``docs`` in order, at most ``size`` and about ``max_bytes`` of text a batch."""
+    out: list[Sequence[CorpusDoc]] = []
+    start = used = 0
+    for i, doc in enumerate(docs):
+        n = len(doc.id) + len(doc.title.encode()) + len(doc.text.encode()) + 64
+        if i > start and (i - start == size or used + n > max_bytes):
+            out.append(docs[start:i])
+            start, used = i, 0
+        used += n
+    if start < len(docs):
+        out.append(docs[start:])
+    return out
 
 
 def corpus_key(data: Dataset) -> str:
