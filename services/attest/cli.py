@@ -521,6 +521,8 @@ def demo(data_dir: Path | None, top_k: int, llm: str, llm_model: str) -> None:
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+    if root.exists() and not root.is_dir():
+        raise click.ClickException(f"the data directory {root} is a file")
     if llm == "none":
         asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
         return

@@ -90,6 +90,23 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
         assert "DONE" in ingested.stdout
         assert "unchanged 48" in ingested.stdout
         assert "failed 0" in ingested.stdout
+        # Two records with one id: the service counts the earlier as superseded.
+        twice = tmp_path / "twice.jsonl"
+        twice.write_text(
+            '{"id": "twice", "body": "First version."}\n'
+            '{"id": "twice", "body": "Second version."}\n'
+        )
+        ingested = subprocess.run(
+            [*CLI, "ingest", str(twice), "--address", address],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+        assert "received 2  ingested 1  updated 0  unchanged 1" in ingested.stdout
+        assert "of the unchanged, 1 were replaced by a later record" in ingested.stdout
 
         asked = subprocess.run(
             [

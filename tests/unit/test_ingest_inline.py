@@ -217,7 +217,9 @@ def test_cli_says_which_unchanged_records_were_superseded(tmp_path: Path):
     out = CliRunner().invoke(ingest_command, [str(source), "--data-dir", str(tmp_path / "state")])
     assert out.exit_code == 0, out.output
     assert "received 2  ingested 1  updated 0  unchanged 1  failed 0" in out.output
-    assert "of the unchanged, 1 had an id that a later record of the input has too" in out.output
+    assert "of the unchanged, 1 were replaced by a later record of the input with the same id" in (
+        out.output
+    )
 
 
 def test_cli_reads_one_text_file_and_reports_what_a_folder_leaves_out(tmp_path: Path):

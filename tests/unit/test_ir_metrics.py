@@ -126,6 +126,21 @@ def test_blank_lines_a_byte_order_mark_and_crlf_are_read(tmp_path: Path) -> None
     assert data.qrels == {"q1": {"d1": 1}, "q2": {"d2": 1}}
 
 
+def test_numbers_are_read_as_text_where_text_is_expected(tmp_path: Path) -> None:
+    data = load_dataset(
+        _folder(
+            tmp_path,
+            b'{"_id": 0, "title": null, "text": 12}\n',
+            b'{"_id": 1, "text": 42}\n',
+            b"query-id\tcorpus-id\tscore\n1\t0\t1\n",
+        )
+    )
+    assert data.queries == {"1": "42"}
+    assert [(d.id, d.title, d.text) for d in data.corpus()] == [("0", "", "12")]
+    with pytest.raises(DatasetError, match=r"queries\.jsonl:1: no 'text'"):
+        load_dataset(_folder(tmp_path, GOOD_CORPUS, b'{"_id": "q", "text": null}\n', GOOD_QRELS))
+
+
 def test_judged_queries_that_cannot_be_asked_are_kept_out_of_the_figures(tmp_path: Path) -> None:
     data = load_dataset(
         _folder(tmp_path, GOOD_CORPUS, GOOD_QUERIES, GOOD_QRELS + b"qZZ\td1\t1\nqY\td2\t0\n")

@@ -207,3 +207,27 @@ def test_a_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     )
     assert out.exit_code == 2
     assert "is a file" in out.output
+
+
+def test_progress_reaches_the_wire_whole() -> None:
+    from dataclasses import fields
+
+    from attest.ingest.convert import progress_to_proto
+    from attest.ingest.state import ProgressCounts
+
+    counts = ProgressCounts(**{f.name: i + 1 for i, f in enumerate(fields(ProgressCounts))})
+    wire = progress_to_proto(counts)
+    assert {f.name: getattr(wire, f.name) for f in fields(ProgressCounts)} == {
+        f.name: getattr(counts, f.name) for f in fields(ProgressCounts)
+    }
+
+
+def test_a_data_dir_from_the_environment_that_is_a_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "one.jsonl").write_text('{"id": "a", "body": "x"}\n')
+    monkeypatch.setenv("ATTEST_DATA_DIR", str(tmp_path / "afile"))
+    out = CliRunner().invoke(ingest_command, [str(tmp_path / "one.jsonl")])
+    assert out.exit_code == 1
+    assert f"the data directory {tmp_path / 'afile'} is a file" in out.output

@@ -613,7 +613,7 @@ def warn_unasked(data: Dataset, left_out_of: str) -> None:
     if data.unasked:
         click.echo(
             f"warning: {data.name}: {len(data.unasked)} queries with a positive judgment are "
-            f"not in queries.jsonl (e.g. {data.unasked[0]}) and are left out of {left_out_of}",
+            f"not in queries.jsonl (e.g. {data.unasked[0]!r}) and are left out of {left_out_of}",
             err=True,
         )
 

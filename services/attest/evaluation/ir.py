@@ -111,10 +111,11 @@ def load_dataset(root: Path, split: str = "test") -> Dataset:
         qid = str(raw["_id"])
         if qid in lines:
             raise DatasetError(f"{queries_path}:{n}: query id {qid!r} is also on line {lines[qid]}")
-        if not isinstance(raw.get("text"), str):
+        text = raw.get("text")
+        if not isinstance(text, str | int | float) or isinstance(text, bool):
             raise DatasetError(f"{queries_path}:{n}: no 'text'")
         lines[qid] = n
-        queries[qid] = raw["text"]
+        queries[qid] = str(text)
     qrels: dict[str, dict[str, int]] = {}
     with qrels_path.open("rb") as f:
         for n, raw_line in enumerate(f, 1):

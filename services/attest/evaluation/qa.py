@@ -218,15 +218,16 @@ def convert_rgb(path: Path, *, negatives_only: bool = False) -> Iterator[dict[st
             row = json.loads(line)
             qid = str(row["id"])
             query, answer = row["query"], row["answer"]
+            positives = [] if negatives_only else list(row.get("positive") or [])
+            negatives = list(row.get("negative") or [])
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise QADatasetError(f"{path}:{number}: not an RGB line ({exc!r})") from exc
-        positives = [] if negatives_only else row.get("positive", [])
         passages = [
             {"id": f"{qid}-p{i}", "title": "", "text": t, "gold": True}
             for i, t in enumerate(positives)
         ] + [
             {"id": f"{qid}-n{i}", "title": "", "text": t, "gold": False}
-            for i, t in enumerate(row.get("negative", []))
+            for i, t in enumerate(negatives)
         ]
         if not passages:
             continue

@@ -57,8 +57,8 @@ class Report:
         ]
         if self.superseded:
             out.append(
-                f"  of the unchanged, {self.superseded:,} had an id that a later record of the "
-                "input has too: the later one is the version stored"
+                f"  of the unchanged, {self.superseded:,} were replaced by a later record of "
+                "the input with the same id"
             )
         for origin, doc_id, code, reason in self.failures[:show]:
             where = f"{origin} ({doc_id})" if doc_id else origin
@@ -297,7 +297,10 @@ def load(
 
 
 def _data_dir(data_dir: Path | None) -> Path:
-    return data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+    root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+    if root.exists() and not root.is_dir():
+        raise click.ClickException(f"the data directory {root} is a file")
+    return root
 
 
 def _local_failures(data_dir: Path, job_id: str) -> tuple[str, list[FailureRecord]]:

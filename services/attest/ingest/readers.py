@@ -128,7 +128,13 @@ def skipped_files(path: Path) -> list[Path]:
     suffix is none of TEXT_SUFFIXES), to be reported."""
     if not path.is_dir() or (path / "corpus.jsonl").is_file():
         return []
-    return sorted(p for p in path.rglob("*") if p.is_file() and not _is_text(p))
+    return sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and not _is_text(p)
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
 
 
 def count_items(path: Path) -> int:
