@@ -346,7 +346,7 @@ def test_tune_fusion_warns_of_judgments_the_corpus_lacks(tmp_path, monkeypatch):
     assert "2 positive judgments name documents the corpus lacks (e.g. query q0: missing0)" in (
         out.output
     )
-    assert "3 queries with a positive judgment are not in queries.jsonl (e.g. unasked0)" in (
+    assert "3 queries with a positive judgment are not in queries.jsonl (e.g. 'unasked0')" in (
         out.output
     )
 
