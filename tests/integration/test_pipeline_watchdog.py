@@ -290,33 +290,48 @@ def test_the_full_look_finds_tasks_wherever_they_are_in_a_long_queue(
     assert watchdog.full_look_reads == 1
 
 
-def _running(watchdog: Watchdog, release: threading.Event) -> threading.Event:
-    """A check that holds on (inside its lock, connected) until ``release``."""
-    started = threading.Event()
-    real = watchdog._check
+class _HeldCheck:
+    """A watchdog whose check runs in a thread and holds on (inside its lock,
+    connected) until ``release`` is set; errors it raises are kept."""
 
-    def held() -> dict[str, list[int]]:
-        started.set()
-        release.wait(10)
-        return real()
+    def __init__(self, pipeline: _Pipeline) -> None:
+        pipeline.core.ingest("t", _items(2))
+        self.watchdog = watchdog = pipeline.watchdog()
+        self.release = threading.Event()
+        self.errors: list[BaseException] = []
+        started = threading.Event()
+        real = watchdog._check
 
-    watchdog._check = held  # type: ignore[method-assign]
-    return started
+        def held() -> dict[str, list[int]]:
+            started.set()
+            self.release.wait(10)
+            return real()
+
+        def run() -> None:
+            try:
+                watchdog.check()
+            except BaseException as err:  # recorded for the tests' assertions
+                self.errors.append(err)
+
+        watchdog._check = held  # type: ignore[method-assign]
+        self.runner = threading.Thread(target=run)
+        self.runner.start()
+        assert started.wait(5)
+
+    def finish(self) -> None:
+        self.release.set()
+        self.runner.join(5)
+        assert self.errors == []
 
 
 def test_close_waits_for_a_running_check_and_no_check_runs_after_it(pipeline: _Pipeline):
-    pipeline.core.ingest("t", _items(2))
-    watchdog = pipeline.watchdog()
-    release = threading.Event()
-    started = _running(watchdog, release)
-    runner = threading.Thread(target=watchdog.check)
-    runner.start()
-    assert started.wait(5)
-    threading.Timer(0.5, release.set).start()
+    held = _HeldCheck(pipeline)
+    watchdog = held.watchdog
+    threading.Timer(0.5, held.release.set).start()
     began = time.monotonic()
     assert asyncio.run(watchdog.close()) is True
     assert time.monotonic() - began >= 0.4, "close returned before the check it found ended"
-    runner.join(5)
+    held.finish()
     assert not pipeline.broker.exists(f"{PREFIX}watchdog"), "the check released its lock"
     assert watchdog._client is None
     assert watchdog.check() == {}, "a closed watchdog does not check"
@@ -324,29 +339,14 @@ def test_close_waits_for_a_running_check_and_no_check_runs_after_it(pipeline: _P
 
 
 def test_a_check_that_outlives_close_closes_its_own_connection(pipeline: _Pipeline):
-    pipeline.core.ingest("t", _items(2))
-    watchdog = pipeline.watchdog()
-    release = threading.Event()
-    started = _running(watchdog, release)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            watchdog.check()
-        except BaseException as err:  # recorded for the assertion below
-            errors.append(err)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    assert started.wait(5)
+    held = _HeldCheck(pipeline)
+    watchdog = held.watchdog
     began = time.monotonic()
     assert asyncio.run(watchdog.close(wait_seconds=0.3)) is False
     assert 0.25 < time.monotonic() - began < 5
     client = watchdog._client
     assert client is not None, "the running check keeps its connection"
-    release.set()
-    runner.join(5)
-    assert errors == []
+    held.finish()
     assert not pipeline.broker.exists(f"{PREFIX}watchdog"), "it released its lock"
     assert watchdog._client is None, "and closed its connection when it ended"
     assert all(c._sock is None for c in client.connection_pool._available_connections)
@@ -354,21 +354,15 @@ def test_a_check_that_outlives_close_closes_its_own_connection(pipeline: _Pipeli
 
 
 def test_a_cancelled_close_leaves_nothing_held(pipeline: _Pipeline):
-    pipeline.core.ingest("t", _items(2))
-    watchdog = pipeline.watchdog()
-    release = threading.Event()
-    started = _running(watchdog, release)
-    runner = threading.Thread(target=watchdog.check)
-    runner.start()
-    assert started.wait(5)
+    held = _HeldCheck(pipeline)
+    watchdog = held.watchdog
 
     async def impatient() -> None:
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(watchdog.close(), 0.2)
 
     asyncio.run(impatient())
-    release.set()
-    runner.join(5)
+    held.finish()
     assert not watchdog._checking.locked()
     assert watchdog._idle.is_set()
     later = threading.Thread(target=watchdog.check)

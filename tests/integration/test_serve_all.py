@@ -77,16 +77,20 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
         assert (final.progress.created, final.progress.failed) == (48, 0)
         assert took > 2, f"the job took {took:.1f} s: too short to show it outlives the call"
 
+        def ingest(path: Path) -> subprocess.CompletedProcess[str]:
+            done = subprocess.run(
+                [*CLI, "ingest", str(path), "--address", address],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done
+
         # The same documents again, through the CLI: nothing changed.
-        ingested = subprocess.run(
-            [*CLI, "ingest", str(SAMPLE), "--address", address],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+        ingested = ingest(SAMPLE)
         assert "DONE" in ingested.stdout
         assert "unchanged 48" in ingested.stdout
         assert "failed 0" in ingested.stdout
@@ -96,15 +100,7 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
             '{"id": "twice", "body": "First version."}\n'
             '{"id": "twice", "body": "Second version."}\n'
         )
-        ingested = subprocess.run(
-            [*CLI, "ingest", str(twice), "--address", address],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+        ingested = ingest(twice)
         assert "received 2  ingested 1  updated 0  unchanged 1" in ingested.stdout
         assert "of the unchanged, 1 were replaced by a later record" in ingested.stdout
 

@@ -28,31 +28,34 @@ class CorpusDoc:
     text: str
 
 
-def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a JSONL file with their line numbers; blank lines and a
-    leading byte order mark are skipped, anything else unreadable is a
-    ``DatasetError`` naming the line."""
+def text_lines(path: Path, error: type[ValueError] = ValueError) -> Iterator[tuple[int, str]]:
+    """The non-blank lines of a UTF-8 text file with their numbers (a leading byte
+    order mark dropped); a line that is not UTF-8 raises ``error`` naming it."""
     with path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DatasetError(
-                    f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)"
-                ) from exc
+                raise error(f"{path}:{n}: not UTF-8 (byte {exc.start + 1} of the line)") from exc
             if n == 1:
                 line = line.removeprefix("\ufeff")
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}:{n}: not JSON ({exc.msg}, column {exc.colno})") from exc
-            if not isinstance(obj, dict):
-                raise DatasetError(f"{path}:{n}: expected a JSON object")
-            if obj.get("_id") in (None, ""):
-                raise DatasetError(f"{path}:{n}: no '_id'")
-            yield n, obj
+            if line.strip():
+                yield n, line
+
+
+def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers; anything
+    unreadable is a ``DatasetError`` naming the line."""
+    for n, line in text_lines(path, DatasetError):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{n}: not JSON ({exc.msg}, column {exc.colno})") from exc
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{path}:{n}: expected a JSON object")
+        if obj.get("_id") in (None, ""):
+            raise DatasetError(f"{path}:{n}: no '_id'")
+        yield n, obj
 
 
 def _text(value: object) -> str:

@@ -124,20 +124,9 @@ class QAItem:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The non-blank lines of a UTF-8 file with their numbers; a line that is
-    not UTF-8 is a ``QADatasetError`` naming it."""
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise QADatasetError(
-                    f"{path}:{number}: not UTF-8 (byte {exc.start + 1} of the line)"
-                ) from exc
-            if number == 1:
-                line = line.removeprefix("\ufeff")
-            if line.strip():
-                yield number, line
+    from attest.evaluation.ir import text_lines
+
+    return text_lines(path, QADatasetError)
 
 
 def load_qa(path: Path) -> list[QAItem]:
