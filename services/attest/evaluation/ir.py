@@ -120,23 +120,16 @@ def load_dataset(root: Path, split: str = "test") -> Dataset:
         lines[qid] = n
         queries[qid] = str(text)
     qrels: dict[str, dict[str, int]] = {}
-    with qrels_path.open("rb") as f:
-        for n, raw_line in enumerate(f, 1):
-            try:
-                line = raw_line.decode("utf-8").removeprefix("\ufeff" if n == 1 else "")
-            except UnicodeDecodeError as exc:
-                raise DatasetError(f"{qrels_path}:{n}: not UTF-8") from exc
-            parts = line.rstrip("\r\n").split("\t")
-            if n == 1 and parts[0] == "query-id":
-                continue
-            if not line.strip():
-                continue
-            if len(parts) != 3:
-                raise DatasetError(f"{qrels_path}:{n}: expected 3 tab-separated columns")
-            try:
-                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-            except ValueError as exc:
-                raise DatasetError(f"{qrels_path}:{n}: {exc}") from exc
+    for n, line in text_lines(qrels_path, DatasetError):
+        parts = line.rstrip("\r\n").split("\t")
+        if n == 1 and parts[0] == "query-id":
+            continue
+        if len(parts) != 3:
+            raise DatasetError(f"{qrels_path}:{n}: expected 3 tab-separated columns")
+        try:
+            qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+        except ValueError as exc:
+            raise DatasetError(f"{qrels_path}:{n}: {exc}") from exc
     unasked = tuple(
         sorted(
             q for q, rels in qrels.items() if q not in queries and any(v > 0 for v in rels.values())
