@@ -545,6 +545,30 @@ def test_an_output_under_a_file_is_refused_before_any_work(
     assert f"cannot write {target}: {tmp_path / 'afile'} is not a folder" in out.output
 
 
+def test_an_output_in_a_folder_the_user_may_not_write_is_refused_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+
+    # Root may write anywhere, so the folder's mode alone cannot show this here:
+    # the check asks the OS, and the OS is told this folder is read-only.
+    def access(path: object, mode: int) -> bool:
+        return False if Path(str(path)) == locked else real_access(path, mode)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("attest.evaluation.commands.os.access", access)
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text("")
+    target = locked / "sub" / "out.jsonl"
+    out = CliRunner().invoke(main, ["eval", "convert-rgb", str(questions), str(target)])
+    assert out.exit_code == 1, out.output
+    assert f"cannot write {target}: {locked} is not writable" in out.output
+    assert not (locked / "sub").exists()
+
+
 def test_load_qa_reads_answer_parts_and_answerability(tmp_path: Path) -> None:
     path = tmp_path / "qa.jsonl"
     row = {

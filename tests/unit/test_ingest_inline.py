@@ -243,3 +243,20 @@ def test_cli_reads_one_text_file_and_reports_what_a_folder_leaves_out(tmp_path: 
     assert out.exit_code == 0, out.output
     assert f"nothing to ingest: {empty} holds no documents" in out.output
     assert "job " not in out.output
+
+
+def test_cli_usage_errors_name_the_command_the_user_typed(tmp_path: Path):
+    from attest.cli import main
+
+    missing = tmp_path / "missing"
+    out = CliRunner().invoke(main, ["ingest", str(missing)], prog_name="attest")
+    assert out.exit_code == 2
+    assert "Usage: attest ingest [OPTIONS] PATH" in out.output
+    assert "Try 'attest ingest --help' for help." in out.output
+    assert "load" not in out.output
+    out = CliRunner().invoke(
+        main, ["ingest", "--batch-size", "0", str(tmp_path)], prog_name="attest"
+    )
+    assert out.exit_code == 2
+    assert "Try 'attest ingest --help' for help." in out.output
+    assert "Invalid value for '--batch-size'" in out.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import tempfile
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -44,13 +45,15 @@ def _output(output: Path | None, name: str) -> Path:
 
 def check_output(path: Path) -> None:
     """Refuses, before any work, an output path that cannot be a file: a folder,
-    or under something that is a file."""
+    under something that is a file, or in a folder this user may not write."""
     if path.is_dir():
         raise click.ClickException(f"cannot write {path}: it is a folder")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise click.ClickException(f"cannot write {path}: {parent} is not a folder")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise click.ClickException(f"cannot write {path}: {parent} is not writable")
             break
 
 

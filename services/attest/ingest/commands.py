@@ -236,6 +236,19 @@ class _IngestGroup(click.Group):
         super().format_options(ctx, formatter)
 
 
+class _LoadContext(click.Context):
+    """The hidden ``load`` speaks as ``attest ingest``: a usage error names the
+    command the user typed and the help that lists its options."""
+
+    @property
+    def command_path(self) -> str:
+        return self.parent.command_path if self.parent is not None else super().command_path
+
+
+class _LoadCommand(click.Command):
+    context_class = _LoadContext
+
+
 @click.group(name="ingest", cls=_IngestGroup)
 def ingest() -> None:
     """Ingest documents: `attest ingest PATH [OPTIONS]` loads PATH (a JSONL file, a BEIR
@@ -244,7 +257,7 @@ def ingest() -> None:
     `attest ingest failures JOB` lists the failed (quarantined) items of a job."""
 
 
-@ingest.command(name="load", hidden=True)
+@ingest.command(name="load", hidden=True, cls=_LoadCommand)
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--address",
