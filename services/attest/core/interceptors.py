@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 import time
@@ -242,6 +243,15 @@ class ThrottledFailureLog:
         return True
 
 
+def _restore(*pairs: tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]) -> None:
+    """Reset each variable to its value before the call. A stream that grpc let
+    go of is closed later by the event loop, in a context of its own where these
+    tokens were never set: there is nothing of the call's to undo there."""
+    for var, token in pairs:
+        with contextlib.suppress(ValueError):
+            var.reset(token)
+
+
 #: A method's load-shedding check: the refusal a call arriving now gets, or None.
 Shedder = Callable[[], ResourceExhausted | None]
 
@@ -413,8 +423,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                         # sends with context.write and returns nothing.
                         await responses
                     else:
-                        async for item in responses:
-                            yield item
+                        # Closed with this call however it ends: an abandoned
+                        # call ends the handler's stream (and what it holds) now,
+                        # not when the collector finds it.
+                        async with contextlib.aclosing(responses) as stream:
+                            async for item in stream:
+                                yield item
                 except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
                     await self._abort(method, context, exc, outcome)
                 finally:
@@ -448,7 +462,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             with tracing.server_span(method, metadata) if traced else _NO_SPAN as span:
                 try:
                     yield outcome
-                except asyncio.CancelledError:
+                except (asyncio.CancelledError, GeneratorExit):
+                    # GeneratorExit: grpc let go of a stream whose caller went away
+                    # (cancelled, or past its deadline) while it waited to send.
                     outcome[0] = "CANCELLED"
                     raise
                 finally:
@@ -458,10 +474,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             per_method.in_flight.dec()
             metrics.RPC_HANDLED.labels(method, outcome[0]).inc()
             per_method.latency.observe(time.perf_counter() - started)
-            request_id_var.reset(tokens[0])
-            tenant_var.reset(tokens[1])
-            identity_var.reset(tokens[2])
-            deadline_var.reset(tokens[3])
+            _restore(
+                (request_id_var, tokens[0]),
+                (tenant_var, tokens[1]),
+                (identity_var, tokens[2]),
+                (deadline_var, tokens[3]),
+            )
 
     async def _abort(
         self,
