@@ -14,6 +14,7 @@ import datetime as dt
 import ipaddress
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,9 @@ class TenantAnswer(answer_pb2_grpc.AnswerServiceServicer):
     async def Ask(self, request: answer_pb2.AskRequest, context: Any) -> answer_pb2.AskResponse:
         await asyncio.sleep(self.hold)
         return answer_pb2.AskResponse()
+
+    async def Watch(self, request: answer_pb2.WatchRequest, context: Any) -> AsyncIterator[Any]:
+        """A job no worker takes: one QUEUED state, then open until the caller leaves."""
+        job = answer_pb2.Job(job_id=f"{tenant_var.get()}|", state=answer_pb2.JOB_STATE_QUEUED)
+        yield answer_pb2.WatchResponse(job=job)
+        await asyncio.Event().wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -90,3 +91,72 @@ async def test_answers_in_flight_per_tenant(served: tuple[str, TenantAnswer]) ->
         await first
         # Once the first answer ended, acme may ask again.
         await stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("acme"), timeout=10)
+
+
+async def test_watches_are_capped_per_tenant_and_leave_the_server_its_other_calls(
+    tmp_path: Path,
+) -> None:
+    """A Watch on a job no worker takes stays open for as long as the job is kept;
+    without a cap one tenant's watches would take every concurrent call of the
+    listener, Ask and the health check included."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    keys = tmp_path / "keys.json"
+    write_keys(
+        keys,
+        [{"id": t, "key": k, "tenant": t, "scopes": ["ask"]} for t, k in KEYS.items()],
+    )
+    settings = ServerSettings(
+        host="127.0.0.1",
+        port=0,
+        auth=AuthSettings(keys_file=keys),
+        max_concurrent_rpcs=12,  # all tenants' watches: at most 3
+        quota=QuotaSettings(max_watches=2),
+    )
+
+    async def opened(stub: answer_pb2_grpc.AnswerServiceStub, tenant: str) -> Any:
+        call = stub.Watch(answer_pb2.WatchRequest(job_id="j"), metadata=_md(tenant))
+        first = await call.read()
+        assert first.job.state == answer_pb2.JOB_STATE_QUEUED
+        return call
+
+    async def refused(stub: answer_pb2_grpc.AnswerServiceStub, tenant: str) -> grpc.aio.AioRpcError:
+        call = stub.Watch(answer_pb2.WatchRequest(job_id="j"), metadata=_md(tenant), timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call.read()
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert float(dict(caught.value.trailing_metadata() or ())["retry-after"]) > 0
+        return caught.value
+
+    async with running([TenantAnswer()], settings) as server:
+        address = f"127.0.0.1:{server.port}"
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = answer_pb2_grpc.AnswerServiceStub(channel)
+            acme = [await opened(stub, "acme"), await opened(stub, "acme")]
+            err = await refused(stub, "acme")
+            assert "acme' already has 2 Watch/WatchJob streams open (quota 2)" in (
+                err.details() or ""
+            )
+            globex = await opened(stub, "globex")
+            err = await refused(stub, "globex")
+            assert "already has 3 Watch/WatchJob streams open (a quarter of its 12" in (
+                err.details() or ""
+            )
+            # Every other call still has room.
+            await stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("globex"), timeout=5)
+            health = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            # A watch that ends gives its place back.
+            acme[0].cancel()
+            for _ in range(50):
+                try:
+                    acme[0] = await opened(stub, "acme")
+                    break
+                except grpc.aio.AioRpcError:
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("a cancelled watch kept its place")
+            for call in [*acme, globex]:
+                call.cancel()

@@ -1,10 +1,16 @@
-"""Per-tenant quotas on the public listener: requests per second and answers in flight.
+"""Per-tenant quotas on the public listener: requests per second, answers in
+flight and open watches.
 
 A token bucket per tenant refills at ``requests_per_second`` up to ``burst``;
 a request finding it empty is RESOURCE_EXHAUSTED with the seconds until the
 next token as ``retry_after``. ``Ask`` and ``AskStream`` also count against
-the tenant's answers in flight until they end. Tenants come from
-credentials, so the tables grow with the number of tenants, not of callers.
+the tenant's answers in flight until they end. ``Watch`` and ``WatchJob``
+stay open until their job ends (a queued job no worker takes: a day), each
+holding one of the listener's concurrent calls: they count against the
+tenant's open watches, and all tenants' watches together against a quarter
+of the listener's calls, so that watching never leaves Ask or the health
+check without a call. Tenants come from credentials, so the tables grow with
+the number of tenants, not of callers.
 """
 
 from __future__ import annotations
@@ -22,27 +28,74 @@ ANSWER_METHODS = frozenset(
 )
 
 
+#: Methods that stay open until a job ends.
+WATCH_METHODS = frozenset(
+    {"/attest.answer.v1.AnswerService/Watch", "/attest.ingest.v1.IngestService/WatchJob"}
+)
+
+
 def _nothing() -> None:
     return None
 
 
+class _Counts:
+    """Calls running per tenant, released once each."""
+
+    def __init__(self) -> None:
+        self.by_tenant: dict[str, int] = {}
+        self.total = 0
+
+    def take(self, tenant: str) -> Callable[[], None]:
+        self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
+        self.total += 1
+        done = False
+
+        def release() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            self.total -= 1
+            left = self.by_tenant.get(tenant, 1) - 1
+            if left > 0:
+                self.by_tenant[tenant] = left
+            else:
+                self.by_tenant.pop(tenant, None)
+
+        return release
+
+
 class TenantQuotas:
     def __init__(
-        self, settings: QuotaSettings, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: QuotaSettings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_concurrent_rpcs: int | None = None,
     ) -> None:
         self._rate = settings.requests_per_second
         self._burst = float(
             settings.burst if settings.burst is not None else max(1, math.ceil(self._rate or 1.0))
         )
         self._max_answers = settings.max_in_flight_answers
+        self._max_watches = settings.max_watches
+        self._all_watches = (
+            None if max_concurrent_rpcs is None else max(1, max_concurrent_rpcs // 4)
+        )
         self._clock = clock
         # tenant -> (tokens, when they were counted)
         self._buckets: dict[str, tuple[float, float]] = {}
-        self._answers: dict[str, int] = {}
+        self._answers = _Counts()
+        self._watches = _Counts()
 
     @property
     def enabled(self) -> bool:
-        return self._rate is not None or self._max_answers is not None
+        return (
+            self._rate is not None
+            or self._max_answers is not None
+            or self._max_watches is not None
+            or self._all_watches is not None
+        )
 
     def admit(self, tenant: str, method: str) -> Callable[[], None]:
         """Count a call of ``tenant``; returns what to call when it ends.
@@ -61,27 +114,33 @@ class TenantQuotas:
                     retry_after=wait,
                 )
             self._buckets[tenant] = (tokens - 1.0, now)
+        if method in WATCH_METHODS:
+            return self._watch(tenant)
         if self._max_answers is None or method not in ANSWER_METHODS:
             return _nothing
-        running = self._answers.get(tenant, 0)
+        running = self._answers.by_tenant.get(tenant, 0)
         if running >= self._max_answers:
             raise ResourceExhausted(
                 f"tenant {tenant!r} already has {running} answers in flight "
                 f"(quota {self._max_answers})",
                 retry_after=1.0,
             )
-        self._answers[tenant] = running + 1
-        done = False
+        return self._answers.take(tenant)
 
-        def release() -> None:
-            nonlocal done
-            if done:
-                return
-            done = True
-            left = self._answers.get(tenant, 1) - 1
-            if left > 0:
-                self._answers[tenant] = left
-            else:
-                self._answers.pop(tenant, None)
-
-        return release
+    def _watch(self, tenant: str) -> Callable[[], None]:
+        open_ = self._watches.by_tenant.get(tenant, 0)
+        if self._max_watches is not None and open_ >= self._max_watches:
+            raise ResourceExhausted(
+                f"tenant {tenant!r} already has {open_} Watch/WatchJob streams open "
+                f"(quota {self._max_watches}): watch fewer jobs at once, or poll with "
+                "Get/GetJob",
+                retry_after=5.0,
+            )
+        if self._all_watches is not None and self._watches.total >= self._all_watches:
+            raise ResourceExhausted(
+                f"this server already has {self._watches.total} Watch/WatchJob streams open "
+                f"(a quarter of its {self._all_watches * 4} concurrent calls): poll with "
+                "Get/GetJob, or watch again later",
+                retry_after=5.0,
+            )
+        return self._watches.take(tenant)

@@ -259,7 +259,7 @@ class Server:
     def _plan(self) -> list[_Listener]:
         settings = self._settings
         tls = settings.tls.enabled
-        quotas = TenantQuotas(settings.quota)
+        quotas = TenantQuotas(settings.quota, max_concurrent_rpcs=settings.max_concurrent_rpcs)
         if not authenticated(settings):
             # Development on loopback: one listener, every caller trusted.
             if not settings.insecure_dev:

@@ -152,6 +152,13 @@ class QuotaSettings(StrictModel):
     max_in_flight_answers: int | None = Field(
         default=None, ge=1, description="Ask and AskStream calls a tenant may have running."
     )
+    max_watches: int | None = Field(
+        default=16,
+        ge=1,
+        description="Watch and WatchJob streams a tenant may hold open at once. Each holds "
+        "one of the listener's max_concurrent_rpcs until its job ends; all tenants together "
+        "hold at most a quarter of them, so Ask and health checks keep theirs.",
+    )
 
 
 class ServerSettings(StrictModel):
