@@ -8,6 +8,7 @@ process, reaches them over gRPC. Ask and Submit must give the same answer.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -128,3 +129,61 @@ async def test_unknown_jobs_and_bad_submissions(jobs: tuple[Any, Stack]) -> None
         await stub.Submit(answer_pb2.SubmitRequest(question=""))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "question" in (err.value.details() or "")
+
+
+async def test_a_submit_the_queue_refuses_fails_retryably_and_its_retry_queues_it(
+    jobs: tuple[Any, Stack],
+) -> None:
+    """The job record is written before the task is sent: a broker that is down
+    must not leave a QUEUED job that nothing runs and a retry keeps returning."""
+    import socket
+
+    stub, stack = jobs
+    base = require_server("ATTEST_TEST_REDIS_URL").rstrip("/")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"redis://127.0.0.1:{s.getsockname()[1]}"
+    down = create_app(
+        PipelineSettings(
+            broker_url=f"{dead}/0", result_backend_url=f"{dead}/1", publish_retry_seconds=0.5
+        )
+    )
+    settings = AnswerSettings(
+        server=LOCAL,
+        jobs=JobSettings(state_url=f"{base}/9", watch_interval_seconds=0.1),
+        lexical_address=stack.deps,
+        semantic_address=stack.deps,
+        rerank_address=stack.deps,
+        generate_address=stack.generate,
+    )
+    async with running([AnswerServicer(settings, celery=down)], LOCAL) as server:
+        refusing = answer_pb2_grpc.AnswerServiceStub(stack.channel(f"127.0.0.1:{server.port}"))
+        keyed = answer_pb2.SubmitRequest(question=CHILD_LABOUR, idempotency_key="retry-me")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await refusing.Submit(keyed, timeout=60)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        details = err.value.details() or ""
+        assert "Submit again with the same idempotency_key" in details
+        job_id = re.search(r"job ([0-9a-f]{32}) is recorded", details).group(1)  # type: ignore[union-attr]
+        # The same key on a server whose queue works: the same job, now queued.
+        retried = (await stub.Submit(keyed)).job
+        assert retried.job_id == job_id
+        states = await watch(stub, job_id)
+        assert states[-1].state == answer_pb2.JOB_STATE_DONE, states[-1].error
+        assert states[-1].attempts == 1
+        # And once more: it is neither sent nor run again.
+        again = (await stub.Submit(keyed)).job
+        assert again.job_id == job_id
+        assert again.state == answer_pb2.JOB_STATE_DONE
+
+        # Without a key nobody can retry that job: it is FAILED, saying why.
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await refusing.Submit(answer_pb2.SubmitRequest(question=CHILD_LABOUR), timeout=60)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        found = re.search(r"take job ([0-9a-f]{32})", err.value.details() or "")
+        assert found, err.value.details()
+        lost = found.group(1)
+        job = (await stub.Get(answer_pb2.GetRequest(job_id=lost))).job
+        assert job.state == answer_pb2.JOB_STATE_FAILED
+        assert job.error_code == grpc.StatusCode.UNAVAILABLE.value[0]
+        assert job.error.startswith("the queue did not take the job: ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from google.protobuf.duration_pb2 import Duration
@@ -26,6 +27,8 @@ from attest.core.errors import AttestError, FailedPrecondition, Unavailable
 TASK = "attest.answer.run"
 QUEUE = "answer"
 FINAL = (answer_pb2.JOB_STATE_DONE, answer_pb2.JOB_STATE_FAILED)
+#: How long a Submit may take to hand a job to the queue before another may try.
+SEND_CLAIM_SECONDS = 120
 
 
 def _now() -> Timestamp:
@@ -75,6 +78,22 @@ class JobStore:
         )
         self.put(tenant, job)
         return job, True
+
+    def send_once(self, tenant: str, job_id: str, send: Callable[[], object]) -> bool:
+        """Call ``send`` (hand the job to the queue) unless it was sent already or is
+        being sent; False when it was not called. A send that fails is forgotten, so
+        the next Submit with the job's idempotency key sends it; so is one whose
+        sender died before it ended, after ``SEND_CLAIM_SECONDS``."""
+        key = f"attest:answer:sent:{tenant}:{job_id}"
+        if not self._r.set(key, b"sending", nx=True, ex=SEND_CLAIM_SECONDS):
+            return False
+        try:
+            send()
+        except BaseException:
+            self._r.delete(key)
+            raise
+        self._r.set(key, b"sent", ex=self._retention)
+        return True
 
     def get(self, tenant: str, job_id: str) -> answer_pb2.Job | None:
         raw = self._r.get(self._key(tenant, job_id))

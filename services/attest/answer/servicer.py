@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
@@ -18,13 +19,14 @@ from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.core.admission import Limiter
 from attest.core.context import remaining_seconds, tenant_var
-from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from attest.core.interceptors import Shedder
 
 if TYPE_CHECKING:
     from celery import Celery
 
 Context = grpc.aio.ServicerContext[Any, Any]
+_T = TypeVar("_T")
 _NO_JOBS = (
     "queued jobs are not enabled on this server: set ATTEST_ANSWER_JOBS__STATE_URL and "
     "ATTEST_PIPELINE_BROKER_URL, and run `attest worker --queues answer`"
@@ -118,19 +120,55 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
         # Bad input fails now, not on a worker; the job's budget is its own.
         validate(request.question, request.options, self.settings, deadline_seconds=None)
         tenant = tenant_var.get()
-        job, created = await asyncio.to_thread(
+        job, created = await _stored(
             store.create, tenant, request.question, request.options, request.idempotency_key
         )
-        if created:
-            await asyncio.to_thread(
-                self._celery.send_task, TASK, args=[tenant, job.job_id], queue=QUEUE
-            )
+        # A job is handed to the queue once: when created, or (a retry with its
+        # key) when the Submit that created it failed before it was sent.
+        if job.state != answer_pb2.JOB_STATE_QUEUED or (not created and job.attempts > 0):
+            return answer_pb2.SubmitResponse(job=job)
+        await self._send(store, tenant, job, keyed=bool(request.idempotency_key))
         return answer_pb2.SubmitResponse(job=job)
+
+    async def _send(
+        self, store: JobStore, tenant: str, job: answer_pb2.Job, *, keyed: bool
+    ) -> None:
+        from celery.exceptions import BackendError, OperationalError
+        from redis import RedisError
+
+        celery = self._celery
+        assert celery is not None
+
+        def send() -> None:
+            # The job record carries the answer: no result store is asked to
+            # wait for one (a result store that is down would fail the send).
+            celery.send_task(TASK, args=[tenant, job.job_id], queue=QUEUE, ignore_result=True)
+
+        try:
+            await asyncio.to_thread(store.send_once, tenant, job.job_id, send)
+        except (OperationalError, BackendError, RedisError, OSError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if keyed:
+                raise Unavailable(
+                    f"job {job.job_id} is recorded but the queue did not take it ({reason}); "
+                    "Submit again with the same idempotency_key to queue it"
+                ) from exc
+            # Nobody can ask for this job again: it says why it never ran.
+            job.state = answer_pb2.JOB_STATE_FAILED
+            job.error_code = grpc.StatusCode.UNAVAILABLE.value[0]
+            job.error = f"the queue did not take the job: {reason}"
+            job.finished_at.GetCurrentTime()
+            with contextlib.suppress(RedisError):
+                await asyncio.to_thread(store.put, tenant, job)
+            raise Unavailable(
+                f"the queue did not take job {job.job_id} ({reason}); nothing will run it: "
+                "submit again (with an idempotency_key, a retry cannot queue it twice)"
+            ) from exc
 
     async def _job(self, job_id: str) -> answer_pb2.Job:
         if not job_id or len(job_id) > 64:
             raise InvalidArgument("must be a job id from Submit", field="job_id")
-        job = await asyncio.to_thread(self._store().get, tenant_var.get(), job_id)
+        job = await _stored(self._store().get, tenant_var.get(), job_id)
         if job is None:
             raise NotFound(f"no job {job_id[:64]!r} (unknown, another tenant's, or expired)")
         return job
@@ -150,3 +188,13 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
             if (job.state, job.attempts) != seen:
                 seen = (job.state, job.attempts)
                 yield answer_pb2.WatchResponse(job=job)
+
+
+async def _stored(call: Callable[..., _T], *args: Any) -> _T:
+    """A job store call off the event loop; the store unreachable is UNAVAILABLE."""
+    from redis import RedisError
+
+    try:
+        return await asyncio.to_thread(call, *args)
+    except RedisError as exc:
+        raise Unavailable(f"the job store is unreachable ({type(exc).__name__}: {exc})") from exc

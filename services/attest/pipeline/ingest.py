@@ -85,7 +85,8 @@ def send(
     two leaves a note without a message, which the watchdog treats as lost."""
     task_id = str(uuid.uuid4())
     store.track(job_id, task_id, _STAGES[name], items)
-    app.send_task(name, args=[job_id, tenant, payload], task_id=task_id)
+    # The job state records every outcome: no result store is asked to wait for one.
+    app.send_task(name, args=[job_id, tenant, payload], task_id=task_id, ignore_result=True)
     return task_id
 
 
