@@ -381,3 +381,26 @@ async def test_the_knowledge_search_carries_the_callers_tenant() -> None:
         await server.stop(None)
     assert seen == ["tenant-a", "tenant-b"]
     assert response.facts[0].triple.source_doc_id == "esg-014"
+
+
+async def test_a_re_search_the_generator_could_not_run_is_a_named_degradation() -> None:
+    """The generator's re-search searches through the request's retrievers but
+    has no knowledge service: with knowledge alone every re-search fails, and
+    the caller is told so under STAGE_RESEARCH."""
+
+    class Researching(Backends):
+        async def generate(
+            self, request: generate_pb2.AnswerRequest, seconds: float
+        ) -> AsyncIterator[generate_pb2.AnswerResponse]:
+            async for event in super().generate(request, seconds):
+                if event.WhichOneof("event") == "final":
+                    event.final.research_degraded_reason = (
+                        "1 re-search failed, the sentence kept as written: no retriever "
+                        "could run: re-search has no knowledge service"
+                    )
+                yield event
+
+    answer = await ask(Researching(), settings(), options(common_pb2.RETRIEVER_KNOWLEDGE))
+    (degradation,) = answer.degradations
+    assert degradation.stage == answer_pb2.STAGE_RESEARCH
+    assert degradation.reason.endswith("re-search has no knowledge service")

@@ -433,6 +433,39 @@ async def test_a_source_the_re_search_finds_is_cited_only_above_its_floor(floor:
         assert not added
 
 
+async def test_a_re_search_that_cannot_run_is_reported_with_the_answer() -> None:
+    from attest.core.errors import Unavailable
+
+    asked: list[str] = []
+
+    async def search(query: str, top_k: int) -> list[Source]:
+        asked.append(query)
+        raise Unavailable("no retriever could run: re-search has no knowledge service")
+
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    events = [
+        e
+        async for e in generator.answer(
+            "How much did Norvale Copper cut its emissions?",
+            SOURCES,
+            AnswerOptions(confidence_threshold=10, max_researches=3),
+            search,
+        )
+    ]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    assert asked, "a threshold of 10 makes every sentence search again"
+    assert final.researches == 0
+    n = len(asked)
+    assert final.research_degraded_reason.startswith(
+        f"{n} re-search{'es' if n > 1 else ''} failed, the sentence"
+    )
+    assert final.research_degraded_reason.endswith(
+        ": no retriever could run: re-search has no knowledge service"
+    )
+    assert "30 percent" in final.answer, "the answer stands as written"
+
+
 async def test_off_topic_question_says_insufficient_information() -> None:
     generator = Generator(ExtractiveEngine(EMBEDDER))
     sources = [Source("x", "Quarterly rainfall in the valley was average.", 0)]

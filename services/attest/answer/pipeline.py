@@ -519,6 +519,12 @@ class AnswerPipeline:
                     reason=f"{final.degraded_reason}; extractive mode used",
                 )
             )
+        if final.research_degraded_reason:
+            degradations.append(
+                answer_pb2.Degradation(
+                    stage=answer_pb2.STAGE_RESEARCH, reason=final.research_degraded_reason
+                )
+            )
         for t in final.timings:
             clock.record(_GENERATE_STAGES[t.step], t.duration.ToNanoseconds() / 1e9)
         answer = self._final(

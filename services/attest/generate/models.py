@@ -155,6 +155,8 @@ class FinalEvent:
     judge_disagreements: int = 0
     # Sentences withdrawn because no source supports them.
     removed_sentences: int = 0
+    # Why re-searches failed (how many, the first reason); empty when none did.
+    research_degraded_reason: str = ""
 
 
 Event = SummaryEvent | DraftEvent | SentenceEvent | RevisionEvent | FinalEvent

@@ -118,6 +118,8 @@ class _Run:
     llm_calls: int = 0
     discarded: int = 0
     disagreements: int = 0
+    # Why each failed re-search failed, in order.
+    research_failures: list[str] = field(default_factory=list)
     seconds: dict[Step, float] = field(default_factory=dict)
     calls: dict[Step, int] = field(default_factory=dict)
 
@@ -637,6 +639,7 @@ class Generator:
             sources=tuple(sources),
             judge_disagreements=run.disagreements,
             removed_sentences=removed,
+            research_degraded_reason=_research_failed(run.research_failures),
         )
 
     async def _written_sentences(
@@ -689,8 +692,10 @@ class Generator:
         try:
             found = list(await search(sentence.text, top_k))[:top_k]
         except AttestError as exc:
-            # The answer stands without the revision; the search failure is logged.
+            # The answer stands without the revision; the failure is logged and
+            # reported with the answer.
             log.warning("re-search failed for sentence %d: %s", sentence.index, exc.message)
+            run.research_failures.append(exc.message)
             return None
         known = {s.key: i for i, s in enumerate(sources)}
         first_added = len(sources)
@@ -763,3 +768,12 @@ def _index(value: object, count: int) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count:
         return value
     return None
+
+
+def _research_failed(reasons: Sequence[str]) -> str:
+    if not reasons:
+        return ""
+    n = len(reasons)
+    what = "re-searches" if n > 1 else "re-search"
+    kept = "the sentences kept" if n > 1 else "the sentence kept"
+    return f"{n} {what} failed, {kept} as written: {reasons[0]}"

@@ -220,6 +220,7 @@ def event_to_proto(event: Event) -> generate_pb2.AnswerResponse:
             degraded_reason=event.degraded_reason,
             judge_disagreements=event.judge_disagreements,
             removed_sentences=event.removed_sentences,
+            research_degraded_reason=event.research_degraded_reason,
         )
     )
 

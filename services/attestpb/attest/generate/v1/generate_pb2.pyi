@@ -592,6 +592,7 @@ class AnswerFinal(_message.Message):
     DEGRADED_REASON_FIELD_NUMBER: _builtins.int
     JUDGE_DISAGREEMENTS_FIELD_NUMBER: _builtins.int
     REMOVED_SENTENCES_FIELD_NUMBER: _builtins.int
+    RESEARCH_DEGRADED_REASON_FIELD_NUMBER: _builtins.int
     answer: _builtins.str
     """The full answer text."""
     insufficient_information: _builtins.bool
@@ -619,6 +620,11 @@ class AnswerFinal(_message.Message):
     """
     removed_sentences: _builtins.int
     """Sentences withdrawn because no source supports them, even after a re-search."""
+    research_degraded_reason: _builtins.str
+    """Why re-searches failed (how many, and the first reason: no retriever the
+    request names could run, a service down); empty when none did. A failed
+    re-search leaves its sentence as it was.
+    """
     @_builtins.property
     def sentences(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AnswerSentence]:
         """Every sentence of the answer after revisions, in order."""
@@ -647,10 +653,11 @@ class AnswerFinal(_message.Message):
         degraded_reason: _builtins.str = ...,
         judge_disagreements: _builtins.int = ...,
         removed_sentences: _builtins.int = ...,
+        research_degraded_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "degraded_reason", b"degraded_reason", "discarded_citations", b"discarded_citations", "insufficient_information", b"insufficient_information", "judge_disagreements", b"judge_disagreements", "llm_calls", b"llm_calls", "mode", b"mode", "removed_sentences", b"removed_sentences", "researches", b"researches", "sentences", b"sentences", "timings", b"timings", "total", b"total", "unsupported_sentences", b"unsupported_sentences"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "degraded_reason", b"degraded_reason", "discarded_citations", b"discarded_citations", "insufficient_information", b"insufficient_information", "judge_disagreements", b"judge_disagreements", "llm_calls", b"llm_calls", "mode", b"mode", "removed_sentences", b"removed_sentences", "research_degraded_reason", b"research_degraded_reason", "researches", b"researches", "sentences", b"sentences", "timings", b"timings", "total", b"total", "unsupported_sentences", b"unsupported_sentences"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
