@@ -433,6 +433,32 @@ async def test_a_source_the_re_search_finds_is_cited_only_above_its_floor(floor:
         assert not added
 
 
+async def test_copies_of_one_article_give_one_sentence_citing_every_copy() -> None:
+    """Syndicated news prints the same article under several ids: the answer says
+    it once, cited to each copy, instead of once per copy."""
+    body = (
+        "Halloran Freight said on Monday that its fleet of 212 electric trucks cut diesel "
+        "use by 4.1 million litres in 2024. The company plans to add 80 more trucks next "
+        "year. Its chief executive said charging costs fell by a third."
+    )
+    sources = [Source(f"synd-{i}", body, i) for i in range(3)]
+    sources.append(Source("other", "Orrin Bay raised port fees by 4 percent in 2024.", 3))
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    events = [
+        e
+        async for e in generator.answer(
+            "How much diesel did Halloran Freight save in 2024?", sources
+        )
+    ]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    texts = [" ".join(s.text.split()).casefold() for s in final.sentences]
+    assert len(texts) == len(set(texts)), final.answer
+    first = final.sentences[0]
+    assert "4.1 million litres" in first.text
+    assert {c.doc_id for c in first.citations} == {"synd-0", "synd-1", "synd-2"}
+
+
 async def test_a_re_search_that_cannot_run_is_reported_with_the_answer() -> None:
     from attest.core.errors import Unavailable
 

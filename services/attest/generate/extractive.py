@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,6 +115,18 @@ def fragments(text: str, min_words: int) -> list[str]:
             out[-1] = f"{out[-1]} {carry}"
         else:
             out.append(carry)
+    return out
+
+
+def _distinct(cands: Iterable[Candidate]) -> list[Candidate]:
+    """The candidates whose text no earlier one has (case and spacing aside)."""
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for cand in cands:
+        key = " ".join(cand.text.split()).casefold()
+        if key not in seen:
+            seen.add(key)
+            out.append(cand)
     return out
 
 
@@ -236,12 +248,15 @@ class ExtractiveEngine:
         # A question states no fact, and a sentence that only repeats the
         # question's words adds none, so neither can be an answer sentence.
         asked = content_tokens(question)
-        cands = [
+        # A sentence several sources print word for word (syndicated copies, a
+        # repeated boilerplate line) is one candidate, taken from the first of
+        # them: the others back it as corroboration and are cited with it.
+        cands = _distinct(
             Candidate(text, i)
             for i, s in enumerate(sources)
             for text in fragments(s.text, self.settings.min_fragment_words)
             if not text.rstrip(" .…").endswith("?") and content_tokens(strip_dateline(text)) - asked
-        ]
+        )
         if not cands:
             return None
         vectors = memo.encode([question, *(c.text for c in cands)])
@@ -353,7 +368,7 @@ class ExtractiveEngine:
             decision = yes_or_no(polar, texts, places)
         if decision is None:
             return None
-        first, *rest = (found[i] for i in dict.fromkeys(decision.sentences))
+        first, *rest = _distinct(found[i] for i in decision.sentences)
         if decision.lead:
             lead = f"{decision.lead}: {first.text}"
         elif contains_answer(first.text, decision.picked):
