@@ -17,7 +17,7 @@ from attest.core.auth import (
     required_scope,
     tenant_for,
 )
-from attest.core.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from attest.core.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unauthenticated
 from attest.core.quota import TenantQuotas
 from attest.core.server import StartupRefused, check_exposure, is_loopback
 from attest.core.settings import (
@@ -58,7 +58,13 @@ def test_authorize_and_tenant_rules() -> None:
     assert tenant_for(user, header) == "acme"
     service = Identity("service", "default", frozenset({"internal"}), "service")
     assert tenant_for(service, header) == "globex"
-    assert tenant_for(service, {"x-attest-tenant": "bad tenant\n"}) == "default"
+    assert tenant_for(service, {}) == "default"
+    # A tenant it names that is no tenant id is refused, never taken as its own.
+    for bad in ("bad tenant\n", "*", "x" * 200, ""):
+        with pytest.raises(InvalidArgument, match=r"x-attest-tenant .* is not a tenant id"):
+            tenant_for(service, {"x-attest-tenant": bad})
+    # A caller that may not name a tenant is not refused for a header it may not use.
+    assert tenant_for(user, {"x-attest-tenant": "*"}) == "acme"
 
 
 def test_keys_file_is_checked_entry_by_entry(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ import jwt
 import yaml  # type: ignore[import-untyped]
 
 from attest.core.context import DEFAULT_TENANT
-from attest.core.errors import PermissionDenied, Unauthenticated
+from attest.core.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from attest.core.metadata import API_KEY_KEY, AUTHORIZATION_KEY, TENANT_KEY
 from attest.core.settings import AuthSettings
 
@@ -365,7 +365,16 @@ def tenant_for(identity: Identity, metadata: Mapping[str, Any]) -> str:
     """The tenant a call acts for: the credential's, or, for a service identity,
     the one the calling service names."""
     if identity.allows("internal") and identity.kind != "dev":
-        named = valid_tenant(metadata.get(TENANT_KEY))
-        if named is not None:
-            return named
+        value = metadata.get(TENANT_KEY)
+        if value is None:
+            return identity.tenant
+        named = valid_tenant(value)
+        if named is None:
+            # Acting for the credential's own tenant instead would read and
+            # write another tenant's data without a word.
+            raise InvalidArgument(
+                f"{TENANT_KEY} {str(value)[:80]!r} is not a tenant id (a letter or digit, "
+                "then up to 63 letters, digits, '.', '_' or '-')"
+            )
+        return named
     return identity.tenant
