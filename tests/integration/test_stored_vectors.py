@@ -222,3 +222,30 @@ async def test_the_fallback_scores_stored_vectors_as_it_would_embed_them(stack: 
         await stack.rerank.Rerank(request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details().startswith("document_vectors[0].passages[0]: ")
+
+
+async def test_explain_takes_a_vector_alone_and_checks_its_path_count(stack: Stack) -> None:
+    embedded = await stack.semantic.Embed(semantic_pb2.EmbedRequest(texts=[QUESTION]))
+    by_text = await stack.semantic.Explain(
+        semantic_pb2.ExplainRequest(query=QUESTION, doc_id="esg-005")
+    )
+    # The proto's "used instead of embedding `query`": no query text needed.
+    by_vector = await stack.semantic.Explain(
+        semantic_pb2.ExplainRequest(doc_id="esg-005", query_vector=embedded.vectors[0])
+    )
+    assert by_vector.kg_score == pytest.approx(by_text.kg_score, abs=1e-5)
+    for bad, field in (
+        (semantic_pb2.ExplainRequest(doc_id="esg-005"), "query"),
+        (semantic_pb2.ExplainRequest(query=QUESTION, doc_id="esg-005", max_paths=101), "max_paths"),
+        (semantic_pb2.ExplainRequest(query=QUESTION, doc_id="esg-005", max_paths=-1), "max_paths"),
+        (
+            semantic_pb2.ExplainRequest(
+                doc_id="esg-005", query_vector=semantic_pb2.Vector(values=[float("nan")] * 384)
+            ),
+            "query_vector",
+        ),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stack.semantic.Explain(bad)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+        assert field in (err.value.details() or ""), err.value.details()

@@ -34,6 +34,11 @@ _LEVELS = {
 }
 
 
+#: Explain's paths: at most this many, this many when the request leaves it 0.
+MAX_EXPLAIN_PATHS = 100
+DEFAULT_EXPLAIN_PATHS = 10
+
+
 def _vector(v: semantic_pb2.Vector, present: bool) -> Vector | None:
     return np.asarray(v.values, dtype=np.float32) if present and len(v.values) else None
 
@@ -162,15 +167,22 @@ def search_from_proto(request: semantic_pb2.SearchRequest, limits: SemanticLimit
 def explain_from_proto(
     request: semantic_pb2.ExplainRequest, limits: SemanticLimits
 ) -> SemanticQuery:
-    text, _ = _query_common(request.query, None, limits)
+    text, vector = _query_common(
+        request.query, _vector(request.query_vector, request.HasField("query_vector")), limits
+    )
     if not request.doc_id.strip():
         raise InvalidArgument("must not be empty", field="doc_id")
     if request.kg_variant not in semantic_pb2.KgVariant.values():
         raise InvalidArgument(f"unknown value {request.kg_variant}", field="kg_variant")
-    if request.max_paths < 0:
-        raise InvalidArgument("must not be negative", field="max_paths")
+    if not 0 <= request.max_paths <= MAX_EXPLAIN_PATHS:
+        raise InvalidArgument(
+            f"must be between 1 and {MAX_EXPLAIN_PATHS} (0: {DEFAULT_EXPLAIN_PATHS}), "
+            f"got {request.max_paths}",
+            field="max_paths",
+        )
     return SemanticQuery(
         text=text,
+        vector=vector,
         variant=Variant.PLAIN
         if request.kg_variant == semantic_pb2.KG_VARIANT_PLAIN
         else Variant.ENHANCED,

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import grpc
-import numpy as np
 
 from attest.common.v1 import common_pb2
 from attest.core.context import tenant_var
@@ -101,12 +99,9 @@ class SemanticServicer(semantic_pb2_grpc.SemanticServiceServicer):
         if request.HasField("kg_top_n"):
             check_kg_top_n(request.kg_top_n)
         query = convert.explain_from_proto(request, self._limits)
-        if request.HasField("query_vector") and request.query_vector.values:
-            vector = np.asarray(request.query_vector.values, dtype=np.float32)
-            query = dataclasses.replace(query, vector=vector)
         score, nodes, paths = await self.index.explain(tenant_var.get(), request.doc_id, query)
         graph = self.index.graph
-        limit = min(request.max_paths or 8, self._limits.max_paths)
+        limit = min(request.max_paths or convert.DEFAULT_EXPLAIN_PATHS, self._limits.max_paths)
         article = (request.doc_id, self.index.title(tenant_var.get(), request.doc_id))
         return semantic_pb2.ExplainResponse(
             doc_id=request.doc_id,

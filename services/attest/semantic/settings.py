@@ -30,7 +30,12 @@ class QdrantSettings(StrictModel):
 
 
 class SemanticLimits(RequestLimits):
-    max_paths: int = Field(default=64, ge=1)
+    max_paths: int = Field(
+        default=100,
+        ge=1,
+        le=100,
+        description="Explain returns at most this many paths, whatever the request asks (1-100).",
+    )
 
 
 class SemanticSettings(ServiceSettings):

@@ -448,7 +448,9 @@ class ExplainRequest(_message.Message):
     MAX_PATHS_FIELD_NUMBER: _builtins.int
     QUERY_VECTOR_FIELD_NUMBER: _builtins.int
     query: _builtins.str
-    """The question the article was scored against, 1-4,096 characters."""
+    """The question the article was scored against, 1-4,096 characters (may be
+    empty when query_vector is given).
+    """
     doc_id: _builtins.str
     """Id of the article to explain, 1-256 characters. An unknown id is NOT_FOUND."""
     kg_variant: Global___KgVariant.ValueType
