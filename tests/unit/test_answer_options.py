@@ -54,6 +54,8 @@ def test_the_shorter_of_budget_and_deadline_applies() -> None:
         ("q", {"rerank_top_k": 20, "passages_per_document": 6}, "options.passages_per_document"),
         ("q", {"max_researches": 21}, "options.max_researches"),
         ("q", {"time_budget": Duration(seconds=601)}, "options.time_budget"),
+        ("q", {"time_budget": Duration(seconds=1, nanos=-5)}, "options.time_budget"),
+        ("q", {"time_budget": Duration(seconds=0, nanos=2_000_000_000)}, "options.time_budget"),
         (
             "q",
             {

@@ -190,7 +190,15 @@ def _budget(
     limits = settings.limits
     budget: float | None = None
     if options.HasField("time_budget"):
-        budget = options.time_budget.ToNanoseconds() / 1e9
+        given = options.time_budget
+        if abs(given.nanos) >= 1_000_000_000 or given.seconds * given.nanos < 0:
+            # google.protobuf.Duration: nanos within a second, of the seconds' sign.
+            raise InvalidArgument(
+                f"is not a valid Duration (seconds {given.seconds}, nanos {given.nanos}: "
+                "nanos must be under 1e9 in size and of the seconds' sign)",
+                field="options.time_budget",
+            )
+        budget = given.ToNanoseconds() / 1e9
         if not limits.min_budget_seconds <= budget <= limits.max_budget_seconds:
             raise InvalidArgument(
                 f"must be between {limits.min_budget_seconds * 1000:.0f} ms and "
