@@ -16,7 +16,7 @@ from attest.ingest.documents import (
     passage_id,
 )
 from attest.ingest.organizations import Gazetteer, PatternRecognizer
-from attest.ingest.passages import count_tokens, split_passages
+from attest.ingest.passages import CHARS_PER_TOKEN, count_tokens, split_passages
 from attest.ingest.readers import html_to_text, read_path
 from attest.ingest.summary import extractive_summary
 
@@ -48,6 +48,24 @@ def test_a_sentence_longer_than_the_limit_is_cut_at_words():
     assert count_tokens(passages[1].text) == 200
     assert passages[-1].text.endswith("Tail sentence.")
     assert all(text[p.start_char : p.end_char] == p.text for p in passages)
+
+
+def test_a_run_without_spaces_is_cut_to_the_character_cap():
+    """An inlined image counts as a handful of tokens; stored whole it would be
+    one passage longer than the reranker and the generator accept."""
+    import base64
+    import random
+
+    blob = base64.b64encode(random.Random(7).randbytes(16_000)).decode()
+    text = f"The centrifuge spins at 15000 rpm. ![plot](data:image/png;base64,{blob}) Done."
+    passages = split_passages(text, max_tokens=200)
+    assert passages[0].text == "The centrifuge spins at 15000 rpm."
+    assert max(len(p.text) for p in passages) <= CHARS_PER_TOKEN * 200
+    assert all(text[p.start_char : p.end_char] == p.text for p in passages)
+    assert "".join(p.text for p in passages[1:]).replace(" ", "") == text[35:].replace(" ", "")
+    # Ordinary prose never meets the cap: 200-token passages of it are far shorter.
+    prose = " ".join(_sentence(i, 30) for i in range(40))
+    assert [count_tokens(p.text) for p in split_passages(prose)] == [186] * 6 + [124]
 
 
 def test_blank_text_has_no_passages_and_bad_limits_are_rejected():

@@ -1,7 +1,12 @@
 """Passage splitting on sentence boundaries.
 
 A passage is a run of whole sentences of about ``max_tokens`` tokens; a
-sentence longer than that is cut at word boundaries. Every passage keeps its
+sentence longer than that is cut at word boundaries. A passage also holds at
+most ``CHARS_PER_TOKEN`` characters a token (2,400 for 200 tokens, twice what
+news English takes): a run without spaces (an inlined image, a minified
+script, a hash list) counts as few tokens, and is cut into pieces of that
+size rather than stored as one passage longer than the reranker and the
+generator take. Every passage keeps its
 character span in the text it came from, so ``text[start:end] == passage``.
 The ingestion pipeline indexes these passages and the PFiD reranker trains on
 them, so both see the same units.
@@ -16,6 +21,8 @@ from dataclasses import dataclass
 CountTokens = Callable[[str], int]
 
 DEFAULT_MAX_TOKENS = 200
+#: A passage's characters per token of its budget, at most.
+CHARS_PER_TOKEN = 12
 
 # A sentence ends at ., ! or ? (optionally followed by closing quotes or
 # brackets) before white space, or at a blank line. Same rule as the keyphrase
@@ -61,22 +68,36 @@ def _add_trimmed(text: str, start: int, end: int, out: list[tuple[int, int]]) ->
         out.append((start, end))
 
 
+def _words(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
+    """The word spans of ``text[start:end]``, a word longer than ``max_chars`` in
+    pieces of ``max_chars``."""
+    out: list[tuple[int, int]] = []
+    for word in _WORD_SPAN.finditer(text, start, end):
+        s, e = word.span()
+        while e - s > max_chars:
+            out.append((s, s + max_chars))
+            s += max_chars
+        out.append((s, e))
+    return out
+
+
 def _cut_long(
-    text: str, start: int, end: int, max_tokens: int, counter: CountTokens
+    text: str, start: int, end: int, max_tokens: int, max_chars: int, counter: CountTokens
 ) -> list[tuple[int, int]]:
-    """A sentence over the limit, cut into word windows of at most ``max_tokens``."""
+    """A sentence over a limit, cut into word windows of at most ``max_tokens``
+    tokens and ``max_chars`` characters."""
     pieces: list[tuple[int, int]] = []
     piece_start: int | None = None
     piece_end = start
     used = 0
-    for word in _WORD_SPAN.finditer(text, start, end):
-        n = max(1, counter(word.group()))
-        if piece_start is not None and used + n > max_tokens:
+    for s, e in _words(text, start, end, max_chars):
+        n = max(1, counter(text[s:e]))
+        if piece_start is not None and (used + n > max_tokens or e - piece_start > max_chars):
             pieces.append((piece_start, piece_end))
             piece_start, used = None, 0
         if piece_start is None:
-            piece_start = word.start()
-        piece_end = word.end()
+            piece_start = s
+        piece_end = e
         used += n
     if piece_start is not None:
         pieces.append((piece_start, piece_end))
@@ -88,24 +109,26 @@ def split_passages(
 ) -> list[PassageSpan]:
     """Split ``text`` into passages of whole sentences, each at most ``max_tokens``
     tokens as measured by ``counter`` (pass a model tokenizer's length to count
-    subword pieces). Only a single sentence longer than the limit is cut inside.
-    Empty or blank text gives no passages.
+    subword pieces) and ``CHARS_PER_TOKEN * max_tokens`` characters. Only a
+    single sentence over either limit is cut inside. Empty or blank text gives
+    no passages.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    max_chars = CHARS_PER_TOKEN * max_tokens
     units: list[tuple[int, int, int]] = []  # start, end, tokens
     for start, end in sentence_spans(text):
         n = counter(text[start:end])
-        if n <= max_tokens:
+        if n <= max_tokens and end - start <= max_chars:
             units.append((start, end, n))
         else:
-            for s, e in _cut_long(text, start, end, max_tokens, counter):
+            for s, e in _cut_long(text, start, end, max_tokens, max_chars, counter):
                 units.append((s, e, counter(text[s:e])))
     spans: list[tuple[int, int]] = []
     current: tuple[int, int] | None = None
     used = 0
     for start, end, n in units:
-        if current is not None and used + n <= max_tokens:
+        if current is not None and used + n <= max_tokens and end - current[0] <= max_chars:
             current = (current[0], end)
             used += n
             continue

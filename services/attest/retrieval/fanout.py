@@ -71,6 +71,19 @@ SERVICES: dict[Retriever, str] = {
 FACT_PASSAGE_LOOKUP_TOP_K = 50
 # Passages per document handed to the reranker (its default per-document limit).
 RERANK_PASSAGES = 8
+# Characters of one text handed on as a passage (the reranker's default
+# per-passage limit): an article found without a passage (KG ranks articles)
+# is its body, which a long report exceeds, and a passage stored before ingest
+# capped passages may too. Longer text is cut here rather than failing the answer.
+MAX_PASSAGE_CHARS = 20_000
+
+
+def _clip(text: str) -> str:
+    """``text`` cut to ``MAX_PASSAGE_CHARS``, at a space where one is near the end."""
+    if len(text) <= MAX_PASSAGE_CHARS:
+        return text
+    cut = text.rfind(" ", MAX_PASSAGE_CHARS - 200, MAX_PASSAGE_CHARS)
+    return text[: cut if cut > 0 else MAX_PASSAGE_CHARS]
 
 
 class Searcher(Protocol):
@@ -126,15 +139,16 @@ class Hit:
         """Passages for the reranker, best retrieval rank first; the body when none was found."""
         if self.passages:
             ranked = sorted(self.passages.items(), key=lambda kv: kv[1][1])
-            return [(i, text) for i, (text, _) in ranked[:RERANK_PASSAGES]]
+            return [(i, _clip(text)) for i, (text, _) in ranked[:RERANK_PASSAGES]]
         text = self.body or self.summary
-        return [(-1, text)] if text.strip() else []
+        return [(-1, _clip(text))] if text.strip() else []
 
     def text_of(self, passage_index: int) -> str:
-        """A passage's text; for index -1 (the article's record) the body or summary."""
+        """A passage's text; for index -1 (the article's record) the body or summary
+        (each at most ``MAX_PASSAGE_CHARS``)."""
         if passage_index in self.passages:
-            return self.passages[passage_index][0]
-        return self.body or self.summary if passage_index < 0 else ""
+            return _clip(self.passages[passage_index][0])
+        return _clip(self.body or self.summary) if passage_index < 0 else ""
 
     def stored_vector_index(self, passage_index: int) -> int | None:
         """The stored semantic record whose vector embeds the same text as the
