@@ -260,3 +260,25 @@ def test_cli_usage_errors_name_the_command_the_user_typed(tmp_path: Path):
     assert out.exit_code == 2
     assert "Try 'attest ingest --help' for help." in out.output
     assert "Invalid value for '--batch-size'" in out.output
+
+
+def test_cli_names_the_keys_it_does_not_read(tmp_path: Path):
+    lines = tmp_path / "news.jsonl"
+    lines.write_text(
+        '{"id": "d1", "body": "The plant opened.", "date": "2024-06-14", "url": "https://x.org"}\n'
+        '{"id": "d2", "body": "Another one.", "date": "2024-06-15"}\n'
+        '{"id": "d3", "body": "A third.", "published_at": "2024-06-16"}\n',
+        encoding="utf-8",
+    )
+    out = CliRunner().invoke(ingest_command, [str(lines), "--data-dir", str(tmp_path / "s")])
+    assert out.exit_code == 0, out.output
+    assert (
+        "warning: keys that ingest does not read, in the first 3 records (how many carry "
+        "each): date (2), url (1). A document is read from _id, body, entity_ids, id, "
+        "language, metadata, organizations, published_at, source_url, text, title"
+    ) in out.output
+    assert "received 3  ingested 3" in out.output
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text('{"id": "d4", "body": "Fine."}\n', encoding="utf-8")
+    out = CliRunner().invoke(ingest_command, [str(clean), "--data-dir", str(tmp_path / "s")])
+    assert "warning" not in out.output

@@ -204,6 +204,34 @@ def test_readers_jsonl_lines_folders_and_html(tmp_path):
     assert [i.origin for i in read_path(lines)] == ["n.jsonl:1", "n.jsonl:3"]
 
 
+def test_readers_take_byte_order_marks_headings_and_leave_hidden_files_out(tmp_path):
+    from attest.ingest.readers import count_items, skipped_files
+
+    docs = tmp_path / "docs"
+    (docs / ".git").mkdir(parents=True)
+    (docs / ".git" / "notes.txt").write_text("the vault code is 1234", encoding="utf-8")
+    (docs / ".env.md").write_text("SECRET=1", encoding="utf-8")
+    (docs / "ferry.md").write_bytes(
+        b"\xef\xbb\xbf# Glimmer Lake\nThe ferry carries 340 passengers.\n## Fares ##\nA ticket is 5."
+    )
+    (docs / "c.txt").write_bytes(b"\xef\xbb\xbfPlain text.")
+    items = list(read_path(docs))
+    assert [i.origin for i in items] == ["c.txt", "ferry.md"]
+    assert count_items(docs) == len(items)
+    assert skipped_files(docs) == []
+    text = json.loads(items[0].raw_json)
+    assert text["body"] == "Plain text."
+    md = article_from_raw_json(items[1].raw_json)
+    assert md.title == "Glimmer Lake"
+    # Headings are paragraphs of their own, without their marks.
+    assert "#" not in md.body
+    assert "Glimmer Lake\n\nThe ferry carries 340 passengers." in md.body
+    assert "Fares\n\nA ticket is 5." in md.body
+    lines = tmp_path / "bom.jsonl"
+    lines.write_bytes(b'\xef\xbb\xbf{"id": "1", "body": "x"}\n{"id": "2", "body": "y"}\n')
+    assert [article_from_raw_json(i.raw_json).id for i in read_path(lines)] == ["1", "2"]
+
+
 class CountingEncoder:
     """A stand-in model: a text's vector is a hash of it; records what it was given."""
 

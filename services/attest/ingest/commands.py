@@ -16,11 +16,13 @@ from tqdm import tqdm
 from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings, MiB
 from attest.ingest.readers import (
+    RECORD_KEYS,
     TEXT_SUFFIXES,
     RawItem,
     count_items,
     read_path,
     skipped_files,
+    unread_keys,
 )
 from attest.ingest.state import FailureRecord
 
@@ -288,6 +290,16 @@ def load(
         click.echo(
             f"warning: {len(skipped):,} files under {path} are not "
             f"{'/'.join(TEXT_SUFFIXES)} and are left out (e.g. {names})",
+            err=True,
+        )
+    unread = unread_keys(path)
+    if unread:
+        sampled = min(count_items(path), 1000)
+        keys = ", ".join(f"{k} ({n:,})" for k, n in list(unread.items())[:8])
+        click.echo(
+            f"warning: keys that ingest does not read, in the first {sampled:,} records "
+            f"(how many carry each): {keys}. A document is read from "
+            f"{', '.join(sorted(RECORD_KEYS))}",
             err=True,
         )
     total = count_items(path)

@@ -327,7 +327,9 @@ def article_from_raw_json(raw: bytes) -> Article:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ItemError(
-            FailureCode.INVALID_UTF8, f"not valid UTF-8 (byte {exc.start}: {exc.reason})"
+            FailureCode.INVALID_UTF8,
+            f"not valid UTF-8 (byte {exc.start}: {exc.reason}); documents must be UTF-8: "
+            "convert the file first (e.g. `iconv -f LATIN1 -t UTF-8`, or the encoding it has)",
         ) from None
     try:
         data = validation.loads_json(text, "raw_json")

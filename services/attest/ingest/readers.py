@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from attest.core.document import KEYWORD_FIELDS
+
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm")
 
 
@@ -74,36 +76,64 @@ def html_to_text(html: str) -> tuple[str, str]:
 
 
 _MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+# One heading line, nothing around it.
+_MD_HEADING_LINE = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 def read_jsonl(path: Path) -> Iterator[RawItem]:
     with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
+            if number == 1:
+                # Editors on Windows start UTF-8 files with a byte order mark.
+                line = line.removeprefix(_BOM)
             if line.strip():
                 yield RawItem(f"{path.name}:{number}", line.rstrip(b"\r\n"))
 
 
+def _markdown_text(text: str) -> str:
+    """Heading lines as paragraphs of their own words: a heading is neither part
+    of the next sentence nor quoted with its ``#`` marks."""
+    return _MD_HEADING_LINE.sub(lambda m: f"\n{m.group(1)}\n", text)
+
+
 def read_text_file(path: Path, root: Path) -> RawItem:
     rel = path.relative_to(root).as_posix()
-    data = path.read_bytes()
+    data = path.read_bytes().removeprefix(_BOM)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         # The core reports it per document, with the byte position.
         return RawItem(rel, data)
-    if path.suffix.lower() in (".html", ".htm"):
+    suffix = path.suffix.lower()
+    if suffix in (".html", ".htm"):
         title, body = html_to_text(text)
+    elif suffix == ".txt":
+        title, body = path.stem, text
     else:
-        heading = _MD_HEADING.search(text) if path.suffix.lower() != ".txt" else None
-        title, body = (heading.group(1) if heading else path.stem), text
+        heading = _MD_HEADING.search(text)
+        title, body = (heading.group(1) if heading else path.stem), _markdown_text(text)
     record = {"id": rel, "title": title or path.stem, "body": body}
     return RawItem(rel, json.dumps(record, ensure_ascii=False).encode("utf-8"))
 
 
-def read_folder(root: Path) -> Iterator[RawItem]:
+def _hidden(path: Path, root: Path) -> bool:
+    """Under a dot-folder or a dot-file (``.git/``, ``.venv/``, ``.env``) of ``root``."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _folder_files(root: Path) -> Iterator[Path]:
+    """The text files of a folder that ``attest ingest`` reads, in name order."""
     for path in sorted(root.rglob("*")):
-        if path.is_file() and path.suffix.lower() in TEXT_SUFFIXES:
-            yield read_text_file(path, root)
+        if path.is_file() and _is_text(path) and not _hidden(path, root):
+            yield path
+
+
+def read_folder(root: Path) -> Iterator[RawItem]:
+    for path in _folder_files(root):
+        yield read_text_file(path, root)
 
 
 def _is_text(path: Path) -> bool:
@@ -129,18 +159,44 @@ def skipped_files(path: Path) -> list[Path]:
     if not path.is_dir() or (path / "corpus.jsonl").is_file():
         return []
     return sorted(
-        p
-        for p in path.rglob("*")
-        if p.is_file()
-        and not _is_text(p)
-        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        p for p in path.rglob("*") if p.is_file() and not _is_text(p) and not _hidden(p, path)
     )
+
+
+#: The keys a JSON record is read by (``article_from_raw_json``); others are ignored.
+RECORD_KEYS = frozenset(
+    {"id", "_id", "title", "body", "text", "published_at", "source_url", "metadata"}
+    | {f.name for f in KEYWORD_FIELDS}
+)
+
+
+def unread_keys(path: Path, sample: int = 1000) -> dict[str, int]:
+    """Keys that the first ``sample`` JSON records of ``path`` carry and ingest
+    does not read (a ``date`` for ``published_at``, say), with how many of
+    those records carry each. Lines that are not JSON objects are left to the
+    ingest's own report."""
+    if path.is_dir() and not (path / "corpus.jsonl").is_file():
+        return {}
+    if not path.is_dir() and _is_text(path):
+        return {}
+    found: dict[str, int] = {}
+    for n, item in enumerate(read_path(path)):
+        if n >= sample:
+            break
+        try:
+            record = json.loads(item.raw_json)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(record, dict):
+            for key in record.keys() - RECORD_KEYS:
+                found[key] = found.get(key, 0) + 1
+    return dict(sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def count_items(path: Path) -> int:
     """How many items ``read_path`` will yield, for the progress bar."""
     if path.is_dir() and not (path / "corpus.jsonl").is_file():
-        return sum(1 for p in path.rglob("*") if p.is_file() and _is_text(p))
+        return sum(1 for _ in _folder_files(path))
     if not path.is_dir() and _is_text(path):
         return 1
     target = path / "corpus.jsonl" if path.is_dir() else path
