@@ -287,10 +287,20 @@ def serve(
     if overrides:
         server_settings = server_settings.model_copy(update=overrides)
     configure_logging(log_settings)
+    from attest.core.process_lock import DataDirLock, LockHeld
+
+    # `serve all --embedded` opens every store under the data directory: one
+    # process at a time (a second is refused here, not left waiting for stores).
+    lock = DataDirLock(Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))) if embedded else None
     try:
+        if lock is not None:
+            lock.acquire()
         asyncio.run(serve_forever(servicers, server_settings))
-    except StartupRefused as exc:
+    except (StartupRefused, LockHeld) as exc:
         raise click.ClickException(str(exc)) from exc
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _serve_llm(host: str, port: int | None, model: str) -> None:
@@ -523,8 +533,17 @@ def demo(data_dir: Path | None, top_k: int, llm: str, llm_model: str) -> None:
     root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
     if root.exists() and not root.is_dir():
         raise click.ClickException(f"the data directory {root} is a file")
+    from attest.core.process_lock import DataDirLock, LockHeld
+
+    # Before any model loads: a data directory another process serves is theirs.
+    held_by = DataDirLock(root).holder() if root.is_dir() else None
+    if held_by is not None:
+        raise click.ClickException(DataDirLock(root).refusal(held_by).message)
     if llm == "none":
-        asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
+        try:
+            asyncio.run(run_demo(root, top_k=top_k, echo=click.echo))
+        except LockHeld as exc:
+            raise click.ClickException(exc.message) from exc
         return
     from attest.generate import local
 
@@ -536,7 +555,7 @@ def demo(data_dir: Path | None, top_k: int, llm: str, llm_model: str) -> None:
             if started is not None:
                 os.environ.update(started.env(url))
             asyncio.run(run_demo(root, top_k=top_k, echo=click.echo, llm=True))
-    except local.LocalLLMError as exc:
+    except (local.LocalLLMError, LockHeld) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

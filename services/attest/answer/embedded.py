@@ -87,6 +87,7 @@ async def embedded_stack(
     With ``knowledge`` the knowledge service runs too, ingestion extracts facts
     into its personal base and answers retrieve them (see ``embedded_servicers``).
     """
+    from attest.core.process_lock import data_dir_lock
     from attest.core.server import running
     from attest.core.settings import ServerSettings
 
@@ -94,6 +95,8 @@ async def embedded_stack(
     address = f"127.0.0.1:{port}"
     settings = ServerSettings(host="127.0.0.1", port=port)
     with contextlib.ExitStack() as env:
+        # Refused at once (LockHeld) while another process has the directory's stores.
+        env.enter_context(data_dir_lock(data_dir))
         if knowledge:
             env.enter_context(_environment(FACTS_ADDRESS_VARIABLE, address))
         async with running(

@@ -87,9 +87,14 @@ def _check_pooled_mode(mode: str) -> None:
 
 def _in_data_dir(data_dir: Path | None, go: Callable[[Path], Coroutine[Any, Any, T]]) -> T:
     """Run ``go`` on ``data_dir``, or on a temporary directory removed afterwards."""
+    from attest.core.process_lock import LockHeld
+
     if data_dir is not None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        return asyncio.run(go(data_dir))
+        try:
+            return asyncio.run(go(data_dir))
+        except LockHeld as exc:
+            raise click.ClickException(exc.message) from exc
     with tempfile.TemporaryDirectory(prefix="attest-eval-pooled-") as tmp:
         return asyncio.run(go(Path(tmp)))
 

@@ -29,6 +29,7 @@ from attest.ingest.state import FailureRecord
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from attest.ingest.assembly import Assembly
     from attest.ingest.settings import IngestSettings
     from attest.ingest.state import JobStore
 
@@ -85,12 +86,19 @@ def _chunks(items: Iterator[RawItem], size: int) -> Iterator[list[RawItem]]:
 
 
 async def run_embedded(path: Path, data_dir: Path, batch: int, total: int) -> Report:
+    from attest.core.process_lock import data_dir_lock
     from attest.ingest.assembly import assemble
-    from attest.ingest.documents import ItemError, article_from_raw_json
-    from attest.ingest.jobs import Item
     from attest.ingest.settings import IngestSettings
 
-    assembly = await assemble(IngestSettings(data_dir=data_dir))
+    with data_dir_lock(data_dir):
+        assembly = await assemble(IngestSettings(data_dir=data_dir))
+        return await _ingest_embedded(assembly, path, batch, total)
+
+
+async def _ingest_embedded(assembly: Assembly, path: Path, batch: int, total: int) -> Report:
+    from attest.ingest.documents import ItemError, article_from_raw_json
+    from attest.ingest.jobs import Item
+
     try:
         core = assembly.core
         job_id = core.start_job("default")
@@ -210,6 +218,17 @@ def _run_remote(call: Coroutine[Any, Any, T]) -> T:
         raise click.ClickException(f"{error.code}: {error.details}") from err
 
 
+def _held(call: Coroutine[Any, Any, T]) -> T:
+    """Run ``call`` on the embedded stores; another process holding them is one
+    line naming it (attest.core.process_lock), not a traceback."""
+    from attest.core.process_lock import LockHeld
+
+    try:
+        return asyncio.run(call)
+    except LockHeld as err:
+        raise click.ClickException(err.message) from err
+
+
 class _IngestGroup(click.Group):
     """``attest ingest PATH`` ingests; ``attest ingest failures JOB`` is a subcommand.
 
@@ -310,7 +329,7 @@ def load(
     if address:
         report = _run_remote(run_remote(path, address, batch_size, total))
     else:
-        report = asyncio.run(run_embedded(path, _data_dir(data_dir), batch_size, total))
+        report = _held(run_embedded(path, _data_dir(data_dir), batch_size, total))
     for line in report.lines(show_failures):
         click.echo(line)
     if report.state != "DONE":
@@ -477,10 +496,18 @@ async def run_doctor(
 ) -> dict[str, Any]:
     """Open the embedded stores (which resumes interrupted jobs), wait for those
     jobs, reconcile, and repair when asked. Returns what was found and done."""
+    from attest.core.process_lock import data_dir_lock
     from attest.ingest.assembly import assemble
     from attest.ingest.settings import IngestSettings
 
-    assembly = await assemble(IngestSettings(data_dir=data_dir), startup_check=False)
+    with data_dir_lock(data_dir):
+        assembly = await assemble(IngestSettings(data_dir=data_dir), startup_check=False)
+        return await _doctor_embedded(assembly, repair=repair, tenants=tenants, echo=echo)
+
+
+async def _doctor_embedded(
+    assembly: Assembly, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+) -> dict[str, Any]:
     try:
         core, inline = assembly.core, assembly.inline
         assert inline is not None
@@ -606,7 +633,7 @@ def doctor_command(
         root = _data_dir(data_dir)
         if not (root / "ingest").is_dir():
             raise click.ClickException(f"no ingest state under {root}")
-        report = asyncio.run(run_doctor(root, repair=repair, tenants=tenants, echo=echo))
+        report = _held(run_doctor(root, repair=repair, tenants=tenants, echo=echo))
     if as_json:
         click.echo(json.dumps(report))
     if not report["consistent"]:

@@ -10,20 +10,16 @@ whole base, taken before either store opens and held until the store closes:
 the second process is refused at once with ``StoreInUse``, which names the
 process holding it, and ``holder`` lets a command check before it loads
 anything. The lock is ``flock`` on ``<data_dir>/knowledge/personal.lock``, so
-it goes away with the process that held it (killed or not); the file holds
-that process's id and is never deleted (a deleted lock file could be locked
-twice).
+it goes away with the process that held it (killed or not)
+(``attest.core.process_lock``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
-from attest.core.errors import FailedPrecondition
+from attest.core.process_lock import LockHeld, ProcessLock
 
 if TYPE_CHECKING:
     from attest.knowledge.settings import KnowledgeSettings
@@ -31,76 +27,20 @@ if TYPE_CHECKING:
 LOCK_NAME = "personal.lock"
 
 
-class StoreInUse(FailedPrecondition):
+class StoreInUse(LockHeld):
     """The embedded personal base is open in another process."""
 
     def __init__(self, path: Path, pid: int | None) -> None:
-        who = f"process {pid}" if pid else "another process"
-        super().__init__(f"the personal knowledge base under {path.parent.parent} is open in {who}")
-        self.path = path
-        self.pid = pid
+        super().__init__(
+            path, pid, f"the personal knowledge base under {path.parent.parent} is open in {{who}}"
+        )
 
 
-class StoreLock:
+class StoreLock(ProcessLock):
     """The exclusive lock of one embedded personal base (see the module doc)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file: IO[str] | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._file is not None
-
-    def acquire(self) -> None:
-        """Take the lock (again: a no-op); ``StoreInUse`` when another process has it."""
-        if self._file is not None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = self.path.open("a+", encoding="utf-8")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _pid_in(f)
-            f.close()
-            raise StoreInUse(self.path, pid) from None
-        except BaseException:
-            f.close()
-            raise
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        self._file = f
-
-    def release(self) -> None:
-        f, self._file = self._file, None
-        if f is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(f, fcntl.LOCK_UN)
-            f.close()
-
-    def holder(self) -> int | None:
-        """The id of the process holding the lock (0 when it cannot tell), None when free.
-
-        A probe: it takes the lock and lets go at once, so it is only a hint;
-        ``acquire`` decides.
-        """
-        if self._file is not None:
-            return os.getpid()
-        try:
-            self.acquire()
-        except StoreInUse as err:
-            return err.pid or 0
-        self.release()
-        return None
-
-
-def _pid_in(f: IO[str]) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        f.seek(0)
-        return int(f.read().strip())
-    return None
+    def refusal(self, pid: int | None) -> LockHeld:
+        return StoreInUse(self.path, pid)
 
 
 def personal_store_lock(settings: KnowledgeSettings) -> StoreLock | None:
