@@ -282,3 +282,30 @@ def test_cli_names_the_keys_it_does_not_read(tmp_path: Path):
     clean.write_text('{"id": "d4", "body": "Fine."}\n', encoding="utf-8")
     out = CliRunner().invoke(ingest_command, [str(clean), "--data-dir", str(tmp_path / "s")])
     assert "warning" not in out.output
+
+
+def test_cli_deletes_documents_by_id(tmp_path: Path):
+    from attest.cli import main
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("The plant opened in May.", encoding="utf-8")
+    (folder / "b.txt").write_text("The mine closed in June.", encoding="utf-8")
+    state = str(tmp_path / "state")
+    out = CliRunner().invoke(ingest_command, [str(folder), "--data-dir", state])
+    assert "ingested 2" in out.output
+    runner = CliRunner()
+    out = runner.invoke(
+        main, ["ingest", "delete", "a.txt", "gone.txt", "--dry-run", "--data-dir", state]
+    )
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines() == ["would remove 1 of 2 documents", "  a.txt"]
+    assert "not found (1): gone.txt" in out.stderr
+    out = runner.invoke(main, ["ingest", "delete", "a.txt", "--data-dir", state])
+    assert out.stdout.splitlines() == ["removed 1 of 1 documents", "  a.txt"]
+    # Gone from the registry: ingesting the folder again creates it anew.
+    out = CliRunner().invoke(ingest_command, [str(folder), "--data-dir", state])
+    assert "received 2  ingested 1  updated 0  unchanged 1" in out.output
+    out = runner.invoke(main, ["ingest", "delete", "bad id\n", "--data-dir", state])
+    assert out.exit_code == 2
+    assert "DOC_IDS" in out.output

@@ -440,6 +440,95 @@ def failures(job_id: str, address: str | None, data_dir: Path | None, as_json: b
         click.echo(f"  {where}: {f.stage} {f.code} {f.reason}")
 
 
+@ingest.command(name="delete")
+@click.argument("doc_ids", nargs=-1, required=True)
+@click.option("--address", default=None, help="An ingest service at HOST:PORT.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Embedded state.",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def delete(
+    doc_ids: tuple[str, ...], address: str | None, data_dir: Path | None, dry_run: bool
+) -> None:
+    """Remove documents DOC_IDS from every store (BM25, vectors, KG links, facts
+    derived from them) and from the registry. Ingesting a folder again does not
+    remove the documents of files taken out of it: this does. Ids that are not
+    there are named (a second run removes nothing and says so)."""
+    configure_logging(LoggingSettings(level="WARNING", json=False))
+    ids = list(dict.fromkeys(doc_ids))
+    if address:
+        matched, deleted = _run_remote(_remote_delete(address, ids, dry_run))
+    else:
+        matched, deleted = _held(_embedded_delete(_data_dir(data_dir), ids, dry_run))
+    missing = [d for d in ids if d not in set(matched)]
+    verb = "would remove" if dry_run else "removed"
+    click.echo(f"{verb} {len(matched) if dry_run else deleted:,} of {len(ids):,} documents")
+    for doc_id in matched:
+        click.echo(f"  {doc_id}")
+    if missing:
+        click.echo(f"not found ({len(missing):,}): {', '.join(missing[:20])}", err=True)
+
+
+#: Ids per Delete call (the service's limit).
+_DELETE_BATCH = 1000
+
+
+async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[list[str], int]:
+    from attest.core.channels import create_channel
+    from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+
+    channel = create_channel(address)
+    try:
+        stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        matched: list[str] = []
+        deleted = 0
+        for start in range(0, len(ids), _DELETE_BATCH):
+            reply = await stub.Delete(
+                ingest_pb2.DeleteRequest(
+                    doc_ids=ids[start : start + _DELETE_BATCH], dry_run=dry_run
+                ),
+                timeout=600,
+            )
+            matched.extend(reply.doc_ids)
+            deleted += reply.deleted
+        return matched, deleted
+    finally:
+        await channel.close()
+
+
+async def _embedded_delete(data_dir: Path, ids: list[str], dry_run: bool) -> tuple[list[str], int]:
+    from attest.core.errors import InvalidArgument
+    from attest.core.process_lock import data_dir_lock
+    from attest.core.validation import check_id
+    from attest.ingest.assembly import assemble
+    from attest.ingest.settings import IngestSettings
+
+    for i, doc_id in enumerate(ids):
+        try:
+            check_id(doc_id, f"doc_ids[{i}]")
+        except InvalidArgument as err:
+            raise click.BadParameter(err.details, param_hint="DOC_IDS") from err
+    if not (data_dir / "ingest").is_dir():
+        raise click.ClickException(f"no ingest state under {data_dir}")
+    with data_dir_lock(data_dir):
+        assembly = await assemble(IngestSettings(data_dir=data_dir), startup_check=False)
+        try:
+            matched: list[str] = []
+            deleted = 0
+            for start in range(0, len(ids), _DELETE_BATCH):
+                result = await assembly.core.delete(
+                    "default", doc_ids=ids[start : start + _DELETE_BATCH], dry_run=dry_run
+                )
+                matched.extend(result.doc_ids)
+                deleted += result.deleted
+            return matched, deleted
+        finally:
+            await assembly.close()
+
+
 async def _reconcile(
     store: JobStore,
     stores: Any,
