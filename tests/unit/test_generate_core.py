@@ -46,6 +46,29 @@ from attest.semantic.embedding import Embedder
 EMBEDDER = Embedder()
 
 
+def test_headings_list_items_and_paragraphs_end_sentences() -> None:
+    text = (
+        "New telescope\n\nThe Mount Varda Observatory installed a mirror. It works.\n\n"
+        "Budget: 19 million euros\n\nStaff:\n- 37 astronomers\n- 12 engineers\n"
+        "1. a wrapped\nitem of a numbered list"
+    )
+    assert split_sentences(text) == [
+        "New telescope",
+        "The Mount Varda Observatory installed a mirror.",
+        "It works.",
+        "Budget: 19 million euros",
+        "Staff:",
+        "- 37 astronomers",
+        "- 12 engineers",
+        "1. a wrapped item of a numbered list",
+    ]
+    # A line break inside a paragraph is not a boundary.
+    assert split_sentences("A wrapped\nsentence goes on. It was Dec. 1\nthen.") == [
+        "A wrapped sentence goes on.",
+        "It was Dec. 1 then.",
+    ]
+
+
 def test_sentences_survive_abbreviations_and_initials() -> None:
     text = (
         "The U.S. team won 39 medals. It was announced on Dec. 1, 2017 in Washington. "

@@ -65,8 +65,18 @@ def _ends_with_abbreviation(chunk: str) -> bool:
     return (len(last) == 1 and last.isalpha()) or bool(re.fullmatch(r"(?:\w\.)+\w", last))
 
 
+# A blank line, or a line break before a list item ("- ", "* ", "• ", "2. ",
+# "b) "): where a heading, a paragraph or an item ends, whatever its last mark.
+_BLOCK_BREAK = re.compile(r"\n[ \t]*\n\s*|\n(?=[ \t]*(?:[-*•‣▪]|\d{1,3}[.)]|[a-z][)])[ \t]+\S)")
+
+
 def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` in order; never empty pieces."""
+    """Sentences of ``text`` in order; never empty pieces. A heading, a list item
+    or a paragraph without a final stop is a sentence of its own."""
+    return [s for block in _BLOCK_BREAK.split(text) for s in _block_sentences(block)]
+
+
+def _block_sentences(text: str) -> list[str]:
     text = clean(text)
     if not text:
         return []
