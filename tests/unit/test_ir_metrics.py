@@ -149,3 +149,19 @@ def test_judged_queries_that_cannot_be_asked_are_kept_out_of_the_figures(tmp_pat
     assert set(data.qrels) == {"q1", "q2"}
     perfect = {"q1": {"d1": 1.0}, "q2": {"d2": 1.0}}
     assert evaluate(data.qrels, perfect)["ndcg@10"] == 1.0
+
+
+def test_judged_documents_the_corpus_lacks_are_counted_and_named(tmp_path: Path) -> None:
+    data = load_dataset(
+        _folder(
+            tmp_path,
+            GOOD_CORPUS,
+            GOOD_QUERIES,
+            GOOD_QRELS + b"q1\tgone\t1\nq2\tgone\t2\nq2\tlost\t1\nq1\tnever\t0\n",
+        )
+    )
+    # "never" is judged not relevant: nothing a retriever should have found.
+    assert data.missing_documents == ("gone", "lost")
+    assert data.judgments_of_missing == 3
+    # They stay in the judgments: a perfect run still misses them.
+    assert data.qrels["q2"]["lost"] == 1

@@ -604,20 +604,19 @@ def _check_tuning_sets(sets: Sequence[Dataset]) -> None:
                 f"{MIN_QUERIES}"
             )
         warn_unasked(data, "the fit")
-        unknown = sorted(
-            (q, d) for q in positive for d, v in data.qrels[q].items() if v > 0 and d not in ids
-        )
-        if unknown:
-            q, d = unknown[0]
-            click.echo(
-                f"warning: {data.name}: {len(unknown)} positive judgments name documents the "
-                f"corpus lacks (e.g. query {q}: {d}); no fusion can find them",
-                err=True,
-            )
 
 
 def warn_unasked(data: Dataset, left_out_of: str) -> None:
-    """Says which judged queries queries.jsonl lacks (``Dataset.unasked``)."""
+    """Says which judged queries queries.jsonl lacks (``Dataset.unasked``) and
+    which judged documents corpus.jsonl lacks (``Dataset.missing_documents``)."""
+    if data.missing_documents:
+        click.echo(
+            f"warning: {data.name}: {data.judgments_of_missing} positive judgments name "
+            f"{len(data.missing_documents)} documents that are not in corpus.jsonl (e.g. "
+            f"{data.missing_documents[0]!r}); no retriever can find them, so they count "
+            "against recall",
+            err=True,
+        )
     if data.unasked:
         click.echo(
             f"warning: {data.name}: {len(data.unasked)} queries with a positive judgment are "

@@ -71,6 +71,11 @@ class Dataset:
     # Queries with a positive judgment that queries.jsonl does not hold: they
     # cannot be asked, so they are kept out of ``qrels`` and every figure.
     unasked: tuple[str, ...] = ()
+    # Documents that a positive judgment names and corpus.jsonl does not hold
+    # (no retriever can find them: they count against recall, as in trec_eval),
+    # and how many judgments name them.
+    missing_documents: tuple[str, ...] = ()
+    judgments_of_missing: int = 0
 
     @property
     def name(self) -> str:
@@ -136,7 +141,17 @@ def load_dataset(root: Path, split: str = "test") -> Dataset:
         )
     )
     asked = {q: rels for q, rels in qrels.items() if q in queries}
-    return Dataset(root=root, queries=queries, qrels=asked, unasked=unasked)
+    missing = [
+        d for rels in asked.values() for d, v in rels.items() if v > 0 and d not in documents
+    ]
+    return Dataset(
+        root=root,
+        queries=queries,
+        qrels=asked,
+        unasked=unasked,
+        missing_documents=tuple(sorted(set(missing))),
+        judgments_of_missing=len(missing),
+    )
 
 
 Run = dict[str, dict[str, float]]
