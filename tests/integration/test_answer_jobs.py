@@ -165,6 +165,16 @@ async def test_a_submit_the_queue_refuses_fails_retryably_and_its_retry_queues_i
         details = err.value.details() or ""
         assert "Submit again with the same idempotency_key" in details
         job_id = re.search(r"job ([0-9a-f]{32}) is recorded", details).group(1)  # type: ignore[union-attr]
+        # While another Submit with the key is still handing the job over (and
+        # may yet fail), a retry is not told it is queued.
+        marker = f"attest:answer:sent:default:{job_id}"
+        state = redis.Redis.from_url(f"{base}/9")
+        state.set(marker, b"sending")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Submit(keyed)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "being handed to the queue by another Submit" in (err.value.details() or "")
+        state.delete(marker)  # that Submit failed
         # The same key on a server whose queue works: the same job, now queued.
         retried = (await stub.Submit(keyed)).job
         assert retried.job_id == job_id

@@ -10,10 +10,13 @@ it created for as long as that job is retained. The worker runs the very same
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import redis
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -24,11 +27,14 @@ from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.core.errors import AttestError, FailedPrecondition, Unavailable
 
+log = logging.getLogger(__name__)
+
 TASK = "attest.answer.run"
 QUEUE = "answer"
 FINAL = (answer_pb2.JOB_STATE_DONE, answer_pb2.JOB_STATE_FAILED)
-#: How long a Submit may take to hand a job to the queue before another may try.
-SEND_CLAIM_SECONDS = 120
+#: How long a Submit may take to hand a job to the queue before another may try:
+#: well past a publish that waits out a broker restart (publish_retry_seconds, 60 s).
+SEND_CLAIM_SECONDS = 600
 
 
 def _now() -> Timestamp:
@@ -41,8 +47,6 @@ class JobStore:
     """Job records in Redis (blocking calls: run them off the event loop)."""
 
     def __init__(self, settings: AnswerSettings) -> None:
-        import redis
-
         if settings.jobs.state_url is None:
             raise FailedPrecondition(
                 "queued jobs are not enabled on this server: set ATTEST_ANSWER_JOBS__STATE_URL"
@@ -79,21 +83,31 @@ class JobStore:
         self.put(tenant, job)
         return job, True
 
-    def send_once(self, tenant: str, job_id: str, send: Callable[[], object]) -> bool:
-        """Call ``send`` (hand the job to the queue) unless it was sent already or is
-        being sent; False when it was not called. A send that fails is forgotten, so
-        the next Submit with the job's idempotency key sends it; so is one whose
-        sender died before it ended, after ``SEND_CLAIM_SECONDS``."""
+    def send_once(self, tenant: str, job_id: str, send: Callable[[], object]) -> str:
+        """Call ``send`` (hand the job to the queue) unless it was sent already or
+        another Submit is sending it. Returns "sent" (by this call), "sent before"
+        or "sending" (by another call, which may still fail).
+
+        A send that fails is forgotten (and raises), so the next Submit with the
+        job's idempotency key sends it; so is one whose sender died before it
+        ended, after ``SEND_CLAIM_SECONDS``. Once ``send`` returned, the job is
+        queued, whatever happens to the marker: a marker that cannot be written
+        leaves the claim, which expires, and a job sent twice runs once (a
+        worker leaves a finished job as it is)."""
         key = f"attest:answer:sent:{tenant}:{job_id}"
         if not self._r.set(key, b"sending", nx=True, ex=SEND_CLAIM_SECONDS):
-            return False
+            return "sent before" if self._r.get(key) == b"sent" else "sending"
         try:
             send()
         except BaseException:
-            self._r.delete(key)
+            with contextlib.suppress(redis.RedisError):
+                self._r.delete(key)
             raise
-        self._r.set(key, b"sent", ex=self._retention)
-        return True
+        try:
+            self._r.set(key, b"sent", ex=self._retention)
+        except redis.RedisError as exc:
+            log.warning("job %s was queued; its sent marker was not written: %s", job_id, exc)
+        return "sent"
 
     def get(self, tenant: str, job_id: str) -> answer_pb2.Job | None:
         raw = self._r.get(self._key(tenant, job_id))

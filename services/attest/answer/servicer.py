@@ -145,7 +145,7 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
             celery.send_task(TASK, args=[tenant, job.job_id], queue=QUEUE, ignore_result=True)
 
         try:
-            await asyncio.to_thread(store.send_once, tenant, job.job_id, send)
+            outcome = await asyncio.to_thread(store.send_once, tenant, job.job_id, send)
         except (OperationalError, BackendError, RedisError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if keyed:
@@ -164,6 +164,13 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
                 f"the queue did not take job {job.job_id} ({reason}); nothing will run it: "
                 "submit again (with an idempotency_key, a retry cannot queue it twice)"
             ) from exc
+        if outcome == "sending":
+            # Another Submit with this key is handing the job to the queue and may
+            # yet fail: OK now could leave the caller watching a job nothing runs.
+            raise Unavailable(
+                f"job {job.job_id} is being handed to the queue by another Submit with this "
+                "idempotency_key; Submit again to learn whether it was queued"
+            )
 
     async def _job(self, job_id: str) -> answer_pb2.Job:
         if not job_id or len(job_id) > 64:

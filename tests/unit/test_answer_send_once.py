@@ -1,0 +1,86 @@
+"""JobStore.send_once: a queued answer job is handed to the queue once, and a
+Submit is told the truth about whether it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from attest.answer.jobs import SEND_CLAIM_SECONDS, JobStore
+
+
+class _Redis:
+    """The three calls send_once makes, on a dict; ``fail_marker`` makes writing
+    the "sent" marker fail as a Redis outage would."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.expiry: dict[str, int] = {}
+        self.fail_marker = False
+
+    def set(self, key: str, value: bytes, *, nx: bool = False, ex: int | None = None) -> bool:
+        if nx and key in self.data:
+            return False
+        if value == b"sent" and self.fail_marker:
+            raise redis.ConnectionError("connection reset")
+        self.data[key] = value
+        if ex is not None:
+            self.expiry[key] = ex
+        return True
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def delete(self, key: str) -> int:
+        return int(self.data.pop(key, None) is not None)
+
+
+def _store() -> tuple[JobStore, _Redis]:
+    store = JobStore.__new__(JobStore)
+    fake = _Redis()
+    store._r = fake  # type: ignore[assignment]
+    store._retention = 86_400
+    return store, fake
+
+
+def test_sent_once_then_reported_as_sent_before() -> None:
+    store, fake = _store()
+    sent: list[int] = []
+    assert store.send_once("t", "j", lambda: sent.append(1)) == "sent"
+    assert store.send_once("t", "j", lambda: sent.append(2)) == "sent before"
+    assert sent == [1]
+    assert fake.expiry["attest:answer:sent:t:j"] == 86_400
+
+
+def test_a_send_in_progress_elsewhere_is_not_reported_as_done() -> None:
+    store, fake = _store()
+    fake.data["attest:answer:sent:t:j"] = b"sending"  # another Submit is publishing
+    assert store.send_once("t", "j", lambda: pytest.fail("sent twice")) == "sending"
+
+
+def test_a_failed_send_is_forgotten_so_the_next_submit_sends() -> None:
+    store, fake = _store()
+
+    def down() -> Any:
+        raise OSError("broker down")
+
+    with pytest.raises(OSError, match="broker down"):
+        store.send_once("t", "j", down)
+    assert "attest:answer:sent:t:j" not in fake.data
+    sent: list[int] = []
+    assert store.send_once("t", "j", lambda: sent.append(1)) == "sent"
+    assert sent == [1]
+
+
+def test_a_marker_that_cannot_be_written_does_not_undo_a_send() -> None:
+    store, fake = _store()
+    fake.fail_marker = True
+    sent: list[int] = []
+    assert store.send_once("t", "j", lambda: sent.append(1)) == "sent"
+    # The claim stays until it expires: until then a retry is told it is in hand.
+    assert fake.data["attest:answer:sent:t:j"] == b"sending"
+    assert fake.expiry["attest:answer:sent:t:j"] == SEND_CLAIM_SECONDS
+    assert store.send_once("t", "j", lambda: sent.append(2)) == "sending"
+    assert sent == [1]
