@@ -9,7 +9,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -17,6 +17,9 @@ from attest.core.logging import configure_logging
 from attest.core.server import Servicer
 from attest.core.server import serve as serve_forever
 from attest.core.settings import LoggingSettings, ServerSettings
+
+if TYPE_CHECKING:
+    from attest.core.process_lock import DataDirLock
 
 # Services `serve` can run, each built from its own settings (read from the
 # environment when the command runs, never at import time).
@@ -288,11 +291,12 @@ def serve(
     if overrides:
         server_settings = server_settings.model_copy(update=overrides)
     configure_logging(log_settings)
-    from attest.core.process_lock import DataDirLock, LockHeld
+    from attest.core.process_lock import LockHeld
 
-    # `serve all --embedded` opens every store under the data directory: one
+    # `serve all` on embedded stores (tantivy, Qdrant's engine: the defaults,
+    # with or without --embedded) opens them under the data directory: one
     # process at a time (a second is refused here, not left waiting for stores).
-    lock = DataDirLock(Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))) if embedded else None
+    lock = _embedded_lock() if service == "all" else None
     try:
         if lock is not None:
             lock.acquire()
@@ -302,6 +306,20 @@ def serve(
     finally:
         if lock is not None:
             lock.release()
+
+
+def _embedded_lock() -> DataDirLock | None:
+    """The data directory's lock when `serve all` keeps a store embedded under it."""
+    from attest.core.process_lock import DataDirLock
+    from attest.lexical.settings import LexicalSettings
+    from attest.semantic.settings import SemanticSettings
+
+    lexical, semantic = LexicalSettings(), SemanticSettings()
+    if lexical.backend == "tantivy":
+        return DataDirLock(lexical.data_dir)
+    if semantic.store == "edge":
+        return DataDirLock(semantic.data_dir)
+    return None
 
 
 def _serve_llm(host: str, port: int | None, model: str) -> None:

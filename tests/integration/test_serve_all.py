@@ -89,6 +89,23 @@ def test_serve_all_embedded_answers_with_citations(tmp_path: Path) -> None:
             assert done.returncode == 0, done.stdout + done.stderr
             return done
 
+        # Its data directory is its own while it runs: an in-process ingest on
+        # it stops at once, naming the server, instead of a tantivy traceback.
+        beside = subprocess.run(
+            [*CLI, "ingest", str(SAMPLE), "--data-dir", str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert beside.returncode == 1, beside.stdout + beside.stderr
+        assert (
+            f"Error: the data directory {tmp_path} is in use by process {server.pid}"
+            in beside.stderr
+        )
+        assert "Traceback" not in beside.stderr
+
         # The same documents again, through the CLI: nothing changed.
         ingested = ingest(SAMPLE)
         assert "DONE" in ingested.stdout

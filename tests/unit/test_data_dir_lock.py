@@ -76,3 +76,10 @@ def test_the_lock_is_free_again_once_released(tmp_path: Path) -> None:
         assert lock.held
         assert DataDirLock(tmp_path).holder() is not None
     assert DataDirLock(tmp_path).holder() is None
+
+
+def test_a_path_with_braces_is_named_as_it_is(tmp_path: Path) -> None:
+    data = tmp_path / "run{1}" / "{x}"
+    with data_dir_lock(data), pytest.raises(LockHeld) as err:
+        DataDirLock(data).acquire()
+    assert err.value.message.startswith(f"the data directory {data} is in use by process ")

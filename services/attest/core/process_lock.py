@@ -7,7 +7,7 @@ process, killed or not. A second process is refused at once with
 before it loads anything.
 
 ``data_dir_lock`` is the lock of an embedded data directory: the commands that
-open its stores in their own process (`attest serve all --embedded`, `demo`,
+open its stores in their own process (`attest serve all` on embedded stores, `demo`,
 `ingest` and `doctor` without an address, `eval qa --pooled`) take it, so that
 a second one says which process has the directory instead of failing halfway
 through opening the stores (tantivy's lock error, or a server that waits for
@@ -32,8 +32,10 @@ class LockHeld(FailedPrecondition):
     """Another process holds the lock."""
 
     def __init__(self, path: Path, pid: int | None, message: str | None = None) -> None:
+        """``message`` names the holder where it says ``{who}`` (replaced, not
+        formatted: a path in it may hold braces)."""
         who = f"process {pid}" if pid else "another process"
-        super().__init__(message.format(who=who) if message else f"{path} is held by {who}")
+        super().__init__(message.replace("{who}", who) if message else f"{path} is held by {who}")
         self.path = path
         self.pid = pid
 
