@@ -139,9 +139,10 @@ async def test_watches_are_capped_per_tenant_and_leave_the_server_its_other_call
             )
             globex = await opened(stub, "globex")
             err = await refused(stub, "globex")
-            assert "already has 3 Watch/WatchJob streams open (a quarter of its 12" in (
-                err.details() or ""
-            )
+            assert (
+                "already has 3 Watch/WatchJob streams open, its limit (0.25 of its 12 "
+                "concurrent calls)"
+            ) in (err.details() or "")
             # Every other call still has room.
             await stub.Ask(answer_pb2.AskRequest(question="q"), metadata=_md("globex"), timeout=5)
             health = await health_pb2_grpc.HealthStub(channel).Check(
@@ -159,4 +160,26 @@ async def test_watches_are_capped_per_tenant_and_leave_the_server_its_other_call
             else:
                 raise AssertionError("a cancelled watch kept its place")
             for call in [*acme, globex]:
+                call.cancel()
+            # The health service's Watch needs no credential and holds a call too.
+            health_stub = health_pb2_grpc.HealthStub(channel)
+            watching = []
+            turned_away = ""
+            for _ in range(50):
+                call = health_stub.Watch(health_pb2.HealthCheckRequest(), timeout=10)
+                try:
+                    assert (await call.read()).status == health_pb2.HealthCheckResponse.SERVING
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    turned_away = exc.details() or ""
+                    if turned_away.startswith("this server"):
+                        # The cancelled watches above are still letting go.
+                        await asyncio.sleep(0.1)
+                        continue
+                    break
+                watching.append(call)
+            assert len(watching) == 2
+            assert "'(unauthenticated)' already has 2 Watch/WatchJob streams open" in turned_away
+            for call in watching:
                 call.cancel()

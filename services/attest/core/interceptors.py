@@ -53,7 +53,7 @@ from attest.core.context import (
 )
 from attest.core.errors import AttestError, InvalidArgument, ResourceExhausted
 from attest.core.metadata import REQUEST_ID_KEY, retry_after_trailer
-from attest.core.quota import TenantQuotas
+from attest.core.quota import UNAUTHENTICATED, WATCH_METHODS, TenantQuotas
 from attest.core.validation import is_valid_request_id
 
 log = logging.getLogger(__name__)
@@ -192,8 +192,11 @@ class Guard:
         tenant = tenant_for(identity, metadata)
         identity_var.set(identity)
         tenant_var.set(tenant)
-        if self._quotas is None or scope is None or self.surface != "public":
+        if self._quotas is None or self.surface != "public":
             return _nothing
+        if scope is None:
+            # Health needs no credential; its Watch still holds a call.
+            return self._quotas.watch(UNAUTHENTICATED) if method in WATCH_METHODS else _nothing
         return self._quotas.admit(tenant, method)
 
 

@@ -30,8 +30,15 @@ ANSWER_METHODS = frozenset(
 
 #: Methods that stay open until a job ends.
 WATCH_METHODS = frozenset(
-    {"/attest.answer.v1.AnswerService/Watch", "/attest.ingest.v1.IngestService/WatchJob"}
+    {
+        "/attest.answer.v1.AnswerService/Watch",
+        "/attest.ingest.v1.IngestService/WatchJob",
+        # Needs no credential: its streams count as one caller's, UNAUTHENTICATED.
+        "/grpc.health.v1.Health/Watch",
+    }
 )
+#: Whom the watches of callers without a credential (health) count against.
+UNAUTHENTICATED = "(unauthenticated)"
 
 
 def _nothing() -> None:
@@ -79,8 +86,12 @@ class TenantQuotas:
         )
         self._max_answers = settings.max_in_flight_answers
         self._max_watches = settings.max_watches
+        self._max_calls = max_concurrent_rpcs
+        self._watch_share = settings.watch_share
         self._all_watches = (
-            None if max_concurrent_rpcs is None else max(1, max_concurrent_rpcs // 4)
+            None
+            if max_concurrent_rpcs is None
+            else max(1, int(max_concurrent_rpcs * settings.watch_share))
         )
         self._clock = clock
         # tenant -> (tokens, when they were counted)
@@ -115,7 +126,7 @@ class TenantQuotas:
                 )
             self._buckets[tenant] = (tokens - 1.0, now)
         if method in WATCH_METHODS:
-            return self._watch(tenant)
+            return self.watch(tenant)
         if self._max_answers is None or method not in ANSWER_METHODS:
             return _nothing
         running = self._answers.by_tenant.get(tenant, 0)
@@ -127,7 +138,9 @@ class TenantQuotas:
             )
         return self._answers.take(tenant)
 
-    def _watch(self, tenant: str) -> Callable[[], None]:
+    def watch(self, tenant: str) -> Callable[[], None]:
+        """Count an open watch of ``tenant``; returns its release (ResourceExhausted
+        over the tenant's or the server's cap)."""
         open_ = self._watches.by_tenant.get(tenant, 0)
         if self._max_watches is not None and open_ >= self._max_watches:
             raise ResourceExhausted(
@@ -138,9 +151,9 @@ class TenantQuotas:
             )
         if self._all_watches is not None and self._watches.total >= self._all_watches:
             raise ResourceExhausted(
-                f"this server already has {self._watches.total} Watch/WatchJob streams open "
-                f"(a quarter of its {self._all_watches * 4} concurrent calls): poll with "
-                "Get/GetJob, or watch again later",
+                f"this server already has {self._watches.total} Watch/WatchJob streams open, "
+                f"its limit ({self._watch_share:g} of its {self._max_calls} concurrent calls): "
+                "poll with Get/GetJob, or watch again later",
                 retry_after=5.0,
             )
         return self._watches.take(tenant)

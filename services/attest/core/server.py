@@ -218,6 +218,14 @@ class _Listener:
                 # Accept client keepalive pings down to every 10 s.
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                 ("grpc.keepalive_permit_without_calls", 1),
+                # Ping each client after a minute without traffic and drop it after
+                # 20 s without an answer: a Watch on a job that does not change
+                # sends nothing, and without pings a vanished client (a node
+                # lost, a partition) would hold its call, and its tenant's watch
+                # slot, for the 2 hours of TCP's own keepalive.
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_timeout_ms", 20_000),
+                ("grpc.http2.max_pings_without_data", 0),
             ],
         )
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self.server)

@@ -156,8 +156,14 @@ class QuotaSettings(StrictModel):
         default=16,
         ge=1,
         description="Watch and WatchJob streams a tenant may hold open at once. Each holds "
-        "one of the listener's max_concurrent_rpcs until its job ends; all tenants together "
-        "hold at most a quarter of them, so Ask and health checks keep theirs.",
+        "one of the listener's max_concurrent_rpcs until its job ends.",
+    )
+    watch_share: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="The share of the listener's max_concurrent_rpcs that all tenants' "
+        "Watch and WatchJob streams together may hold, so that Ask keeps its calls.",
     )
 
 

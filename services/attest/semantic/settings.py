@@ -33,8 +33,8 @@ class SemanticLimits(RequestLimits):
     max_paths: int = Field(
         default=100,
         ge=1,
-        le=100,
-        description="Explain returns at most this many paths, whatever the request asks (1-100).",
+        description="Explain returns at most this many paths, whatever the request asks "
+        "(which may ask for 1-100).",
     )
 
 
