@@ -68,6 +68,19 @@ def test_a_run_without_spaces_is_cut_to_the_character_cap():
     assert [count_tokens(p.text) for p in split_passages(prose)] == [186] * 6 + [124]
 
 
+def test_chinese_and_japanese_count_by_character_and_end_at_full_stops():
+    sentence = "这是一个测试句子，用来检查分段。"  # 16 characters, 16 tokens
+    assert count_tokens(sentence) == 16
+    assert count_tokens("abc中文def") == 4
+    passages = split_passages(sentence * 40, max_tokens=200)
+    # Whole sentences (12 of 16 tokens) per passage, as for any language.
+    assert [count_tokens(p.text) for p in passages] == [192, 192, 192, 64]
+    assert all(p.text.endswith("。") for p in passages)
+    # A run without a full stop is cut at characters, within the token budget.
+    run = "没有句号的长句子" * 100
+    assert [len(p.text) for p in split_passages(run, max_tokens=200)] == [200] * 4
+
+
 def test_blank_text_has_no_passages_and_bad_limits_are_rejected():
     assert split_passages("  \n\n ") == []
     with pytest.raises(ValueError, match="max_tokens"):
@@ -227,6 +240,15 @@ def test_readers_take_byte_order_marks_headings_and_leave_hidden_files_out(tmp_p
     assert "#" not in md.body
     assert "Glimmer Lake\n\nThe ferry carries 340 passengers." in md.body
     assert "Fares\n\nA ticket is 5." in md.body
+    # A comment in a fenced code block is code, not a heading (nor the title).
+    (docs / "setup.md").write_text(
+        "```bash\n# install deps\npip install x\n```\n# Setup\nRun it.\n", encoding="utf-8"
+    )
+    setup = article_from_raw_json(
+        next(i for i in read_path(docs) if i.origin == "setup.md").raw_json
+    )
+    assert setup.title == "Setup"
+    assert "# install deps pip install x" in setup.body
     lines = tmp_path / "bom.jsonl"
     lines.write_bytes(b'\xef\xbb\xbf{"id": "1", "body": "x"}\n{"id": "2", "body": "y"}\n')
     assert [article_from_raw_json(i.raw_json).id for i in read_path(lines)] == ["1", "2"]

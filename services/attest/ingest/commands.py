@@ -311,17 +311,16 @@ def load(
             f"{'/'.join(TEXT_SUFFIXES)} and are left out (e.g. {names})",
             err=True,
         )
+    total = count_items(path)
     unread = unread_keys(path)
     if unread:
-        sampled = min(count_items(path), 1000)
         keys = ", ".join(f"{k} ({n:,})" for k, n in list(unread.items())[:8])
         click.echo(
-            f"warning: keys that ingest does not read, in the first {sampled:,} records "
-            f"(how many carry each): {keys}. A document is read from "
+            f"warning: keys that ingest does not read, in the first {min(total, 1000):,} "
+            f"records (how many carry each): {keys}. A document is read from "
             f"{', '.join(sorted(RECORD_KEYS))}",
             err=True,
         )
-    total = count_items(path)
     if total == 0:
         # No job for nothing: a feed with an empty day is not an error.
         click.echo(f"nothing to ingest: {path} holds no documents", err=True)
@@ -463,7 +462,8 @@ def delete(
         matched, deleted = _run_remote(_remote_delete(address, ids, dry_run))
     else:
         matched, deleted = _held(_embedded_delete(_data_dir(data_dir), ids, dry_run))
-    missing = [d for d in ids if d not in set(matched)]
+    found = set(matched)
+    missing = [d for d in ids if d not in found]
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(matched) if dry_run else deleted:,} of {len(ids):,} documents")
     for doc_id in matched:

@@ -25,11 +25,14 @@ DEFAULT_MAX_TOKENS = 200
 CHARS_PER_TOKEN = 12
 
 # A sentence ends at ., ! or ? (optionally followed by closing quotes or
-# brackets) before white space, or at a blank line. Same rule as the keyphrase
-# extractor's splitter, but with positions kept.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|\n\s*\n")
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-_WORD_SPAN = re.compile(r"\S+")
+# brackets) before white space, at 。！？, or at a blank line. Same rule as the
+# keyphrase extractor's splitter, but with positions kept.
+# Chinese and Japanese write without spaces: each ideograph or kana is a token
+# (as a subword tokenizer counts them), a sentence ends at 。！？ with no space after.
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。！？])[」』”’)\]）]*\s*|\n\s*\n")
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
+_WORD_SPAN = re.compile(rf"[{_CJK}]|[^\s{_CJK}]+")
 
 
 def count_tokens(text: str) -> int:

@@ -75,9 +75,8 @@ def html_to_text(html: str) -> tuple[str, str]:
     return " ".join(parser.title.split()), text.strip()
 
 
-_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 # One heading line, nothing around it.
-_MD_HEADING_LINE = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
+_MD_HEADING_LINE = re.compile(r"[ \t]{0,3}#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*")
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -93,10 +92,34 @@ def read_jsonl(path: Path) -> Iterator[RawItem]:
                 yield RawItem(f"{path.name}:{number}", line.rstrip(b"\r\n"))
 
 
-def _markdown_text(text: str) -> str:
-    """Heading lines as paragraphs of their own words: a heading is neither part
-    of the next sentence nor quoted with its ``#`` marks."""
-    return _MD_HEADING_LINE.sub(lambda m: f"\n{m.group(1)}\n", text)
+_MD_FENCE = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
+
+
+def _markdown(text: str) -> tuple[str | None, str]:
+    """(the first heading, the text with heading lines as paragraphs of their own
+    words): a heading is neither part of the next sentence nor quoted with its
+    ``#`` marks. Lines in fenced code blocks (a shell comment) are left as they are."""
+    title: str | None = None
+    out: list[str] = []
+    fence = ""
+    for line in text.splitlines(keepends=True):
+        opened = _MD_FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = ""
+            out.append(line)
+            continue
+        if opened:
+            fence = opened.group(1)
+            out.append(line)
+            continue
+        heading = _MD_HEADING_LINE.fullmatch(line.rstrip("\r\n"))
+        if heading is None:
+            out.append(line)
+            continue
+        title = title or heading.group(1)
+        out.append(f"\n{heading.group(1)}\n\n")
+    return title, "".join(out)
 
 
 def read_text_file(path: Path, root: Path) -> RawItem:
@@ -113,8 +136,8 @@ def read_text_file(path: Path, root: Path) -> RawItem:
     elif suffix == ".txt":
         title, body = path.stem, text
     else:
-        heading = _MD_HEADING.search(text)
-        title, body = (heading.group(1) if heading else path.stem), _markdown_text(text)
+        heading, body = _markdown(text)
+        title = heading or path.stem
     record = {"id": rel, "title": title or path.stem, "body": body}
     return RawItem(rel, json.dumps(record, ensure_ascii=False).encode("utf-8"))
 
