@@ -414,3 +414,29 @@ async def test_a_bad_research_filter_fails_the_call(services: Any) -> None:
         async for _ in generate.Answer(request, None):  # type: ignore[arg-type]
             pass
     assert raised.value.field == "research.filters[0].any_of[1]"
+
+
+async def test_a_request_with_only_the_knowledge_retriever_is_not_re_searched(
+    services: Any,
+) -> None:
+    # The generate service has no knowledge address: a re-search could only fail
+    # (and report a degradation on every such answer), so none is attempted.
+    lexical, semantic, generate = services
+    asked_before = len(lexical.requests) + len(semantic.requests)
+    request = generate_pb2.AnswerRequest(
+        question=QUESTION,
+        sources=[common_pb2.Source(doc_id="report", text=REPORT)],
+        confidence_threshold=10,
+        max_researches=3,
+        research=common_pb2.RetrievalOptions(retrievers=[common_pb2.RETRIEVER_KNOWLEDGE]),
+    )
+    final = None
+    async for event in generate.Answer(request, None):  # type: ignore[arg-type]
+        if event.WhichOneof("event") == "final":
+            final = event.final
+    assert final is not None
+    assert final.sentences, "an answer was written"
+    assert any(s.confidence < 10 for s in final.sentences), "a sentence a re-search would take"
+    assert final.researches == 0
+    assert final.research_degraded_reason == ""
+    assert len(lexical.requests) + len(semantic.requests) == asked_before

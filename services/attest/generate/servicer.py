@@ -553,7 +553,13 @@ class GenerateServicer(generate_pb2_grpc.GenerateServiceServicer):
             vectors=vectors,
         )
         search = self._search
-        if search is None and self._researcher.enabled:
+        # A request whose only retriever is knowledge has nothing to re-search
+        # with here (no knowledge address): its weak sentences keep their low
+        # confidence, which says so, without a re-search that would only fail.
+        searchable = any(
+            r != common_pb2.RETRIEVER_KNOWLEDGE for r in research_retrievers(request.research)
+        )
+        if search is None and self._researcher.enabled and searchable:
             # The semantic service embeds like this one (same model): a searched
             # sentence goes with the vector the answer already has.
             search = self._researcher.search_fn(request.research, vectors if same_model else None)
