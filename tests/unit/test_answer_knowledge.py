@@ -384,9 +384,8 @@ async def test_the_knowledge_search_carries_the_callers_tenant() -> None:
 
 
 async def test_a_re_search_the_generator_could_not_run_is_a_named_degradation() -> None:
-    """The generator's re-search searches through the request's retrievers but
-    has no knowledge service: with knowledge alone every re-search fails, and
-    the caller is told so under STAGE_RESEARCH."""
+    """What the generator reports of its failed re-searches (its own tests show
+    when it does) reaches the caller under STAGE_RESEARCH."""
 
     class Researching(Backends):
         async def generate(
@@ -396,11 +395,11 @@ async def test_a_re_search_the_generator_could_not_run_is_a_named_degradation() 
                 if event.WhichOneof("event") == "final":
                     event.final.research_degraded_reason = (
                         "1 re-search failed, the sentence kept as written: no retriever "
-                        "could run: re-search has no knowledge service"
+                        "could run: lexical service unavailable: connection refused"
                     )
                 yield event
 
-    answer = await ask(Researching(), settings(), options(common_pb2.RETRIEVER_KNOWLEDGE))
+    answer = await ask(Researching(), settings(), options(common_pb2.RETRIEVER_BM25))
     (degradation,) = answer.degradations
     assert degradation.stage == answer_pb2.STAGE_RESEARCH
-    assert degradation.reason.endswith("re-search has no knowledge service")
+    assert degradation.reason.endswith("lexical service unavailable: connection refused")
