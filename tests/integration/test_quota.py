@@ -21,18 +21,22 @@ pytestmark = pytest.mark.integration
 KEYS = {"acme": new_api_key(), "globex": new_api_key()}
 
 
-@pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[str, TenantAnswer]]:
+def _settings(tmp_path: Path, quota: QuotaSettings, **server: Any) -> ServerSettings:
+    """A keyed server on loopback for the tenants of KEYS, with ``quota``."""
     keys = tmp_path / "keys.json"
     write_keys(
         keys,
         [{"id": t, "key": k, "tenant": t, "scopes": ["ask"]} for t, k in KEYS.items()],
     )
-    settings = ServerSettings(
-        host="127.0.0.1",
-        port=0,
-        auth=AuthSettings(keys_file=keys),
-        quota=QuotaSettings(requests_per_second=5, burst=3, max_in_flight_answers=1),
+    return ServerSettings(
+        host="127.0.0.1", port=0, auth=AuthSettings(keys_file=keys), quota=quota, **server
+    )
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[str, TenantAnswer]]:
+    settings = _settings(
+        tmp_path, QuotaSettings(requests_per_second=5, burst=3, max_in_flight_answers=1)
     )
     answer = TenantAnswer()
     async with running([answer], settings) as server:
@@ -101,18 +105,8 @@ async def test_watches_are_capped_per_tenant_and_leave_the_server_its_other_call
     listener, Ask and the health check included."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    keys = tmp_path / "keys.json"
-    write_keys(
-        keys,
-        [{"id": t, "key": k, "tenant": t, "scopes": ["ask"]} for t, k in KEYS.items()],
-    )
-    settings = ServerSettings(
-        host="127.0.0.1",
-        port=0,
-        auth=AuthSettings(keys_file=keys),
-        max_concurrent_rpcs=12,  # all tenants' watches: at most 3
-        quota=QuotaSettings(max_watches=2),
-    )
+    # All tenants' watches: at most a quarter of 12 calls, 3.
+    settings = _settings(tmp_path, QuotaSettings(max_watches=2), max_concurrent_rpcs=12)
 
     async def opened(stub: answer_pb2_grpc.AnswerServiceStub, tenant: str) -> Any:
         call = stub.Watch(answer_pb2.WatchRequest(job_id="j"), metadata=_md(tenant))

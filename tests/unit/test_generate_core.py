@@ -423,6 +423,19 @@ async def test_weak_extractive_sentences_are_researched_and_unsupported_ones_wit
         assert all(c.confidence >= 5 for c in s.citations)
 
 
+async def _researched(generator: Generator, search: object) -> list[object]:
+    """The events of the emissions question with every sentence searched again."""
+    return [
+        e
+        async for e in generator.answer(
+            "How much did Norvale Copper cut its emissions?",
+            SOURCES,
+            AnswerOptions(confidence_threshold=10, max_researches=3),
+            search,  # type: ignore[arg-type]
+        )
+    ]
+
+
 @pytest.mark.parametrize("floor", [5, 10])
 async def test_a_source_the_re_search_finds_is_cited_only_above_its_floor(floor: int) -> None:
     # The search finds a second copy of the emissions report under another id:
@@ -436,15 +449,7 @@ async def test_a_source_the_re_search_finds_is_cited_only_above_its_floor(floor:
     generator = Generator(
         ExtractiveEngine(EMBEDDER), settings=PipelineSettings(research_min_confidence=floor)
     )
-    events = [
-        e
-        async for e in generator.answer(
-            "How much did Norvale Copper cut its emissions?",
-            SOURCES,
-            AnswerOptions(confidence_threshold=10, max_researches=3),
-            search,
-        )
-    ]
+    events = await _researched(generator, search)
     revisions = [e for e in events if isinstance(e, RevisionEvent) and not e.removed]
     assert revisions, "a threshold of 10 makes every sentence search again"
     added = [c for r in revisions for c in r.sentence.citations if c.doc_id == "copy"]
@@ -491,16 +496,7 @@ async def test_a_re_search_that_cannot_run_is_reported_with_the_answer() -> None
         asked.append(query)
         raise Unavailable("no retriever could run: re-search has no knowledge service")
 
-    generator = Generator(ExtractiveEngine(EMBEDDER))
-    events = [
-        e
-        async for e in generator.answer(
-            "How much did Norvale Copper cut its emissions?",
-            SOURCES,
-            AnswerOptions(confidence_threshold=10, max_researches=3),
-            search,
-        )
-    ]
+    events = await _researched(Generator(ExtractiveEngine(EMBEDDER)), search)
     final = events[-1]
     assert isinstance(final, FinalEvent)
     assert asked, "a threshold of 10 makes every sentence search again"

@@ -399,15 +399,20 @@ async def _remote_failures(address: str, job_id: str) -> tuple[str, list[Failure
         await channel.close()
 
 
+def _service_or_data_dir(command: Callable[..., None]) -> Callable[..., None]:
+    """--address (an ingest service) and --data-dir (the embedded state)."""
+    command = click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Embedded state.",
+    )(command)
+    return click.option("--address", default=None, help="An ingest service at HOST:PORT.")(command)
+
+
 @ingest.command(name="failures")
 @click.argument("job_id")
-@click.option("--address", default=None, help="An ingest service at HOST:PORT.")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Embedded state.",
-)
+@_service_or_data_dir
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per failed item.")
 def failures(job_id: str, address: str | None, data_dir: Path | None, as_json: bool) -> None:
     """The dead letters of job JOB_ID: every item that failed, with its stage, code and
@@ -441,13 +446,7 @@ def failures(job_id: str, address: str | None, data_dir: Path | None, as_json: b
 
 @ingest.command(name="delete")
 @click.argument("doc_ids", nargs=-1, required=True)
-@click.option("--address", default=None, help="An ingest service at HOST:PORT.")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Embedded state.",
-)
+@_service_or_data_dir
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 def delete(
     doc_ids: tuple[str, ...], address: str | None, data_dir: Path | None, dry_run: bool
