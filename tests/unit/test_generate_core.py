@@ -511,6 +511,21 @@ async def test_a_re_search_that_cannot_run_is_reported_with_the_answer() -> None
     assert "30 percent" in final.answer, "the answer stands as written"
 
 
+async def test_a_re_search_that_lost_a_retriever_is_reported_with_the_answer() -> None:
+    from attest.generate.pipeline import Found
+
+    async def search(query: str, top_k: int) -> Found:
+        return Found([Source("copy", SOURCES[0].text, 0)], ("lexical service unavailable: down",))
+
+    events = await _researched(Generator(ExtractiveEngine(EMBEDDER)), search)
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    assert final.researches >= 1, "the searches ran and revised"
+    assert final.research_degraded_reason == (
+        f"re-searched without a retriever ({final.researches}×): lexical service unavailable: down"
+    )
+
+
 async def test_off_topic_question_says_insufficient_information() -> None:
     generator = Generator(ExtractiveEngine(EMBEDDER))
     sources = [Source("x", "Quarterly rainfall in the valley was average.", 0)]

@@ -218,9 +218,13 @@ async def test_the_research_sends_the_answers_vector_to_the_semantic_service(kno
         retrievers=[common_pb2.RETRIEVER_BM25, common_pb2.RETRIEVER_DENSE]
     )
     search = researcher.search_fn(options, vectors)
-    assert await search(sentence, 3) == []
+    found = await search(sentence, 3)
+    assert found.sources == []
+    assert found.skipped == (
+        "lexical service unavailable: no lexical service is configured for re-search",
+    )
     # Without the answer's vectors (another model) nothing is sent either.
-    assert await researcher.search_fn(options)(sentence, 3) == []
+    assert (await researcher.search_fn(options)(sentence, 3)).sources == []
     first, second = semantic.requests
     assert first.query == second.query == sentence
     assert not second.HasField("query_vector")

@@ -382,7 +382,9 @@ async def test_an_unweighted_retriever_stands_in_when_no_weighted_one_finds_anyt
     found = await search(WEAK, 5)
     # BM25 failed and dense found nothing: KG, weighted 0, is asked after them
     # and its article is the re-search's find, as fusion would have let it be.
-    assert [(s.doc_id, s.passage_index) for s in found] == [("audit", -1)]
+    assert [(s.doc_id, s.passage_index) for s in found.sources] == [("audit", -1)]
+    # The answer will say it searched without BM25.
+    assert found.skipped == ("lexical service unavailable: lexical down",)
     asked = Degraded.last.asked
     assert sorted(asked[:2]) == ["SEARCH_MODE_DENSE", "bm25"]
     assert asked[2:] == ["SEARCH_MODE_KG"]
@@ -395,7 +397,8 @@ async def test_the_knowledge_retriever_does_not_crowd_out_kg(
     # KG is what it runs.
     search = degraded_research(monkeypatch, KG, common_pb2.RETRIEVER_KNOWLEDGE)
     found = await search(WEAK, 5)
-    assert [s.doc_id for s in found] == ["audit"]
+    assert [s.doc_id for s in found.sources] == ["audit"]
+    assert found.skipped == ()
     assert "knowledge" not in Degraded.last.asked
 
 

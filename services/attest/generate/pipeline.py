@@ -58,7 +58,17 @@ log = logging.getLogger(__name__)
 # Re-search: (query, top_k) → sources found, best first. A search made for one
 # answer may read the query's vector from that answer's ``AnswerOptions.vectors``
 # (the support judge embedded the sentence) instead of having it embedded again.
-SearchFn = Callable[[str, int], Awaitable[Sequence[Source]]]
+SearchFn = Callable[[str, int], Awaitable["Sequence[Source] | Found"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """What a re-search found, and why each retriever it ran without did not
+    answer, which the answer reports; a plain sequence of sources is a search
+    that lost none."""
+
+    sources: Sequence[Source]
+    skipped: tuple[str, ...] = ()
 
 
 class PipelineSettings(StrictModel):
@@ -118,8 +128,10 @@ class _Run:
     llm_calls: int = 0
     discarded: int = 0
     disagreements: int = 0
-    # Why each failed re-search failed, in order.
+    # Why each failed re-search failed, in order; the retrievers the others ran
+    # without, and why.
     research_failures: list[str] = field(default_factory=list)
+    research_skipped: list[str] = field(default_factory=list)
     seconds: dict[Step, float] = field(default_factory=dict)
     calls: dict[Step, int] = field(default_factory=dict)
 
@@ -639,7 +651,7 @@ class Generator:
             sources=tuple(sources),
             judge_disagreements=run.disagreements,
             removed_sentences=removed,
-            research_degraded_reason=_research_failed(run.research_failures),
+            research_degraded_reason=_research_failed(run.research_failures, run.research_skipped),
         )
 
     async def _written_sentences(
@@ -690,7 +702,11 @@ class Generator:
         vectors: TextVectors,
     ) -> RevisionEvent | None:
         try:
-            found = list(await search(sentence.text, top_k))[:top_k]
+            result = await search(sentence.text, top_k)
+            if isinstance(result, Found):
+                run.research_skipped.extend(result.skipped)
+                result = result.sources
+            found = list(result)[:top_k]
         except AttestError as exc:
             # The answer stands without the revision; the failure is logged and
             # reported with the answer.
@@ -770,10 +786,15 @@ def _index(value: object, count: int) -> int | None:
     return None
 
 
-def _research_failed(reasons: Sequence[str]) -> str:
-    if not reasons:
-        return ""
-    n = len(reasons)
-    what = "re-searches" if n > 1 else "re-search"
-    kept = "the sentences kept" if n > 1 else "the sentence kept"
-    return f"{n} {what} failed, {kept} as written: {reasons[0]}"
+def _research_failed(failures: Sequence[str], skipped: Sequence[str]) -> str:
+    """How the answer's re-searches were degraded: those that failed (their
+    sentences kept as written) and the retrievers the others ran without."""
+    parts = []
+    if failures:
+        n = len(failures)
+        what = "re-searches" if n > 1 else "re-search"
+        kept = "the sentences kept" if n > 1 else "the sentence kept"
+        parts.append(f"{n} {what} failed, {kept} as written: {failures[0]}")
+    if skipped:
+        parts.append(f"re-searched without a retriever ({len(skipped)}×): {skipped[0]}")
+    return "; ".join(parts)

@@ -31,7 +31,7 @@ from attest.generate.models import (
     Step,
     SummaryEvent,
 )
-from attest.generate.pipeline import AnswerOptions, Generator, SearchFn
+from attest.generate.pipeline import AnswerOptions, Found, Generator, SearchFn
 from attest.generate.settings import GenerateLimits, GenerateSettings, build_generator
 from attest.generate.v1 import generate_pb2, generate_pb2_grpc
 from attest.generate.vectors import TextVectors
@@ -355,7 +355,7 @@ class Researcher:
         limits = Limits(self._settings.research.timeout_seconds)
         searcher = _StubSearcher(self._lexical, self._semantic)
 
-        async def search(query: str, top_k: int) -> list[Source]:
+        async def search(query: str, top_k: int) -> Found:
             found = vectors.get(query) if vectors is not None else None
 
             async def vector() -> semantic_pb2.Vector | None:
@@ -379,12 +379,14 @@ class Researcher:
                 return retrieval
 
             retrieval = await run(weighted)
+            skipped = [f.reason for f in retrieval.failures]
             if spare and not any(r.items for r in retrieval.lists):
                 # Nothing weighted found anything: the others stand in, as
                 # fusion would let them had they run alongside.
                 fallback = await run(spare)
                 if fallback.lists:
                     retrieval = fallback
+                    skipped += [f.reason for f in fallback.failures]
             if not retrieval.lists:
                 # The revision is skipped (the generator keeps the answer without it).
                 raise Unavailable(
@@ -406,7 +408,7 @@ class Researcher:
                             keywords=hit.keywords,
                         )
                     )
-            return out
+            return Found(out, tuple(skipped))
 
         return search
 

@@ -622,8 +622,9 @@ class AnswerFinal(_message.Message):
     """Sentences withdrawn because no source supports them, even after a re-search."""
     research_degraded_reason: _builtins.str
     """Why re-searches failed (how many, and the first reason: no retriever the
-    request names could run, a service down); empty when none did. A failed
-    re-search leaves its sentence as it was.
+    request names could run, a service down), and how many ran without one of
+    their retrievers and why; empty when none did. A failed re-search leaves
+    its sentence as it was.
     """
     @_builtins.property
     def sentences(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.AnswerSentence]:
