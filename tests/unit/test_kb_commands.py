@@ -72,6 +72,16 @@ def test_info_find_rel(cli: CliRunner) -> None:
     )
 
 
+def test_facts_of_a_document_without_any_say_why_there_may_be_none(cli: CliRunner) -> None:
+    result = cli.invoke(kb, ["facts", "no-such-doc"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["no-such-doc: 0 descriptions, 0 triples, 0 aspect facts"]
+    assert result.stderr.startswith(
+        "no facts from no-such-doc: no such document, one that states none, or one "
+        "ingested without fact extraction"
+    )
+
+
 def test_search_prints_program_steps_and_facts(cli: CliRunner) -> None:
     out = run(cli, "search", "Which topics are under Environment?", "--top-k", "3")
     assert out.splitlines()[:2] == [

@@ -317,6 +317,16 @@ def facts(doc_id: str, address: str | None, timeout: float) -> None:
             ("aspect facts", response.aspect_facts),
         )
         click.echo(f"{doc_id}: " + ", ".join(f"{len(items)} {name}" for name, items in forms))
+        if not any(items for _, items in forms):
+            # The personal base cannot tell an unknown id from a document that
+            # states no fact: say both, and where facts come from.
+            click.echo(
+                f"no facts from {doc_id}: no such document, one that states none, or one "
+                "ingested without fact extraction (facts are extracted when ingestion "
+                "reaches a knowledge service: `attest serve all --knowledge`, or "
+                "ATTEST_INGEST_KNOWLEDGE_ADDRESS)",
+                err=True,
+            )
         for d in response.descriptions:
             click.echo(f"description: {d.entity.name}: {d.text}{format_provenance(d)}")
         for t in response.triples:
