@@ -84,3 +84,69 @@ def test_a_marker_that_cannot_be_written_does_not_undo_a_send() -> None:
     assert fake.expiry["attest:answer:sent:t:j"] == SEND_CLAIM_SECONDS
     assert store.send_once("t", "j", lambda: sent.append(2)) == "sending"
     assert sent == [1]
+
+
+class _Jobs:
+    """run_job's store: one QUEUED job in memory, leases as a set."""
+
+    def __init__(self) -> None:
+        from attest.answer.v1 import answer_pb2
+
+        self.job = answer_pb2.Job(job_id="j", state=answer_pb2.JOB_STATE_QUEUED, question="q")
+        self.job.created_at.GetCurrentTime()
+        self.leases: set[str] = set()
+
+    def __call__(self, settings: object) -> _Jobs:
+        return self
+
+    def get(self, tenant: str, job_id: str) -> Any:
+        from attest.answer.v1 import answer_pb2
+
+        copy = answer_pb2.Job()
+        copy.CopyFrom(self.job)
+        return copy
+
+    def put(self, tenant: str, job: Any) -> None:
+        self.job.CopyFrom(job)
+
+    def lease(self, key: str, seconds: int) -> bool:
+        if key in self.leases:
+            return False
+        self.leases.add(key)
+        return True
+
+    def release(self, key: str) -> None:
+        self.leases.discard(key)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_job_another_worker_runs_is_left_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from attest.answer import jobs
+    from attest.answer.settings import AnswerSettings
+    from attest.answer.v1 import answer_pb2
+
+    store = _Jobs()
+    runs: list[str] = []
+
+    async def answered(settings: object, tenant: str, job: Any) -> Any:
+        runs.append(job.job_id)
+        return answer_pb2.Answer(text="done")
+
+    monkeypatch.setattr(jobs, "JobStore", store)
+    monkeypatch.setattr(jobs, "answer_job", answered)
+    settings = AnswerSettings()
+    store.leases.add("attest:answer:run:t:j")  # a worker is on it
+    assert jobs.run_job(settings, "t", "j", last_attempt=False) is False
+    assert runs == []
+    assert store.job.state == answer_pb2.JOB_STATE_QUEUED
+    assert store.job.attempts == 0
+    store.leases.clear()  # it ended (or its lease lapsed)
+    assert jobs.run_job(settings, "t", "j", last_attempt=False) is True
+    assert runs == ["j"]
+    assert store.job.state == answer_pb2.JOB_STATE_DONE
+    assert store.leases == set(), "the lease is given back"
+    # Delivered once more after it finished: left as it is.
+    assert jobs.run_job(settings, "t", "j", last_attempt=False) is True
+    assert runs == ["j"]

@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 TASK = "attest.answer.run"
 QUEUE = "answer"
 FINAL = (answer_pb2.JOB_STATE_DONE, answer_pb2.JOB_STATE_FAILED)
-#: How long a Submit may take to hand a job to the queue before another may try:
-#: well past a publish that waits out a broker restart (publish_retry_seconds, 60 s).
+#: How long a Submit may take to hand a job to the queue before another may try,
+#: at least: well past a publish that waits out a broker restart (the servicer
+#: takes three times the pipeline's publish_retry_seconds when that is longer).
 SEND_CLAIM_SECONDS = 600
 
 
@@ -83,19 +84,25 @@ class JobStore:
         self.put(tenant, job)
         return job, True
 
-    def send_once(self, tenant: str, job_id: str, send: Callable[[], object]) -> str:
+    def send_once(
+        self,
+        tenant: str,
+        job_id: str,
+        send: Callable[[], object],
+        claim_seconds: int = SEND_CLAIM_SECONDS,
+    ) -> str:
         """Call ``send`` (hand the job to the queue) unless it was sent already or
         another Submit is sending it. Returns "sent" (by this call), "sent before"
         or "sending" (by another call, which may still fail).
 
         A send that fails is forgotten (and raises), so the next Submit with the
         job's idempotency key sends it; so is one whose sender died before it
-        ended, after ``SEND_CLAIM_SECONDS``. Once ``send`` returned, the job is
+        ended, after ``claim_seconds``. Once ``send`` returned, the job is
         queued, whatever happens to the marker: a marker that cannot be written
-        leaves the claim, which expires, and a job sent twice runs once (a
-        worker leaves a finished job as it is)."""
+        leaves the claim, which expires; a job sent twice then is run by one
+        worker at a time (``run_job``'s lease) and left as it is once finished."""
         key = f"attest:answer:sent:{tenant}:{job_id}"
-        if not self._r.set(key, b"sending", nx=True, ex=SEND_CLAIM_SECONDS):
+        if not self._r.set(key, b"sending", nx=True, ex=claim_seconds):
             return "sent before" if self._r.get(key) == b"sent" else "sending"
         try:
             send()
@@ -108,6 +115,13 @@ class JobStore:
         except redis.RedisError as exc:
             log.warning("job %s was queued; its sent marker was not written: %s", job_id, exc)
         return "sent"
+
+    def lease(self, key: str, seconds: int) -> bool:
+        """Take ``key`` for ``seconds`` unless another holder has it."""
+        return bool(self._r.set(key, b"1", nx=True, ex=seconds))
+
+    def release(self, key: str) -> None:
+        self._r.delete(key)
 
     def get(self, tenant: str, job_id: str) -> answer_pb2.Job | None:
         raw = self._r.get(self._key(tenant, job_id))
@@ -142,12 +156,24 @@ async def answer_job(
 def run_job(settings: AnswerSettings, tenant: str, job_id: str, *, last_attempt: bool) -> bool:
     """One attempt at a job on a worker; False when it should be retried later.
 
-    Idempotent: a job already DONE or FAILED (or expired) is left as it is.
+    Idempotent: a job already DONE or FAILED (or expired) is left as it is, and
+    one that another worker is running is left to it (False: tried again later).
     """
     store = JobStore(settings)
+    lease = f"attest:answer:run:{tenant}:{job_id}"
     try:
         job = store.get(tenant, job_id)
         if job is None or job.state in FINAL:
+            return True
+        # One worker at a time on a job: a task delivered twice (a Submit retried
+        # after its marker was lost, a redelivery) waits for the first to end,
+        # or for its lease to lapse when that worker died mid-run.
+        held_for = int(settings.limits.max_budget_seconds) + 60
+        if not store.lease(lease, held_for):
+            return False
+        job = store.get(tenant, job_id)
+        if job is None or job.state in FINAL:
+            store.release(lease)
             return True
         job.state = answer_pb2.JOB_STATE_RUNNING
         job.attempts += 1
@@ -177,6 +203,8 @@ def run_job(settings: AnswerSettings, tenant: str, job_id: str, *, last_attempt:
         store.put(tenant, job)
         return True
     finally:
+        with contextlib.suppress(redis.RedisError):
+            store.release(lease)
         store.close()
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 
 from attest.answer.downstream import GrpcBackends
-from attest.answer.jobs import FINAL, QUEUE, TASK, JobStore
+from attest.answer.jobs import FINAL, QUEUE, SEND_CLAIM_SECONDS, TASK, JobStore
 from attest.answer.limits import LimitedBackends
 from attest.answer.options import validate
 from attest.answer.pipeline import AnswerPipeline, Backends, collect
@@ -144,8 +144,11 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
             # wait for one (a result store that is down would fail the send).
             celery.send_task(TASK, args=[tenant, job.job_id], queue=QUEUE, ignore_result=True)
 
+        pipeline = celery.conf.get("attest_settings")
+        publish = float(getattr(pipeline, "publish_retry_seconds", 0.0))
+        claim = max(SEND_CLAIM_SECONDS, int(3 * publish))
         try:
-            outcome = await asyncio.to_thread(store.send_once, tenant, job.job_id, send)
+            outcome = await asyncio.to_thread(store.send_once, tenant, job.job_id, send, claim)
         except (OperationalError, BackendError, RedisError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if keyed:
