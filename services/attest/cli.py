@@ -309,16 +309,20 @@ def serve(
 
 
 def _embedded_lock() -> DataDirLock | None:
-    """The data directory's lock when `serve all` keeps a store embedded under it."""
+    """The data directory's lock when `serve all` keeps a store embedded under it
+    (tantivy, Qdrant's engine, or the ingest registry in SQLite)."""
     from attest.core.process_lock import DataDirLock
+    from attest.ingest.settings import IngestSettings
     from attest.lexical.settings import LexicalSettings
     from attest.semantic.settings import SemanticSettings
 
-    lexical, semantic = LexicalSettings(), SemanticSettings()
+    lexical, semantic, ingest = LexicalSettings(), SemanticSettings(), IngestSettings()
     if lexical.backend == "tantivy":
         return DataDirLock(lexical.data_dir)
     if semantic.store == "edge":
         return DataDirLock(semantic.data_dir)
+    if ingest.state_url is None and ingest.mode == "inline" and ingest.state_on_disk:
+        return DataDirLock(ingest.data_dir)
     return None
 
 

@@ -173,7 +173,8 @@ async def test_watches_are_capped_per_tenant_and_leave_the_server_its_other_call
                         continue
                     break
                 watching.append(call)
-            assert len(watching) == 2
-            assert "'(unauthenticated)' already has 2 Watch/WatchJob streams open" in turned_away
+            # Callers without a credential share a quarter of the server's 3 (at least 1).
+            assert len(watching) == 1
+            assert "'(unauthenticated)' already has 1 Watch/WatchJob streams open" in turned_away
             for call in watching:
                 call.cancel()

@@ -172,3 +172,24 @@ def test_quota_token_bucket_and_in_flight() -> None:
     release()
     release()  # idempotent
     quotas.admit("acme", ask)()
+
+
+def test_watch_caps_per_tenant_for_callers_without_a_credential_and_in_all() -> None:
+    from attest.core.quota import UNAUTHENTICATED
+
+    watch = "/attest.answer.v1.AnswerService/Watch"
+    quotas = TenantQuotas(QuotaSettings(max_watches=3, watch_share=0.29), max_concurrent_rpcs=100)
+    assert quotas._all_watches == 29  # 100 × 0.29, not 28 by float error
+    held = [quotas.admit("acme", watch) for _ in range(3)]
+    with pytest.raises(ResourceExhausted, match=r"'acme' already has 3 .*\(quota 3\)"):
+        quotas.admit("acme", watch)
+    held[0]()
+    held[0] = quotas.admit("acme", watch)
+    # Without a credential: a quarter of the server's 29 at most, under max_watches.
+    small = TenantQuotas(QuotaSettings(max_watches=16), max_concurrent_rpcs=40)  # 10 in all
+    anonymous = [small.watch(UNAUTHENTICATED) for _ in range(2)]
+    with pytest.raises(ResourceExhausted, match=r"\(quota 2\)"):
+        small.watch(UNAUTHENTICATED)
+    assert len(anonymous) == 2
+    for release in held:
+        release()

@@ -16,7 +16,7 @@ from attest.ingest.documents import (
     passage_id,
 )
 from attest.ingest.organizations import Gazetteer, PatternRecognizer
-from attest.ingest.passages import CHARS_PER_TOKEN, count_tokens, split_passages
+from attest.ingest.passages import CHARS_PER_TOKEN, count_tokens, sentence_spans, split_passages
 from attest.ingest.readers import html_to_text, read_path
 from attest.ingest.summary import extractive_summary
 
@@ -76,6 +76,13 @@ def test_chinese_and_japanese_count_by_character_and_end_at_full_stops():
     # Whole sentences (12 of 16 tokens) per passage, as for any language.
     assert [count_tokens(p.text) for p in passages] == [192, 192, 192, 64]
     assert all(p.text.endswith("。") for p in passages)
+    # A run of stops ends one sentence; a stop inside a quote ends none.
+    text = "本当ですか？！そうです。「はい。」と言った。"
+    assert [text[a:b] for a, b in sentence_spans(text)] == [
+        "本当ですか？！",
+        "そうです。",
+        "「はい。」と言った。",
+    ]
     # A run without a full stop is cut at characters, within the token budget.
     run = "没有句号的长句子" * 100
     assert [len(p.text) for p in split_passages(run, max_tokens=200)] == [200] * 4
@@ -249,6 +256,13 @@ def test_readers_take_byte_order_marks_headings_and_leave_hidden_files_out(tmp_p
     )
     assert setup.title == "Setup"
     assert "# install deps pip install x" in setup.body
+    # A fence line with an info string opens a block; only a bare one closes it.
+    (docs / "two.md").write_text(
+        "```python\n# c\n```bash\n# inside\n```\n# After\nText.\n", encoding="utf-8"
+    )
+    two = article_from_raw_json(next(i for i in read_path(docs) if i.origin == "two.md").raw_json)
+    assert two.title == "After"
+    assert "# inside" in two.body
     lines = tmp_path / "bom.jsonl"
     lines.write_bytes(b'\xef\xbb\xbf{"id": "1", "body": "x"}\n{"id": "2", "body": "y"}\n')
     assert [article_from_raw_json(i.raw_json).id for i in read_path(lines)] == ["1", "2"]

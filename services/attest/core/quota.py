@@ -91,7 +91,8 @@ class TenantQuotas:
         self._all_watches = (
             None
             if max_concurrent_rpcs is None
-            else max(1, int(max_concurrent_rpcs * settings.watch_share))
+            # round(…, 6): 100 × 0.29 is 28.999999999999996, and means 29.
+            else max(1, int(round(max_concurrent_rpcs * settings.watch_share, 6)))
         )
         self._clock = clock
         # tenant -> (tokens, when they were counted)
@@ -142,11 +143,15 @@ class TenantQuotas:
         """Count an open watch of ``tenant``; returns its release (ResourceExhausted
         over the tenant's or the server's cap)."""
         open_ = self._watches.by_tenant.get(tenant, 0)
-        if self._max_watches is not None and open_ >= self._max_watches:
+        cap = self._max_watches
+        if tenant == UNAUTHENTICATED and self._all_watches is not None:
+            # Callers without a credential share a quarter of the server's
+            # watches at most: they can never take every tenant's.
+            cap = min(cap or self._all_watches, max(1, self._all_watches // 4))
+        if cap is not None and open_ >= cap:
             raise ResourceExhausted(
                 f"tenant {tenant!r} already has {open_} Watch/WatchJob streams open "
-                f"(quota {self._max_watches}): watch fewer jobs at once, or poll with "
-                "Get/GetJob",
+                f"(quota {cap}): watch fewer jobs at once, or poll with Get/GetJob",
                 retry_after=5.0,
             )
         if self._all_watches is not None and self._watches.total >= self._all_watches:

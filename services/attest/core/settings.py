@@ -217,7 +217,12 @@ class ClientSettings(StrictModel):
     """How a service calls another one."""
 
     timeout_seconds: float = Field(default=5.0, gt=0)
-    keepalive_seconds: float = Field(default=30.0, gt=0)
+    keepalive_seconds: float = Field(
+        default=30.0,
+        ge=10,
+        description="Ping the server after this long without traffic; Attest's servers "
+        "accept pings every 10 s at most (more often is answered with GOAWAY).",
+    )
     keepalive_timeout_seconds: float = Field(default=10.0, gt=0)
     max_attempts: int = Field(
         default=4,

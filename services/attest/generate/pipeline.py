@@ -704,7 +704,10 @@ class Generator:
         try:
             result = await search(sentence.text, top_k)
             if isinstance(result, Found):
-                run.research_skipped.extend(result.skipped)
+                if result.skipped:
+                    # One entry per re-search, however many of its retrievers
+                    # one service took down.
+                    run.research_skipped.append("; ".join(dict.fromkeys(result.skipped)))
                 result = result.sources
             found = list(result)[:top_k]
         except AttestError as exc:

@@ -28,9 +28,14 @@ CHARS_PER_TOKEN = 12
 # brackets) before white space, at 。！？, or at a blank line. Same rule as the
 # keyphrase extractor's splitter, but with positions kept.
 # Chinese and Japanese write without spaces: each ideograph or kana is a token
-# (as a subword tokenizer counts them), a sentence ends at 。！？ with no space after.
+# (as a subword tokenizer counts them), a sentence ends after a run of 。！？
+# with no space after, unless a closing quote follows (「はい。」と言った。 is one).
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+|(?<=[。！？])[」』”’)\]）]*\s*|\n\s*\n")
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])[\"'”’)\]]*\s+"
+    r"|(?<=[。！？])(?![。！？」』”’)\]）])\s*"
+    r"|\n\s*\n"
+)
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
 _WORD_SPAN = re.compile(rf"[{_CJK}]|[^\s{_CJK}]+")
 

@@ -93,6 +93,8 @@ def read_jsonl(path: Path) -> Iterator[RawItem]:
 
 
 _MD_FENCE = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
+# A closing fence has no info string.
+_MD_FENCE_CLOSE = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})[ \t]*\r?\n?")
 
 
 def _markdown(text: str) -> tuple[str | None, str]:
@@ -103,12 +105,13 @@ def _markdown(text: str) -> tuple[str | None, str]:
     out: list[str] = []
     fence = ""
     for line in text.splitlines(keepends=True):
-        opened = _MD_FENCE.match(line)
         if fence:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+            closed = _MD_FENCE_CLOSE.fullmatch(line)
+            if closed and closed.group(1)[0] == fence[0] and len(closed.group(1)) >= len(fence):
                 fence = ""
             out.append(line)
             continue
+        opened = _MD_FENCE.match(line)
         if opened:
             fence = opened.group(1)
             out.append(line)
