@@ -20,9 +20,10 @@ class _Redis:
         self.expiry: dict[str, int] = {}
         self.fail_marker = False
 
-    def set(self, key: str, value: bytes, *, nx: bool = False, ex: int | None = None) -> bool:
+    def set(self, key: str, value: bytes | str, *, nx: bool = False, ex: int | None = None) -> bool:
         if nx and key in self.data:
             return False
+        value = value.encode() if isinstance(value, str) else value  # as Redis returns it
         if value == b"sent" and self.fail_marker:
             raise redis.ConnectionError("connection reset")
         self.data[key] = value
@@ -35,6 +36,11 @@ class _Redis:
 
     def delete(self, key: str) -> int:
         return int(self.data.pop(key, None) is not None)
+
+    def expire(self, key: str | bytes, seconds: int) -> bool:
+        name = key.decode() if isinstance(key, bytes) else key
+        self.expiry[name] = seconds
+        return name in self.data
 
 
 def _store() -> tuple[JobStore, _Redis]:
@@ -150,3 +156,42 @@ def test_a_job_another_worker_runs_is_left_to_it(monkeypatch: pytest.MonkeyPatch
     # Delivered once more after it finished: left as it is.
     assert jobs.run_job(settings, "t", "j", last_attempt=False) is True
     assert runs == ["j"]
+
+
+def test_an_idempotency_key_lasts_as_long_as_its_job() -> None:
+    from attest.answer.v1 import answer_pb2
+
+    store, fake = _store()
+    job, created = store.create("t", "q?", answer_pb2.AskOptions(), "k1")
+    assert created
+    again, created = store.create("t", "q?", answer_pb2.AskOptions(), "k1")
+    assert (again.job_id, created) == (job.job_id, False)
+    # It finishes late: its key is kept from then on, as long as the job is.
+    fake.expiry["attest:answer:idem:t:k1"] = 5  # what was left of the first retention
+    job.state = answer_pb2.JOB_STATE_DONE
+    store.put("t", job)
+    assert fake.expiry["attest:answer:idem:t:k1"] == 86_400
+
+
+def test_a_key_whose_job_is_being_recorded_is_not_taken_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attest.answer import jobs
+    from attest.answer.v1 import answer_pb2
+
+    store, fake = _store()
+    first, _ = store.create("t", "q?", answer_pb2.AskOptions(), "k2")
+    record = fake.data.pop(f"attest:answer:job:t:{first.job_id}")
+    # The first Submit set the key and writes its job while the second looks.
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 3:
+            fake.data[f"attest:answer:job:t:{first.job_id}"] = record
+
+    monkeypatch.setattr(jobs.time, "sleep", sleep)
+    second, created = store.create("t", "q?", answer_pb2.AskOptions(), "k2")
+    assert (second.job_id, created) == (first.job_id, False)
+    assert fake.data["attest:answer:idem:t:k2"] == first.job_id.encode()
+    assert slept == [0.0, 0.05, 0.1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -36,6 +37,8 @@ FINAL = (answer_pb2.JOB_STATE_DONE, answer_pb2.JOB_STATE_FAILED)
 #: at least: well past a publish that waits out a broker restart (the servicer
 #: takes three times the pipeline's publish_retry_seconds when that is longer).
 SEND_CLAIM_SECONDS = 600
+#: Pauses before taking an idempotency key whose job is not recorded (yet).
+KEYED_RECORD_WAITS = (0.05, 0.1, 0.25, 0.5)
 
 
 def _now() -> Timestamp:
@@ -69,11 +72,14 @@ class JobStore:
         if idempotency_key:
             key = f"attest:answer:idem:{tenant}:{idempotency_key}"
             if not self._r.set(key, job_id, nx=True, ex=self._retention):
-                existing = self._r.get(key)
-                job = self.get(tenant, existing.decode()) if existing else None
+                job = self._keyed(tenant, key)
                 if job is not None:
                     return job, False
+                # The key's job is gone (expired, or its Submit died before
+                # recording it): the key is this job's now.
                 self._r.set(key, job_id, ex=self._retention)
+            # So that a job finishing late keeps its key as long as itself.
+            self._r.set(self._key_of(tenant, job_id), key, ex=self._retention)
         job = answer_pb2.Job(
             job_id=job_id,
             state=answer_pb2.JOB_STATE_QUEUED,
@@ -123,6 +129,24 @@ class JobStore:
     def release(self, key: str) -> None:
         self._r.delete(key)
 
+    @staticmethod
+    def _key_of(tenant: str, job_id: str) -> str:
+        return f"attest:answer:idemof:{tenant}:{job_id}"
+
+    def _keyed(self, tenant: str, key: str) -> answer_pb2.Job | None:
+        """The job an idempotency key maps to. A Submit that has just set the key
+        writes the job a moment later: it is waited for, briefly, rather than
+        taken for gone (which would make a second job for the key)."""
+        for wait in (0.0, *KEYED_RECORD_WAITS):
+            time.sleep(wait)
+            existing = self._r.get(key)
+            if existing is None:
+                return None
+            job = self.get(tenant, existing.decode())
+            if job is not None:
+                return job
+        return None
+
     def get(self, tenant: str, job_id: str) -> answer_pb2.Job | None:
         raw = self._r.get(self._key(tenant, job_id))
         if raw is None:
@@ -132,9 +156,16 @@ class JobStore:
         return job
 
     def put(self, tenant: str, job: answer_pb2.Job) -> None:
-        if job.state in FINAL and not job.HasField("expires_at"):
+        finished = job.state in FINAL and not job.HasField("expires_at")
+        if finished:
             job.expires_at.FromDatetime(datetime.now(UTC) + timedelta(seconds=self._retention))
         self._r.set(self._key(tenant, job.job_id), job.SerializeToString(), ex=self._retention)
+        if finished:
+            # Its idempotency key maps to it for as long as it is kept.
+            key = self._r.get(self._key_of(tenant, job.job_id))
+            if key is not None:
+                self._r.expire(key, self._retention)
+                self._r.expire(self._key_of(tenant, job.job_id), self._retention)
 
     def close(self) -> None:
         self._r.close()
