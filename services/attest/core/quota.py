@@ -7,10 +7,12 @@ next token as ``retry_after``. ``Ask`` and ``AskStream`` also count against
 the tenant's answers in flight until they end. ``Watch`` and ``WatchJob``
 stay open until their job ends (a queued job no worker takes: a day), each
 holding one of the listener's concurrent calls: they count against the
-tenant's open watches, and all tenants' watches together against a quarter
-of the listener's calls, so that watching never leaves Ask or the health
-check without a call. Tenants come from credentials, so the tables grow with
-the number of tenants, not of callers.
+tenant's open watches (``max_watches``), and all tenants' watches together
+against a share (``watch_share``, a quarter) of the listener's calls, so that
+watching never leaves Ask or the health check without a call. The health
+service's own Watch needs no credential: its streams count as one caller's,
+``UNAUTHENTICATED``, which may hold a quarter of that share. Tenants come from
+credentials, so the tables grow with the number of tenants, not of callers.
 """
 
 from __future__ import annotations
