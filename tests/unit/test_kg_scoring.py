@@ -163,6 +163,20 @@ def test_filters(setup):
     assert linked == {a.doc_id for a in articles if entity in a.entity_ids}
 
 
+def test_warm_up_builds_what_the_first_query_would(setup):
+    scorer, _, articles, rng = setup
+    assert not scorer.warm
+    scorer.warm_up()
+    assert scorer.warm
+    query = unit(rng)
+    warm = scorer.score("default", query, top_k=len(articles))
+    # A write rebuilds its tenant's tensors at the next query, as before.
+    scorer.upsert("default", [articles[0]])
+    assert not scorer.warm
+    assert scorer.score("default", query, top_k=len(articles)) == warm
+    assert scorer.warm
+
+
 def test_unknown_entities_are_rejected(graph):
     scorer = KgScorer(graph, ToyEncoder())
     with pytest.raises(KeyError, match="no-such-entity"):

@@ -158,6 +158,47 @@ async def test_facts_and_provenance_survive_a_restart(tmp_path: Path) -> None:
         await again.close()
 
 
+async def test_load_views_restores_every_tenant_in_one_pass(tmp_path: Path) -> None:
+    s = new_store(tmp_path)
+    await s.warm_up()
+    await s.put("acme", "d1", BANK_DOC)
+    await s.put("globex", "d9", [aspect("Norvale Copper", "water", "Norvale withdrew 38 Mm3.")])
+    await s.close()
+
+    # What a tenant's first use restores on its own.
+    lazy = new_store(tmp_path)
+    await lazy.warm_up()
+    try:
+        restored = {t: (await lazy.view(t)).documents for t in ("acme", "globex")}
+        assert lazy.loaded_tenants == {"acme", "globex"}
+    finally:
+        await lazy.close()
+
+    again = new_store(tmp_path)
+    await again.warm_up()
+    try:
+        assert again.loaded_tenants == frozenset()
+        assert sorted(await again.load_views()) == ["acme", "globex"]
+        assert again.loaded_tenants == {"acme", "globex"}
+        for tenant, documents in restored.items():
+            view = await again.view(tenant)
+            assert {d: v.facts for d, v in view.documents.items()} == {
+                d: v.facts for d, v in documents.items()
+            }
+        acme = await again.view("acme")
+        assert acme.counts() == {"description": 1, "triple": 2, "aspect": 1}
+        # Its indexes, built before any search (what a warm-up does).
+        assert not acme.indexed
+        acme.warm_up(trigrams)
+        assert acme.indexed
+        same_indexes(acme)
+        # Loading again keeps the views in use.
+        await again.load_views()
+        assert await again.view("acme") is acme
+    finally:
+        await again.close()
+
+
 async def test_tenants_never_see_each_others_facts(store: PersonalStore) -> None:
     await store.put("acme", "d1", BANK_DOC)
     await store.put("globex", "d1", [aspect("Vellichor Mining", "tailings", "Vellichor tailings.")])

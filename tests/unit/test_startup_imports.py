@@ -43,8 +43,9 @@ HEAVY = ["nltk", "rake_nltk", "torch", "transformers", "sentence_transformers", 
 
 
 def test_serve_all_imports_no_heavy_library_before_its_services_warm_up() -> None:
-    # What a service needs is imported when it warms up (the embedding model)
-    # or first uses it (a stemmer, RAKE, torch for KG scoring), not with the code.
+    # What a service needs is imported when it warms up (the embedding model;
+    # torch for KG scoring, the stemmer and RAKE by the warm-up's calls through
+    # them, before SERVING), not with the code.
     code = (
         "import attest.cli\n"
         "for name in ('lexical', 'semantic', 'rerank', 'generate', 'answer', 'ingest'):\n"

@@ -417,6 +417,56 @@ class Researcher:
             await channel.close()
 
 
+# -- warm-up -----------------------------------------------------------------------------------
+
+# An answer the extractive engine finds and cites: warming up with it runs every
+# step an answer runs (summaries, the answer's ranking and its facts, citations
+# and the judge) once before SERVING.
+WARM_UP_QUESTION = "Who is the new chair of the Harbour Trust?"
+WARM_UP_SOURCES = (
+    Source(
+        doc_id="warm-up-1",
+        passage_index=0,
+        title="Harbour Trust names a new chair",
+        text=(
+            "LONDON, March 3, 2025 — The Harbour Trust named Ada Byron as its new chair on "
+            "Monday. She replaces Charles Babbage, who led the board for ten years. The trust "
+            "manages the port's land and its wharves. Its annual report is due in June."
+        ),
+    ),
+    Source(
+        doc_id="warm-up-2",
+        passage_index=0,
+        title="Harbour Trust cuts emissions",
+        text=(
+            "The Harbour Trust said its scope 1 emissions fell 12% in 2024. Most of the cut "
+            "came from electric cranes at the container terminal. The trust aims for net zero "
+            "by 2035."
+        ),
+    ),
+)
+
+
+async def warm_answer(generator: Generator) -> FinalEvent:
+    """One extractive answer, without re-search, through ``generator``: what the
+    first answer loads on first use (a stemmer's imports, the judge's first
+    pass, ...) is loaded now. A failure says it happened while warming up."""
+    final: FinalEvent | None = None
+    try:
+        async for event in generator.answer(
+            WARM_UP_QUESTION,
+            WARM_UP_SOURCES,
+            AnswerOptions(mode=Mode.EXTRACTIVE, max_researches=0, max_sentences=2),
+        ):
+            if isinstance(event, FinalEvent):
+                final = event
+    except Exception as exc:
+        raise RuntimeError(f"the warm-up answer failed ({type(exc).__name__}: {exc})") from exc
+    if final is None:
+        raise RuntimeError("the warm-up answer ended without its final event")
+    return final
+
+
 # -- the servicer ------------------------------------------------------------------------------
 
 
@@ -440,6 +490,7 @@ class GenerateServicer(generate_pb2_grpc.GenerateServiceServicer):
 
     async def warm_up(self) -> None:
         await asyncio.to_thread(self.generator.extractive.warm_up)
+        await warm_answer(self.generator)
 
     async def close(self) -> None:
         await self.generator.close()

@@ -42,7 +42,7 @@ import itertools
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -320,6 +320,23 @@ class TenantFacts:
                     self._by_first_word = index
             return index
 
+    def warm_up(self, embed: Callable[[Sequence[str]], Vectors]) -> None:
+        """Builds the indexes the first search would build (names by first word,
+        the name matrix, embedding every name with ``embed``)."""
+        self.by_first_word()
+        if self.names:
+            self.name_matrix(embed)
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the indexes a search reads are built (``warm_up``)."""
+        return (
+            self._by_entity is not None
+            and self._names is not None
+            and self._by_first_word is not None
+            and (self._name_matrix is not None or not self._names)
+        )
+
     def name_matrix(
         self, embed: Callable[[Sequence[str]], Vectors]
     ) -> tuple[list[str], dict[str, int], Vectors]:
@@ -431,15 +448,30 @@ class PersonalStore:
                 rows[point.doc_id].append(
                     (point.passage_index, fact_from_payload(point.payload), point.vector)
                 )
-            view = TenantFacts(tenant)
-            for doc_id, items in rows.items():
-                items.sort(key=lambda r: r[0])
-                view.documents[doc_id] = _Document(
-                    [f for _, f, _ in items],
-                    np.stack([np.asarray(v, dtype=np.float32) for _, _, v in items]),
-                )
-            self._views[tenant] = view
+            view = self._views[tenant] = _view(tenant, rows)
             return view
+
+    async def load_views(self) -> list[str]:
+        """Every stored tenant's facts, in one pass over the store (a service
+        calls this before it reports SERVING, so that no tenant's first search
+        waits for its facts); the tenants loaded, in store order."""
+        rows: dict[str, dict[str, list[tuple[int, PersonalFact, Any]]]] = defaultdict(
+            lambda: defaultdict(list)
+        )
+        async for point in self.vectors.scroll("passages", None):
+            tenant = str(point.payload["tenant"])
+            rows[tenant][point.doc_id].append(
+                (point.passage_index, fact_from_payload(point.payload), point.vector)
+            )
+        for tenant, documents in rows.items():
+            # A tenant loaded (or written) since the pass began keeps its view.
+            self._views.setdefault(tenant, _view(tenant, documents))
+        return list(rows)
+
+    @property
+    def loaded_tenants(self) -> frozenset[str]:
+        """The tenants whose facts are in memory."""
+        return frozenset(self._views)
 
     async def put(self, tenant: str, doc_id: str, facts: Sequence[PersonalFact]) -> StoreResult:
         """Replace the document's facts with ``facts`` (entity refs must carry ids)."""
@@ -801,6 +833,18 @@ class PersonalKnowledgeBase:
             vectors = self.encode([a.name, b.name])
             similarity = min(float(vectors[0] @ vectors[1]), 1.0)
         return Relationship(a, b, tuple(paths[:max_paths]), shared, similarity)
+
+
+def _view(tenant: str, rows: Mapping[str, list[tuple[int, PersonalFact, Any]]]) -> TenantFacts:
+    """A tenant's facts from its stored points, (passage index, fact, vector) by document."""
+    view = TenantFacts(tenant)
+    for doc_id, items in rows.items():
+        items.sort(key=lambda r: r[0])
+        view.documents[doc_id] = _Document(
+            [f for _, f, _ in items],
+            np.stack([np.asarray(v, dtype=np.float32) for _, _, v in items]),
+        )
+    return view
 
 
 class NameVectors:

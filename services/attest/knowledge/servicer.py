@@ -39,11 +39,19 @@ from attest.knowledge.personal import (
     PersonalFact,
     PersonalKnowledgeBase,
     PersonalStore,
+    TenantFacts,
     is_personal_id,
     personal_entity_id,
 )
 from attest.knowledge.planner import HeuristicPlanner
-from attest.knowledge.plans import Interpreter, Program, rank_facts, validate_program
+from attest.knowledge.plans import (
+    Interpreter,
+    PlanLimits,
+    Program,
+    ProgramRun,
+    rank_facts,
+    validate_program,
+)
 from attest.knowledge.settings import KnowledgeSettings
 from attest.knowledge.v1 import knowledge_pb2, knowledge_pb2_grpc
 from attest.semantic.embedding import Embedder
@@ -54,6 +62,9 @@ NO_LLM_PLANNER: Final = (
     "no LLM planner is configured; the heuristic planner planned from the question"
 )
 NO_PERSONAL_BASE: Final = "the personal knowledge base is disabled on this server"
+# What the service searches for while it warms up (``KnowledgeServicer._warm_search``):
+# a relation, an entity the graph names and words the rules planner links by embedding.
+WARM_UP_QUERY: Final = "Which GRI topic covers greenhouse gas emissions of mining companies?"
 MAX_NAME_CHARS: Final = 256
 MAX_VALUE_CHARS: Final = 4096
 
@@ -94,14 +105,45 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
                 relation_threshold=settings.relation_threshold,
             )
         await asyncio.to_thread(self._kb.warm_up)
+        tenants: list[str] = []
         if self._settings.personal.enabled:
             if self._personal is None:
                 self._personal = await asyncio.to_thread(
                     build_personal_store, self._settings, self._kb.encode
                 )
             await self._personal.warm_up()
-            self._names = NameVectors(self._kb.encode)
+            if self._names is None:
+                self._names = NameVectors(self._kb.encode)
+            # Every tenant's facts and name index, not at its first search.
+            tenants = await self._personal.load_views()
+            for tenant in tenants:
+                view = await self._personal.view(tenant)
+                await asyncio.to_thread(view.warm_up, self._names)
+        try:
+            await self._warm_search(self._kb, tenants[0] if tenants else None)
+        except Exception as exc:
+            raise RuntimeError(f"the warm-up search failed ({type(exc).__name__}: {exc})") from exc
         self._warm = True
+
+    async def _warm_search(self, esg: EsgKnowledgeBase, tenant: str | None) -> None:
+        """One search with the rules planner before SERVING (over the ESG graph,
+        and ``tenant``'s personal base when there is one), so that the first
+        search loads nothing: the keyphrase extractor's imports (RAKE, nltk),
+        the personal engines' first reads."""
+        query = WARM_UP_QUERY
+        bases: list[KnowledgeBase] = [esg]
+        retrieved: list[Fact] = []
+        if tenant is not None and self._personal is not None:
+            bases.append(self._personal_kb(await self._personal.view(tenant)))
+            retrieved = await self._personal.retrieve(tenant, query, 3)
+        kb = bases[0] if len(bases) == 1 else CombinedKnowledgeBase(bases)
+        plans = self._settings.plans
+
+        def search() -> None:
+            planned = HeuristicPlanner(kb, plans, extractor=esg.linker.extractor).plan(query)
+            _run(kb, esg, plans, planned, query, 3, retrieved)
+
+        await asyncio.to_thread(search)
 
     async def close(self) -> None:
         self._warm = False
@@ -122,12 +164,14 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
         return self._personal
 
     async def personal_kb(self, tenant: str) -> PersonalKnowledgeBase:
+        return self._personal_kb(await self.personal_store().view(tenant))
+
+    def _personal_kb(self, view: TenantFacts) -> PersonalKnowledgeBase:
         settings = self._settings.personal
-        store = self.personal_store()
-        view = await store.view(tenant)
+        assert self._personal is not None
         return PersonalKnowledgeBase(
             view,
-            store.encode,
+            self._personal.encode,
             link_threshold=settings.link_threshold,
             relation_threshold=settings.relation_threshold,
             name_vectors=self._names,
@@ -343,15 +387,28 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
                     query
                 )
                 planner, reason = knowledge_pb2.PLANNER_RULES, NO_LLM_PLANNER
-            run = Interpreter(kb, plan_limits).run(planned)
-            # The program's facts answer the question; what retrieval adds comes after them.
-            programmed = rank_facts(run.facts, query, esg.encode, top_k)
-            seen = {f.key() for f in programmed}
-            extra = [f for f in retrieved if f.key() not in seen]
-            ranked = programmed + rank_facts(extra, query, esg.encode, top_k - len(programmed))
+            run, ranked = _run(kb, esg, plan_limits, planned, query, top_k, retrieved)
             return convert.run_to_proto(run, ranked, planner, reason)
 
         return await asyncio.to_thread(search)
+
+
+def _run(
+    kb: KnowledgeBase,
+    esg: EsgKnowledgeBase,
+    limits: PlanLimits,
+    planned: Program,
+    query: str,
+    top_k: int,
+    retrieved: Sequence[Fact],
+) -> tuple[ProgramRun, list[Fact]]:
+    """The program run over ``kb`` and the facts ranked: the program's facts
+    answer the question; what retrieval adds comes after them."""
+    run = Interpreter(kb, limits).run(planned)
+    programmed = rank_facts(run.facts, query, esg.encode, top_k)
+    seen = {f.key() for f in programmed}
+    extra = [f for f in retrieved if f.key() not in seen]
+    return run, programmed + rank_facts(extra, query, esg.encode, top_k - len(programmed))
 
 
 class _StoreRequest:

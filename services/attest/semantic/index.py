@@ -32,7 +32,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -54,7 +53,6 @@ from attest.knowledge.graph import KnowledgeGraph, load_graph
 from attest.retrieval.fusion import Ranked, reciprocal_rank_fusion
 from attest.semantic.embedding import Embedder
 from attest.semantic.kg_scoring import Article, ArticleScore, KgFilter, KgScorer, NodeScore
-from attest.semantic.kg_scoring import preload as kg_preload
 from attest.semantic.models import (
     IndexResult,
     Level,
@@ -237,16 +235,26 @@ class SemanticIndex:
         restored = len(await self._scan(scorer))
         # Names of deleted articles leave the memo (and the disk).
         self._org_memo.retain(self._org_vectors)
+        await self._warm_reads(scorer)
         self._scorer = scorer
         # Entries logged while the scan ran are read again by the first sync.
         self._cursor_us = self._synced_wall_us = started_us
         if self.settings.kg_sync_seconds > 0:
             self._sync_task = asyncio.create_task(self._sync_loop(started), name="kg-sync")
         log.info("semantic index ready: %d articles restored", restored)
-        # KG scoring's matrix work needs torch, which nothing before SERVING may
-        # have imported (the ONNX backends): import it in the background now
-        # rather than inside the first KG query's deadline.
-        threading.Thread(target=kg_preload, name="kg-torch-import", daemon=True).start()
+
+    async def _warm_reads(self, scorer: KgScorer) -> None:
+        """One query through the read path before SERVING, so that the first
+        search pays nothing a later one does not: KG scoring's torch import and
+        tensors (``KgScorer.warm_up``), the query batcher's threads and the
+        model's first pass on one text, and the store's first filtered search."""
+        try:
+            await asyncio.to_thread(scorer.warm_up)
+        except Exception as exc:
+            raise Unavailable(f"knowledge-graph scoring failed to warm up: {exc}") from exc
+        vector = np.asarray(await self.embedder.aencode_one("warm up"), dtype=np.float32)
+        tenant = next((t for t, _ in self._meta), "default")
+        await self.store.search(ARTICLES, vector, 1, VectorFilter(tenant=tenant))
 
     async def _scan(self, scorer: KgScorer) -> set[tuple[str, str]]:
         """Restore every stored article into ``scorer``; the (tenant, doc_id) restored."""

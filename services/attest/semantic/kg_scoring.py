@@ -59,18 +59,13 @@ _NEG = np.float32(-np.inf)
 
 
 def _torch() -> Any:
-    """torch, imported at the first scoring rather than with this module: the
-    semantic service then reports SERVING without it (2-6 s of imports) when
-    nothing else it loads needs it (the ONNX embedding backends)."""
+    """torch, imported when the scorer warms up (``KgScorer.warm_up``, before the
+    semantic service reports SERVING) rather than with this module: code that
+    imports this module without scoring (the CLI, the other services) does not
+    pay its 2-6 s of imports."""
     import torch
 
     return torch
-
-
-def preload() -> None:
-    """Import torch now (a service calls this in the background once it is up,
-    so that its first KG query does not wait seconds for the import)."""
-    _torch()
 
 
 @dataclass(frozen=True)
@@ -275,6 +270,31 @@ class KgScorer:
             self._padded_ancestors[self._node_index[n], : len(ancestors)] = [
                 self._node_index[a] for a in ancestors
             ]
+
+    def warm_up(self) -> None:
+        """Everything the first query would otherwise build: torch (2-6 s of
+        imports), the graph's attribute tensor, the padded sub-graphs, and each
+        tenant's article tensors, with one scoring per tenant so that torch's
+        first products are paid here too. A service calls this before it
+        reports SERVING; a write afterwards rebuilds only its tenant's tensors."""
+        _torch()
+        query = np.ascontiguousarray(self._attr_vectors[0], dtype=np.float32)
+        self.node_scores(query)
+        with self._lock:
+            self._padded_signatures()
+            tenants = [t for t, table in self._tables.items() if table.row_of]
+        for tenant in tenants:
+            self.score(tenant, query, top_k=1)
+
+    @property
+    def warm(self) -> bool:
+        """Whether the graph's tensors and every tenant's article tensors are built."""
+        with self._lock:
+            return (
+                self._attr_tensor is not None
+                and self._padded is not None
+                and all(t.cache is not None for t in self._tables.values() if t.row_of)
+            )
 
     # -- graph side -------------------------------------------------------------
 
