@@ -612,6 +612,16 @@ def _register_generate() -> None:
 _register_generate()
 
 
+def _register_reader() -> None:
+    from attest.evaluation.reader_commands import eval_judge, train_group
+
+    main.add_command(train_group)
+    eval_group.add_command(eval_judge)
+
+
+_register_reader()
+
+
 def _register_ingest() -> None:
     from attest.ingest.commands import doctor_command, ingest
 

@@ -27,12 +27,13 @@ import numpy.typing as npt
 from tqdm import tqdm
 
 from attest.evaluation.qa import QAItem, half_of
-from attest.generate.extractive import ExtractiveEngine
+from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
 from attest.generate.judge import (
     SENTENCE_FEATURES,
     SUPPORT_FEATURES,
     JudgeModel,
     JudgeModels,
+    SupportJudge,
     sentence_features,
     support_features,
 )
@@ -66,6 +67,7 @@ def collect(
         if not picked:
             continue
         texts = [c.text for c, _ in picked]
+        assert isinstance(engine.judge, SupportJudge)
         x = engine.judge.features(item.question, texts, [s.text for s in sources])
         gold = np.array([p.gold for p in item.passages], dtype=bool)
         right = np.array([any(contains_answer(t, a) for a in item.answers) for t in texts])
@@ -161,7 +163,9 @@ def fit_judge(
     from attest.evaluation.qa import load_qa
     from attest.semantic.embedding import Embedder
 
-    engine = ExtractiveEngine(Embedder())
+    # The hand-built features and their logistic models are what this fits.
+    engine = ExtractiveEngine(Embedder(), ExtractiveSettings(judge="features"))
+    assert isinstance(engine.judge, SupportJudge)
     sets: dict[str, list[Judged]] = {}
     for path in datasets:
         sets[path.name] = collect(load_qa(path), engine, progress=progress)

@@ -497,6 +497,7 @@ def score(
     strict_hits = tolerant_hits = 0
     abstained_answerable = abstained_unanswerable = 0
     cited_pairs = gold_cited = gold_total = 0
+    multi_gold = all_gold_cited = 0
     sentences = with_citation = unsupported = 0
     right: list[int] = []
     wrong: list[int] = []
@@ -536,6 +537,9 @@ def score(
                 (right if doc_id in gold else wrong).append(confidence)
         cited_pairs += len(cited)
         gold_cited += len(cited & gold)
+        if len(gold) >= 2:
+            multi_gold += 1
+            all_gold_cited += gold <= cited
         gold_total += len(gold)
         calls.append(answer.llm_calls)
         seconds.append(answer.seconds)
@@ -576,6 +580,9 @@ def score(
         "abstention_rate_answerable": _share(abstained_answerable, answerable),
         "citation_precision": gold_cited / cited_pairs if cited_pairs else 0.0,
         "citation_recall": gold_cited / gold_total if gold_total else 0.0,
+        # Multi-hop: of the questions with two or more gold passages, the share
+        # whose answer cites every one of them.
+        "all_gold_cited": _share(all_gold_cited, multi_gold),
         "sentences": sentences,
         "sentences_cited": with_citation / sentences if sentences else 0.0,
         "sentences_unsupported": unsupported / sentences if sentences else 0.0,
@@ -727,6 +734,7 @@ ROWS: list[tuple[str, Callable[[Metrics], str]]] = [
     ("abstention rate, answerable", _num("abstention_rate_answerable")),
     ("citation precision", _num("citation_precision")),
     ("citation recall", _num("citation_recall")),
+    ("every gold passage cited (2+ gold)", _num("all_gold_cited")),
     ("sentences cited", _pct("sentences_cited")),
     ("sentences unsupported", _pct("sentences_unsupported")),
     ("cited or unsupported", _pct("sentences_cited_or_unsupported")),

@@ -1,0 +1,110 @@
+"""The shipped reader file: it loads offline and reads labelled pairs it never saw."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+
+from attest.evaluation.judge_eval import ranking_metrics
+from attest.evaluation.reader_data import load_pairs, split
+from attest.generate.reader import MODEL_FILE, Reader, ReaderJudge, ReaderUnavailable
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+CARD = MODEL_FILE.with_name("reader.md")
+
+
+@pytest.fixture(scope="module")
+def reader() -> Reader:
+    return Reader(MODEL_FILE, threads=2)
+
+
+def test_the_shipped_file_is_small_and_matches_its_card():
+    size = MODEL_FILE.stat().st_size
+    assert size <= 25 * 1024 * 1024
+    digest = hashlib.sha256(MODEL_FILE.read_bytes()).hexdigest()
+    card = CARD.read_text(encoding="utf-8")
+    assert digest in card, "the model card's sha256 is not the shipped file's"
+    assert re.search(r"attest train judge", card)
+
+
+def test_a_missing_file_says_how_to_get_one(tmp_path):
+    with pytest.raises(ReaderUnavailable, match="attest train judge"):
+        Reader(tmp_path / "none.onnx")
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ReaderUnavailable, match="not a loadable reader model"):
+        Reader(bad)
+
+
+@pytest.fixture(scope="module")
+def held_out() -> list:
+    _, held = split(load_pairs(SHARED / "train", None))
+    return held
+
+
+@pytest.mark.parametrize(
+    ("dataset", "task", "least_auroc"),
+    [
+        ("qnli", "answer", 0.85),
+        ("selqa", "answer", 0.85),
+        ("snli", "support", 0.85),
+    ],
+)
+def test_held_out_pairs_are_read_well(reader, held_out, dataset, task, least_auroc):
+    pairs = [p for p in held_out if p.dataset == dataset and p.task == task][:400]
+    scores = reader.score_pairs([(p.task, p.first, p.sentence) for p in pairs])
+    m = ranking_metrics([p.label for p in pairs], list(scores), [p.group for p in pairs])
+    assert m["auroc"] >= least_auroc, m
+
+
+def test_states_needs_the_source_to_say_it(reader):
+    source = (
+        "Marrowgate Bank named Rosalind Achebe-Fry, a former deputy governor of the central "
+        "bank, as its independent chair on Tuesday. She replaces the chief executive, who had "
+        "held both roles since 2019."
+    )
+    states = reader.states(
+        [
+            (source, "Rosalind Achebe-Fry is the new chair of Marrowgate Bank."),
+            (source, "Marrowgate Bank cut its scope 1 emissions by 30 % in 2024."),
+            (
+                "Fennick Retail Group cut food waste by 18 % in 2024.",
+                "Rosalind Achebe-Fry is the new chair of Marrowgate Bank.",
+            ),
+        ]
+    )
+    assert states[0] > 0.6
+    assert states[1] < 0.3
+    assert states[2] < 0.1
+
+
+def test_answers_prefers_the_sentence_that_says_what_is_asked(reader):
+    question = "Who is the new chair of Marrowgate Bank?"
+    p = reader.answers(
+        question,
+        [
+            "Marrowgate Bank named Rosalind Achebe-Fry as its independent chair on Tuesday.",
+            "Marrowgate Bank said it would separate the roles of chair and chief executive.",
+            "Fennick Retail Group cut food waste by 18 % in 2024.",
+        ],
+    )
+    assert p[0] > p[1] > p[2]
+    assert p[0] > 0.5 > p[2]
+
+
+def test_the_combined_judge_rates_the_answer_above_a_look_alike(reader):
+    from attest.generate.judge import SupportJudge
+    from attest.semantic.embedding import Embedder
+
+    judge = ReaderJudge(reader, features=SupportJudge(Embedder()))
+    question = "What were Fennick Retail Group's scope 1 emissions in 2024?"
+    look_alike = "Fennick Retail Group cut food waste by 18 % in 2024."
+    answer = "Fennick Retail Group's scope 1 emissions were 41,000 tonnes of CO2e in 2024."
+    sources = [look_alike + " It also published its gender pay gap.", answer]
+    rated = judge.judge(question, [look_alike, answer], sources)
+    assert rated[1, 1] > rated[0, 0]
+    # A source that does not state a sentence is no citation for it.
+    assert rated[1, 0] < 0.3
