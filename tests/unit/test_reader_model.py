@@ -108,3 +108,92 @@ def test_the_combined_judge_rates_the_answer_above_a_look_alike(reader):
     assert rated[1, 1] > rated[0, 0]
     # A source that does not state a sentence is no citation for it.
     assert rated[1, 0] < 0.3
+
+
+def test_a_pair_scores_the_same_alone_and_among_others(reader):
+    pair = ("answer", "Who wrote Hamlet?", "Hamlet was written by William Shakespeare around 1600.")
+    long_source = " ".join(f"Sentence {i} is about the weather in the north." for i in range(30))
+    alone = reader.score_pairs([pair])[0]
+    mixed = reader.score_pairs([("support", long_source, "It rained.")] * 3 + [pair])[3]
+    assert alone == mixed
+
+
+def test_an_onnx_file_that_is_not_a_reader_is_refused(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x], [y])
+    path = tmp_path / "other.onnx"
+    onnx.save(
+        helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)]),
+        str(path),
+    )
+    with pytest.raises(ReaderUnavailable, match="not a reader model"):
+        Reader(path)
+
+
+def test_eval_judge_prints_metrics_and_writes_scores(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from attest.cli import main
+
+    rows = [
+        {
+            "id": "a1",
+            "task": "answer",
+            "question": "Who wrote Hamlet?",
+            "group": "q",
+            "sentence": "Hamlet was written by William Shakespeare.",
+            "label": 1,
+        },
+        {
+            "id": "a2",
+            "task": "answer",
+            "question": "Who wrote Hamlet?",
+            "group": "q",
+            "sentence": "The weather in Denmark is often grey.",
+            "label": 0,
+        },
+        {
+            "id": "s1",
+            "task": "support",
+            "source": "Paris is the capital of France.",
+            "sentence": "France's capital is Paris.",
+            "label": 1,
+        },
+        {
+            "id": "s2",
+            "task": "support",
+            "source": "Paris is the capital of France.",
+            "sentence": "Lyon is the capital of France.",
+            "label": 0,
+        },
+    ]
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    out = tmp_path / "scores" / "s.jsonl"
+    result = CliRunner().invoke(
+        main,
+        ["eval", "judge", "--dataset", str(data), "--scorer", "reader", "--scores-out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "reader  answer   pairs=2 AUROC=1.000 groups=1 MAP=1.000" in result.output
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [
+        "a1",
+        "a2",
+        "s1",
+        "s2",
+    ]
+    same = CliRunner().invoke(
+        main, ["eval", "judge", "--dataset", str(data), "--scores-out", str(data)]
+    )
+    assert same.exit_code != 0
+    assert "is the --dataset file" in same.output
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"id": "1", "sentence": "caf\xe9"}\n')
+    bad = CliRunner().invoke(main, ["eval", "judge", "--dataset", str(tmp_path / "latin1.jsonl")])
+    assert bad.exit_code != 0
+    assert "latin1.jsonl:1: not UTF-8" in bad.output

@@ -46,11 +46,17 @@ def read_pairs(path: Path) -> list[JudgePair]:
         raise JudgePairsError(f"{path}: no such file")
     out: list[JudgePair] = []
     ids: set[str] = set()
-    with path.open(encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise JudgePairsError(
+                    f"{where}: not UTF-8 ({exc.reason}); convert the file"
+                ) from exc
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -58,7 +64,7 @@ def read_pairs(path: Path) -> list[JudgePair]:
             if not isinstance(row, dict):
                 raise JudgePairsError(f"{where}: not a JSON object")
             pid, task = row.get("id"), row.get("task")
-            if not isinstance(pid, str | int) or str(pid) == "":
+            if isinstance(pid, bool) or not isinstance(pid, str | int) or str(pid) == "":
                 raise JudgePairsError(f"{where}: needs an 'id'")
             if str(pid) in ids:
                 raise JudgePairsError(f"{where}: id {pid!r} given twice")
@@ -74,7 +80,7 @@ def read_pairs(path: Path) -> list[JudgePair]:
             if not isinstance(sentence, str) or not sentence.strip():
                 raise JudgePairsError(f"{where}: needs text in 'sentence'")
             label = row.get("label")
-            if label not in (0, 1) or isinstance(label, bool):
+            if type(label) is not int or label not in (0, 1):
                 raise JudgePairsError(f"{where}: 'label' must be 0 or 1, got {label!r}")
             group = row.get("group")
             out.append(

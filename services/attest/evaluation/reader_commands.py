@@ -39,14 +39,14 @@ def train_group() -> None:
 )
 @click.option(
     "--work-dir",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=Path(".attest/train/judge"),
     show_default=True,
     help="Checkpoints and metrics; a run with the same folder resumes where it stopped.",
 )
 @click.option(
     "--output",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     help="Where the int8 ONNX model is written (default <work-dir>/reader-int8.onnx; "
     "the shipped file is services/attest/generate/reader-int8.onnx).",
@@ -73,12 +73,18 @@ def train_group() -> None:
     help="Start from this checkpoint (an earlier --work-dir's checkpoint.pt): a second "
     "stage on the made negatives, their positives and --replay pairs of the first stage's data.",
 )
-@click.option("--replay", type=click.IntRange(0), default=4000, show_default=True)
+@click.option(
+    "--replay",
+    type=click.IntRange(0),
+    default=4000,
+    show_default=True,
+    help="With --init-from: pairs of the first stage's data kept in the second.",
+)
 @click.option(
     "--threads",
     type=click.IntRange(1, 256),
     default=None,
-    help="Torch threads (default: the CPUs this process may use).",
+    help="Torch threads (default: torch's own choice).",
 )
 def train_judge(
     train_root: Path,
@@ -120,6 +126,10 @@ def train_judge(
         replay=replay if init_from is not None else None,
     )
     output = output or work_dir / "reader-int8.onnx"
+    for where in (output.parent, work_dir):
+        blocked = next((a for a in (where, *where.parents) if a.exists() and not a.is_dir()), None)
+        if blocked is not None:
+            raise click.ClickException(f"{where}: {blocked} is a file, not a folder")
     bar: Any = None
 
     def progress(step: int, total: int, loss: float, rate: float) -> None:
@@ -209,8 +219,12 @@ def eval_judge(dataset: Path, scorer: str, model: Path | None, scores_out: Path 
         pairs = read_pairs(dataset)
     except JudgePairsError as exc:
         raise click.ClickException(str(exc)) from exc
-    if scores_out is not None and (scores_out.is_dir() or scores_out.parent.is_file()):
-        raise click.ClickException(f"--scores-out {scores_out}: not a file path")
+    if scores_out is not None:
+        blocked = next((a for a in scores_out.parents if a.exists() and not a.is_dir()), None)
+        if scores_out.is_dir() or blocked is not None:
+            raise click.ClickException(f"--scores-out {scores_out}: not a file path")
+        if scores_out.resolve() == dataset.resolve():
+            raise click.ClickException("--scores-out is the --dataset file; name another")
     results: dict[str, dict[str, dict[str, float]]] = {}
     written: list[float] | None = None
     if scorer in ("reader", "both"):
@@ -240,10 +254,13 @@ def eval_judge(dataset: Path, scorer: str, model: Path | None, scores_out: Path 
         for task, m in by_task.items():
             click.echo(f"{name:<7} {task:<8} " + _fmt(m))
     if scores_out is not None and written is not None:
-        scores_out.parent.mkdir(parents=True, exist_ok=True)
-        with scores_out.open("w", encoding="utf-8") as f:
-            for p, s in zip(pairs, written, strict=True):
-                f.write(json.dumps({"id": p.id, "score": round(float(s), 6)}) + "\n")
+        try:
+            scores_out.parent.mkdir(parents=True, exist_ok=True)
+            with scores_out.open("w", encoding="utf-8") as f:
+                for p, s in zip(pairs, written, strict=True):
+                    f.write(json.dumps({"id": p.id, "score": round(float(s), 6)}) + "\n")
+        except OSError as exc:
+            raise click.ClickException(f"--scores-out {scores_out}: {exc.strerror}") from exc
         click.echo(f"scores: {scores_out}")
 
 

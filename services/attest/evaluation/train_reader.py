@@ -186,8 +186,11 @@ def train(
 
     model = reader_head(encoder_path())
     if init_from is not None:
-        start = torch.load(init_from, map_location="cpu", weights_only=False)
-        model.load_state_dict(start.get("model", start))
+        try:
+            start = torch.load(init_from, map_location="cpu", weights_only=True)
+            model.load_state_dict(start.get("model", start))
+        except Exception as exc:
+            raise ValueError(f"--init-from {init_from}: not a reader checkpoint ({exc})") from exc
     model.train()
     no_decay = ("bias", "LayerNorm.weight", "norm.weight")
     groups = [
@@ -214,7 +217,7 @@ def train(
     step, seconds, seen = 0, 0.0, 0
     checkpoint = work_dir / CHECKPOINT
     if checkpoint.is_file():
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
         if state["config"] != asdict(config) or state["pairs"] != len(train_pairs):
             raise ValueError(
                 f"{checkpoint} is from another configuration or data; "

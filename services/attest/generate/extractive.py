@@ -59,7 +59,7 @@ from attest.generate.facts import Fact, completeness, facts_of, primary_fact, te
 from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
 from attest.generate.judge import SupportJudge, to_confidence
 from attest.generate.models import Proposal, Source
-from attest.generate.reader import READER_ANSWER_FLOOR, ReaderJudge
+from attest.generate.reader import READER_ANSWER_FLOOR, ReaderJudge, shared_reader
 from attest.generate.text import (
     answer_type,
     conflicts_with_question,
@@ -187,7 +187,10 @@ class ExtractiveEngine:
             if self.settings.judge == "features":
                 self.judge = features
             else:
+                # Loaded now: a missing or broken file stops the service at start
+                # with its reason, instead of failing every answer.
                 self.judge = ReaderJudge(
+                    shared_reader(),
                     answer_floor=self.settings.reader_answer_floor,
                     features=features if self.settings.judge == "both" else None,
                 )

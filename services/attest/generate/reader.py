@@ -38,7 +38,11 @@ MODEL_FILE = Path(__file__).with_name("reader-int8.onnx")
 MAX_TOKENS: dict[str, int] = {"answer": 128, "support": 224}
 # Words of a source kept for the support input (a token is ~1.3 words).
 _SOURCE_WORDS = 120
-_BATCH = 32
+# Pairs per model pass: one. The int8 graph quantizes its activations with one
+# scale per tensor, so a pair's score would depend on the other pairs and the
+# padding of its batch (up to 0.09 measured); alone, a pair always scores the
+# same, in Ask, Cite and `attest eval judge`.
+_BATCH = 1
 # The least P(answers) of an answer's best sentence for the answer to stand
 # (``ReaderJudge``); see the model card for how it was chosen.
 READER_ANSWER_FLOOR = 0.0
@@ -88,8 +92,9 @@ class Reader:
     def __init__(self, path: Path = MODEL_FILE, threads: int = 1) -> None:
         if not path.is_file():
             raise ReaderUnavailable(
-                f"{path}: the reader model is missing; a checkout of the repository "
-                "has it, or `attest train judge` writes it"
+                f"{path}: the reader model is missing; the repository ships "
+                f"{MODEL_FILE.name} beside attest/generate/reader.py, `attest train judge` "
+                "writes one, and ATTEST_READER_MODEL names another"
             )
         import onnxruntime as ort
         from tokenizers import Tokenizer
@@ -103,6 +108,15 @@ class Reader:
             )
         except Exception as exc:
             raise ReaderUnavailable(f"{path}: not a loadable reader model ({exc})") from exc
+        inputs = {i.name for i in self._session.get_inputs()}
+        outputs = self._session.get_outputs()
+        wanted = {"input_ids", "attention_mask", "token_type_ids"}
+        width = outputs[0].shape[-1] if outputs and outputs[0].shape else None
+        if inputs != wanted or width != 2:
+            raise ReaderUnavailable(
+                f"{path}: not a reader model (inputs {sorted(inputs)}, outputs of width "
+                f"{width}; a reader reads {sorted(wanted)} and gives 2 outputs)"
+            )
         self.path = path
         self._tokenizer = Tokenizer.from_file(str(encoder_path() / "tokenizer.json"))
         self._lock = threading.Lock()
@@ -173,16 +187,22 @@ def shared_reader(path: Path | None = None, threads: int | None = None) -> Reade
 # and is rated 0 without a pass of the model.
 _MIN_SHARED_WORDS = 0.25
 _MAX_READ_SOURCES = 4
+# Sentences of an answer read as context of the others (``answers_in_context``).
+_CONTEXT = 3
 
 
-def candidate_sources(sentence: str, sources: Sequence[str]) -> list[int]:
-    """The sources worth reading for ``sentence`` (see ``_MIN_SHARED_WORDS``)."""
+def candidate_sources(
+    sentence: str, sources: Sequence[str], source_words: Sequence[set[str]] | None = None
+) -> list[int]:
+    """The sources worth reading for ``sentence`` (see ``_MIN_SHARED_WORDS``);
+    ``source_words``: the sources' ``content_tokens``, when already made."""
     from attest.generate.text import content_tokens
 
     words = content_tokens(sentence)
     if not words:
         return []
-    share = [len(words & content_tokens(src)) / len(words) for src in sources]
+    known = source_words if source_words is not None else [content_tokens(s) for s in sources]
+    share = [len(words & w) / len(words) for w in known]
     ranked = sorted(range(len(sources)), key=lambda j: (-share[j], j))
     return sorted(j for j in ranked[:_MAX_READ_SOURCES] if share[j] >= _MIN_SHARED_WORDS)
 
@@ -246,7 +266,10 @@ class ReaderJudge:
         p = self.answers(question, sentences)
         if len(sentences) < 2:
             return p
-        pairs = [(i, j) for i in range(len(sentences)) for j in range(len(sentences)) if i != j]
+        # An answer's first sentences give the context (a Cite of many
+        # sentences reads each with at most ``_CONTEXT`` others, not all).
+        context = range(min(len(sentences), _CONTEXT))
+        pairs = [(i, j) for i in range(len(sentences)) for j in context if i != j]
         read = self.reader.answers_many(
             [(f"{question} {sentences[j]}", sentences[i]) for i, j in pairs]
         )
@@ -264,8 +287,11 @@ class ReaderJudge:
         n, m = len(sentences), len(sources)
         if not n or not m:
             return np.zeros((n, m))
+        from attest.generate.text import content_tokens
+
         states = np.zeros((n, m))
-        pairs = [(i, j) for i in range(n) for j in candidate_sources(sentences[i], sources)]
+        words = [content_tokens(src) for src in sources]
+        pairs = [(i, j) for i in range(n) for j in candidate_sources(sentences[i], sources, words)]
         if pairs:
             scored = self.reader.states([(sources[j], sentences[i]) for i, j in pairs])
             for (i, j), p in zip(pairs, scored, strict=True):
