@@ -43,16 +43,27 @@ def text_lines(path: Path, error: type[ValueError] = ValueError) -> Iterator[tup
                 yield n, line
 
 
-def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a JSONL file with their line numbers; anything
-    unreadable is a ``DatasetError`` naming the line."""
-    for n, line in text_lines(path, DatasetError):
+def json_objects(
+    path: Path, error: type[ValueError] = ValueError, missing: str | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file with their line numbers (``text_lines``);
+    anything unreadable is ``error`` naming the line. ``missing``: the message
+    for a path that is not a file, checked before reading."""
+    if missing is not None and not path.is_file():
+        raise error(f"{path}: {missing}")
+    for n, line in text_lines(path, error):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not JSON ({exc.msg}, column {exc.colno})") from exc
+            raise error(f"{path}:{n}: not JSON ({exc.msg}, column {exc.colno})") from exc
         if not isinstance(obj, dict):
-            raise DatasetError(f"{path}:{n}: expected a JSON object")
+            raise error(f"{path}:{n}: expected a JSON object")
+        yield n, obj
+
+
+def _objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a BEIR file, each with an ``_id``."""
+    for n, obj in json_objects(path, DatasetError):
         if obj.get("_id") in (None, ""):
             raise DatasetError(f"{path}:{n}: no '_id'")
         yield n, obj

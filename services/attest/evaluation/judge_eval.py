@@ -17,13 +17,14 @@ question or claim. Metrics, per task:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from attest.evaluation.ir import json_objects
 
 
 class JudgePairsError(ValueError):
@@ -42,57 +43,38 @@ class JudgePair:
 
 def read_pairs(path: Path) -> list[JudgePair]:
     """Every pair of ``path``; the first fault stops the read, named by line."""
-    if not path.is_file():
-        raise JudgePairsError(f"{path}: no such file")
     out: list[JudgePair] = []
     ids: set[str] = set()
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, 1):
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise JudgePairsError(
-                    f"{where}: not UTF-8 ({exc.reason}); convert the file"
-                ) from exc
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JudgePairsError(f"{where}: not JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise JudgePairsError(f"{where}: not a JSON object")
-            pid, task = row.get("id"), row.get("task")
-            if isinstance(pid, bool) or not isinstance(pid, str | int) or str(pid) == "":
-                raise JudgePairsError(f"{where}: needs an 'id'")
-            if str(pid) in ids:
-                raise JudgePairsError(f"{where}: id {pid!r} given twice")
-            ids.add(str(pid))
-            if task not in ("answer", "support"):
-                raise JudgePairsError(
-                    f'{where}: \'task\' must be "answer" or "support", got {task!r}'
-                )
-            key = "question" if task == "answer" else "source"
-            first, sentence = row.get(key), row.get("sentence")
-            if not isinstance(first, str) or not first.strip():
-                raise JudgePairsError(f"{where}: a {task} pair needs text in {key!r}")
-            if not isinstance(sentence, str) or not sentence.strip():
-                raise JudgePairsError(f"{where}: needs text in 'sentence'")
-            label = row.get("label")
-            if type(label) is not int or label not in (0, 1):
-                raise JudgePairsError(f"{where}: 'label' must be 0 or 1, got {label!r}")
-            group = row.get("group")
-            out.append(
-                JudgePair(
-                    str(pid),
-                    task,
-                    first,
-                    sentence,
-                    int(label),
-                    None if group is None else str(group),
-                )
+    for number, row in json_objects(path, JudgePairsError, missing="no such file"):
+        where = f"{path}:{number}"
+        pid, task = row.get("id"), row.get("task")
+        if isinstance(pid, bool) or not isinstance(pid, str | int) or str(pid) == "":
+            raise JudgePairsError(f"{where}: needs an 'id'")
+        if str(pid) in ids:
+            raise JudgePairsError(f"{where}: id {pid!r} given twice")
+        ids.add(str(pid))
+        if task not in ("answer", "support"):
+            raise JudgePairsError(f'{where}: \'task\' must be "answer" or "support", got {task!r}')
+        key = "question" if task == "answer" else "source"
+        first, sentence = row.get(key), row.get("sentence")
+        if not isinstance(first, str) or not first.strip():
+            raise JudgePairsError(f"{where}: a {task} pair needs text in {key!r}")
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise JudgePairsError(f"{where}: needs text in 'sentence'")
+        label = row.get("label")
+        if type(label) is not int or label not in (0, 1):
+            raise JudgePairsError(f"{where}: 'label' must be 0 or 1, got {label!r}")
+        group = row.get("group")
+        out.append(
+            JudgePair(
+                str(pid),
+                task,
+                first,
+                sentence,
+                int(label),
+                None if group is None else str(group),
             )
+        )
     if not out:
         raise JudgePairsError(f"{path}: no pairs")
     return out

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,28 +16,33 @@ DEFAULT_TRAIN = Path("../shared/data/train")
 DEFAULT_HOTPOT = Path("../shared/data/qa/hotpotqa_dev/qa.jsonl")
 
 
+def _pair_data(command: Callable[..., None]) -> Callable[..., None]:
+    """--data and --hotpot: where the training pairs come from."""
+    command = click.option(
+        "--hotpot",
+        type=click.Path(path_type=Path),
+        default=DEFAULT_HOTPOT,
+        show_default=True,
+        help="HotpotQA development questions: in-domain pairs from their even half. "
+        "'none' leaves them out.",
+    )(command)
+    return click.option(
+        "--data",
+        "train_root",
+        type=click.Path(path_type=Path),
+        default=DEFAULT_TRAIN,
+        show_default=True,
+        help="Folder of the public training sets (selqa, qnli, snli, fever_symmetric).",
+    )(command)
+
+
 @click.group(name="train")
 def train_group() -> None:
     """Train the models Attest ships (on this machine, from public labelled data)."""
 
 
 @train_group.command(name="judge")
-@click.option(
-    "--data",
-    "train_root",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_TRAIN,
-    show_default=True,
-    help="Folder of the public training sets (selqa, qnli, snli, fever_symmetric).",
-)
-@click.option(
-    "--hotpot",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_HOTPOT,
-    show_default=True,
-    help="HotpotQA development questions: in-domain pairs from their even half. "
-    "'none' leaves them out.",
-)
+@_pair_data
 @click.option(
     "--work-dir",
     type=click.Path(path_type=Path, file_okay=False),
@@ -290,21 +296,7 @@ def _cosine(pairs: list[Any]) -> list[float]:
 
 
 @train_group.command(name="judge-splits")
-@click.option(
-    "--data",
-    "train_root",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_TRAIN,
-    show_default=True,
-    help="Folder of the public training sets.",
-)
-@click.option(
-    "--hotpot",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_HOTPOT,
-    show_default=True,
-    help="HotpotQA development questions ('none' leaves them out).",
-)
+@_pair_data
 @click.option(
     "--output-dir",
     type=click.Path(path_type=Path, file_okay=False),

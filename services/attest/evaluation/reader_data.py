@@ -37,7 +37,6 @@ training, for ``attest eval qa --split odd``.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from attest.evaluation.ir import json_objects
 from attest.evaluation.qa import half_of
 from attest.generate.text import (
     STOPWORDS,
@@ -104,20 +104,8 @@ def held_out(dataset: str, group: str) -> bool:
     return int.from_bytes(digest[:4], "big") % HELD_OUT_SHARE == 0
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    if not path.is_file():
-        raise PairDataError(f"{path}: not found (is the training data under this folder?)")
-    with path.open(encoding="utf-8-sig") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise PairDataError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-            if not isinstance(row, dict):
-                raise PairDataError(f"{path}:{number}: not a JSON object")
-            yield number, row
+def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    return json_objects(path, PairDataError, "not found (is the training data under this folder?)")
 
 
 def _field(row: dict[str, object], name: str, where: str) -> str:
