@@ -226,7 +226,7 @@ def test_cli_reads_one_text_file_and_reports_what_a_folder_leaves_out(tmp_path: 
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "notes.md").write_text("# Water use\n\nThe plant cut its water use by 12%.\n")
-    (folder / "report.pdf").write_bytes(b"%PDF-1.7")
+    (folder / "chart.png").write_bytes(b"\x89PNG\r\n")
     (folder / "data.jsonl").write_text('{"id": "a", "body": "x"}\n')
     state = str(tmp_path / "state")
     out = CliRunner().invoke(ingest_command, [str(folder / "notes.md"), "--data-dir", state])
@@ -235,7 +235,7 @@ def test_cli_reads_one_text_file_and_reports_what_a_folder_leaves_out(tmp_path: 
     out = CliRunner().invoke(ingest_command, [str(folder), "--data-dir", state])
     assert out.exit_code == 0, out.output
     assert "warning: 2 files under" in out.output
-    assert "are left out (e.g. data.jsonl, report.pdf)" in out.output
+    assert "are left out (e.g. chart.png, data.jsonl)" in out.output
     assert "received 1  ingested 0  updated 0  unchanged 1" in out.output
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +17,8 @@ from tqdm import tqdm
 from attest.core.logging import configure_logging
 from attest.core.settings import LoggingSettings, MiB
 from attest.ingest.readers import (
+    READ_SUFFIXES,
     RECORD_KEYS,
-    TEXT_SUFFIXES,
     RawItem,
     count_items,
     read_path,
@@ -51,6 +52,12 @@ class Report:
     # Of unchanged: replaced by a later record of the input with the same id.
     superseded: int = 0
     failures: list[tuple[str, str, str, str]] = field(default_factory=list)  # origin, id, code, why
+    # Read from PDF and DOCX files by this command (0 for JSONL and text).
+    files: int = 0
+    pages: int = 0
+    table_rows: int = 0
+    read_seconds: float = 0.0  # of which reading those files (PDF parsing, tables)
+    seconds: float = 0.0
 
     def lines(self, show: int) -> list[str]:
         out = [
@@ -63,12 +70,62 @@ class Report:
                 f"  of the unchanged, {self.superseded:,} were replaced by a later record of "
                 "the input with the same id"
             )
+        if self.files:
+            rate = f", {self.pages / self.read_seconds:,.0f} pages/s" if self.read_seconds else ""
+            out.append(
+                f"  read {self.files:,} PDF/DOCX files: {self.pages:,} pages, "
+                f"{self.table_rows:,} table rows in {self.read_seconds:,.1f} s{rate}"
+            )
+        if self.seconds > 0:
+            share = (
+                f" ({100 * self.read_seconds / self.seconds:.0f} % reading files, the rest "
+                "enriching, embedding and indexing)"
+                if self.files
+                else ""
+            )
+            out.append(f"  took {self.seconds:,.1f} s{share}")
         for origin, doc_id, code, reason in self.failures[:show]:
             where = f"{origin} ({doc_id})" if doc_id else origin
             out.append(f"  failed {where}: {code} {reason}")
         if len(self.failures) > show:
             out.append(f"  ... and {len(self.failures) - show:,} more failures")
         return out
+
+
+@dataclass
+class _Reading:
+    """What the files read so far held, and the reading bar's page postfix."""
+
+    bar: tqdm | None = None  # type: ignore[type-arg]
+    files: int = 0
+    pages: int = 0
+    table_rows: int = 0
+    seconds: float = 0.0
+
+    def on_page(self, page: int, pages: int) -> None:
+        if self.bar is not None and (page % 10 == 0 or page == pages) and pages >= 20:
+            self.bar.set_postfix_str(f"page {page:,}/{pages:,}", refresh=True)
+
+    def items(self, path: Path) -> Iterator[RawItem]:
+        items = read_path(path, self.on_page)
+        while True:
+            started = time.monotonic()
+            item = next(items, None)
+            if item is None:
+                return
+            if item.pages or item.table_rows or item.error:
+                self.files += 1
+                self.pages += item.pages
+                self.table_rows += item.table_rows
+                self.seconds += time.monotonic() - started
+            if self.bar is not None:
+                self.bar.update(1)
+            yield item
+
+    def fill(self, report: Report, seconds: float) -> Report:
+        report.files, report.pages, report.table_rows = self.files, self.pages, self.table_rows
+        report.read_seconds, report.seconds = self.seconds, seconds
+        return report
 
 
 def _chunks(items: Iterator[RawItem], size: int) -> Iterator[list[RawItem]]:
@@ -96,22 +153,28 @@ async def run_embedded(path: Path, data_dir: Path, batch: int, total: int) -> Re
 
 
 async def _ingest_embedded(assembly: Assembly, path: Path, batch: int, total: int) -> Report:
-    from attest.ingest.documents import ItemError, article_from_raw_json
+    from attest.ingest.documents import FailureCode, ItemError, article_from_raw_json
     from attest.ingest.jobs import Item
 
+    started = time.monotonic()
+    reading = _Reading()
     try:
         core = assembly.core
         job_id = core.start_job("default")
         with tqdm(total=total, desc="reading", unit="doc") as bar:
-            for chunk in _chunks(read_path(path), batch):
+            reading.bar = bar
+            for chunk in _chunks(reading.items(path), batch):
                 items = []
                 for raw in chunk:
+                    if raw.error:
+                        error = ItemError(FailureCode.UNREADABLE_FILE, raw.error, raw.origin)
+                        items.append(Item(raw.origin, error=error))
+                        continue
                     try:
                         items.append(Item(raw.origin, article_from_raw_json(raw.raw_json)))
                     except ItemError as err:
                         items.append(Item(raw.origin, error=err))
                 core.add(job_id, items)
-                bar.update(len(chunk))
         core.seal(job_id)
         with tqdm(total=total, desc="ingesting", unit="doc") as bar:
             while True:
@@ -123,7 +186,7 @@ async def _ingest_embedded(assembly: Assembly, path: Path, batch: int, total: in
                 await asyncio.sleep(0.5)
         job = core.job("default", job_id, failures_limit=job.progress.failed)
         p = job.progress
-        return Report(
+        report = Report(
             job_id=job_id,
             state=job.state,
             received=p.received,
@@ -135,6 +198,7 @@ async def _ingest_embedded(assembly: Assembly, path: Path, batch: int, total: in
             passages=p.passages_indexed,
             failures=[(f.origin, f.doc_id, f.code, f.reason) for f in job.failures],
         )
+        return reading.fill(report, time.monotonic() - started)
     finally:
         await assembly.close()
 
@@ -149,14 +213,22 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
         address, ClientSettings(timeout_seconds=3600, max_message_bytes=64 * MiB)
     )
     local_failures: list[tuple[str, str, str, str]] = []
+    started = time.monotonic()
+    reading = _Reading()
     try:
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
         bar = tqdm(total=total, desc="sending", unit="doc")
+        reading.bar = bar
 
         async def messages() -> AsyncIterator[ingest_pb2.IngestStreamRequest]:
-            for chunk in _chunks(read_path(path), batch):
+            for chunk in _chunks(reading.items(path), batch):
                 items = []
                 for raw in chunk:
+                    if raw.error:
+                        local_failures.append(
+                            (raw.origin, raw.origin, "UNREADABLE_FILE", f"{raw.error} (never sent)")
+                        )
+                        continue
                     if len(raw.raw_json) > MAX_MESSAGE_BYTES:
                         local_failures.append(
                             (
@@ -170,7 +242,6 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                         )
                         continue
                     items.append(ingest_pb2.IngestItem(raw_json=raw.raw_json, origin=raw.origin))
-                bar.update(len(chunk))
                 if items:
                     yield ingest_pb2.IngestStreamRequest(items=items)
 
@@ -189,7 +260,7 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                     failures.append((f.origin, f.doc_id, code, f.reason))
                 final = ingest_pb2.Job(job_id=job_id, state=update.state, progress=p)
         p = final.progress
-        return Report(
+        report = Report(
             job_id=job_id,
             state=ingest_pb2.JobState.Name(final.state).removeprefix("JOB_STATE_"),
             received=p.received + len(local_failures),
@@ -201,6 +272,7 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
             passages=p.passages_indexed,
             failures=failures,
         )
+        return reading.fill(report, time.monotonic() - started)
     finally:
         await channel.close()
 
@@ -273,7 +345,7 @@ class _LoadCommand(click.Command):
 @click.group(name="ingest", cls=_IngestGroup)
 def ingest() -> None:
     """Ingest documents: `attest ingest PATH [OPTIONS]` loads PATH (a JSONL file, a BEIR
-    folder or corpus.jsonl, or a folder of .txt/.md/.html files) and prints ingested,
+    folder or corpus.jsonl, or a folder of .txt/.md/.html/.pdf/.docx files) and prints ingested,
     updated, unchanged and failed documents, with the reason of each failure;
     `attest ingest failures JOB` lists the failed (quarantined) items of a job."""
 
@@ -297,9 +369,10 @@ def ingest() -> None:
 def load(
     path: Path, address: str | None, data_dir: Path | None, batch_size: int, show_failures: int
 ) -> None:
-    """Ingest PATH: a JSONL file (one document a line), a BEIR folder or corpus.jsonl, or
-    a folder of .txt/.md/.html files. Prints ingested, updated, unchanged and failed
-    documents, with the reason of each failure. Exits 0 when every document was
+    """Ingest PATH: a JSONL file (one document a line), a BEIR folder or corpus.jsonl, a
+    folder of .txt/.md/.html/.pdf/.docx files, or one such file (a PDF keeps its pages,
+    its tables become rows that keep their headers and unit). Prints ingested, updated,
+    unchanged and failed documents, with the reason of each failure. Exits 0 when every document was
     ingested or unchanged, 2 when the job finished with failed items, 1 when the job
     itself failed."""
     configure_logging(LoggingSettings(level="WARNING", json=False))
@@ -308,7 +381,7 @@ def load(
         names = ", ".join(p.relative_to(path).as_posix() for p in skipped[:3])
         click.echo(
             f"warning: {len(skipped):,} files under {path} are not "
-            f"{'/'.join(TEXT_SUFFIXES)} and are left out (e.g. {names})",
+            f"{'/'.join(READ_SUFFIXES)} and are left out (e.g. {names})",
             err=True,
         )
     total = count_items(path)

@@ -48,6 +48,7 @@ class FailureCode(enum.Enum):
     INVALID_DATE = "INVALID_DATE"
     INVALID_FIELD = "INVALID_FIELD"
     PROCESSING_ERROR = "PROCESSING_ERROR"
+    UNREADABLE_FILE = "UNREADABLE_FILE"
 
 
 class ItemError(Exception):

@@ -2,7 +2,9 @@
 
 Every reader yields ``RawItem``s: the record as JSON bytes (parsed and
 validated by the ingest core, so a malformed line is reported like any other
-bad document) and where it came from (``file:line`` or the file's path).
+bad document) and where it came from (``file:line`` or the file's path). A
+PDF or DOCX (``attest.ingest.files``) that cannot be read yields an item with
+its ``error`` instead, to be reported against that file alone.
 """
 
 from __future__ import annotations
@@ -15,14 +17,23 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from attest.core.document import KEYWORD_FIELDS
+from attest.ingest.files import OnPage, UnreadableFile, read_docx, read_pdf
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm")
+#: Files read for their text layer rather than as text.
+FILE_SUFFIXES = (".pdf", ".docx")
+READ_SUFFIXES = TEXT_SUFFIXES + FILE_SUFFIXES
 
 
 @dataclass(frozen=True, slots=True)
 class RawItem:
     origin: str
     raw_json: bytes
+    #: Why the file could not be read; then ``raw_json`` is empty.
+    error: str = ""
+    #: Pages and table rows read from a PDF or DOCX (0 for other items).
+    pages: int = 0
+    table_rows: int = 0
 
 
 class _HtmlText(HTMLParser):
@@ -145,43 +156,75 @@ def read_text_file(path: Path, root: Path) -> RawItem:
     return RawItem(rel, json.dumps(record, ensure_ascii=False).encode("utf-8"))
 
 
+def read_document_file(path: Path, root: Path, on_page: OnPage | None = None) -> RawItem:
+    """A PDF or DOCX as one document: id its path under ``root``, the body its
+    pages' text (joined by form feeds, so every passage keeps its page), its
+    table rows as sentences; metadata names the file, its format and pages."""
+    rel = path.relative_to(root).as_posix()
+    suffix = path.suffix.lower()
+    try:
+        read = read_pdf(path, on_page) if suffix == ".pdf" else read_docx(path)
+    except UnreadableFile as err:
+        return RawItem(rel, b"", error=err.reason)
+    except OSError as err:
+        return RawItem(rel, b"", error=f"cannot read the file: {err.strerror or err}")
+    metadata = {"file": rel, "format": suffix.lstrip("."), "table_rows": str(len(read.rows))}
+    if read.paged:
+        metadata["pages"] = str(len(read.pages))
+    record = {"id": rel, "title": read.title, "body": read.body, "metadata": metadata}
+    return RawItem(
+        rel,
+        json.dumps(record, ensure_ascii=False).encode("utf-8"),
+        pages=len(read.pages) if read.paged else 0,
+        table_rows=len(read.rows),
+    )
+
+
+def _read_file(path: Path, root: Path, on_page: OnPage | None) -> RawItem:
+    if path.suffix.lower() in FILE_SUFFIXES:
+        return read_document_file(path, root, on_page)
+    return read_text_file(path, root)
+
+
 def _hidden(path: Path, root: Path) -> bool:
     """Under a dot-folder or a dot-file (``.git/``, ``.venv/``, ``.env``) of ``root``."""
     return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 def _folder_files(root: Path) -> Iterator[Path]:
-    """The text files of a folder that ``attest ingest`` reads, in name order."""
+    """The files of a folder that ``attest ingest`` reads, in name order."""
     for path in sorted(root.rglob("*")):
         if path.is_file() and _is_text(path) and not _hidden(path, root):
             yield path
 
 
-def read_folder(root: Path) -> Iterator[RawItem]:
+def read_folder(root: Path, on_page: OnPage | None = None) -> Iterator[RawItem]:
     for path in _folder_files(root):
-        yield read_text_file(path, root)
+        yield _read_file(path, root, on_page)
 
 
 def _is_text(path: Path) -> bool:
-    return path.suffix.lower() in TEXT_SUFFIXES
+    """A file ``attest ingest`` reads as one document (text, PDF or DOCX)."""
+    return path.suffix.lower() in READ_SUFFIXES
 
 
-def read_path(path: Path) -> Iterator[RawItem]:
-    """Items of a JSONL file, a BEIR folder (its corpus.jsonl), a folder of text
-    files, or one text file (.txt, .md, .markdown, .html, .htm)."""
+def read_path(path: Path, on_page: OnPage | None = None) -> Iterator[RawItem]:
+    """Items of a JSONL file, a BEIR folder (its corpus.jsonl), a folder of
+    documents, or one document (.txt, .md, .markdown, .html, .htm, .pdf,
+    .docx). ``on_page(page, pages)`` is called after each page of a PDF."""
     if path.is_dir():
         corpus = path / "corpus.jsonl"
         if corpus.is_file():
             return read_jsonl(corpus)
-        return read_folder(path)
+        return read_folder(path, on_page)
     if _is_text(path):
-        return iter([read_text_file(path, path.parent)])
+        return iter([_read_file(path, path.parent, on_page)])
     return read_jsonl(path)
 
 
 def skipped_files(path: Path) -> list[Path]:
-    """The files of a folder of text files that ``read_path`` leaves out (their
-    suffix is none of TEXT_SUFFIXES), to be reported."""
+    """The files of a folder of documents that ``read_path`` leaves out (their
+    suffix is none of READ_SUFFIXES), to be reported."""
     if not path.is_dir() or (path / "corpus.jsonl").is_file():
         return []
     return sorted(

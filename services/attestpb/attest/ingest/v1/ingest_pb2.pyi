@@ -117,6 +117,11 @@ class _FailureCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureCo
     """Another field has the wrong type or value (see Failure.reason)."""
     FAILURE_CODE_PROCESSING_ERROR: _FailureCode.ValueType  # 9
     """A pipeline stage failed for this item after its retries were spent."""
+    FAILURE_CODE_UNREADABLE_FILE: _FailureCode.ValueType  # 10
+    """A file (PDF, DOCX) could not be read: encrypted, damaged or truncated,
+    without a text layer (a scan), or not what its suffix says. Reported by the
+    client that reads the file (attest ingest); see Failure.reason.
+    """
 
 class FailureCode(_FailureCode, metaclass=_FailureCodeEnumTypeWrapper):
     """Why an item failed."""
@@ -141,6 +146,11 @@ FAILURE_CODE_INVALID_FIELD: FailureCode.ValueType  # 8
 """Another field has the wrong type or value (see Failure.reason)."""
 FAILURE_CODE_PROCESSING_ERROR: FailureCode.ValueType  # 9
 """A pipeline stage failed for this item after its retries were spent."""
+FAILURE_CODE_UNREADABLE_FILE: FailureCode.ValueType  # 10
+"""A file (PDF, DOCX) could not be read: encrypted, damaged or truncated,
+without a text layer (a scan), or not what its suffix says. Reported by the
+client that reads the file (attest ingest); see Failure.reason.
+"""
 Global___FailureCode: _TypeAlias = FailureCode  # noqa: Y015
 
 @_typing.final

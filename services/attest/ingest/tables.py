@@ -1,0 +1,279 @@
+"""Tables as data: rows of a page's text lines that keep their headers and unit.
+
+A financial statement or an ESG key-figure table, as a PDF's text layer gives
+it, is a run of lines "label value value ..." under a header line of periods
+("2019 2018 2017", "At December 31, 2019 At December 31, 2018") and a unit
+("(in millions, except per share data)", "t CO2e"). Read line by line, each
+such row becomes one self-contained sentence that names its table, unit,
+section, label and, for every value, its column::
+
+    CONSOLIDATED STATEMENTS OF CASH FLOWS (in millions): Investing activities:
+    Purchases of property and equipment | 2018: (1,577); 2017: (1,373).
+
+so a reader can judge it and an answer can cite it without the rest of the
+page. ``parse_number`` reads the values as a reader of such tables does:
+parenthesised negatives, dashes for zero, thousands separators, footnote
+marks. Everything else on the page stays prose.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# One value cell as the text layer spells it: "$", "(1,577)", "1,035", "12.5%",
+# "-3.2", "—" (zero or none), "n/a". A footnote mark may follow: "1,035(a)",
+# "48.8 1)" is read as the value then the mark (see _FOOTNOTE).
+_NUMBER = r"[-–−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[-–−]?\d+(?:\.\d+)?"
+_VALUE = re.compile(rf"(?:\((?:{_NUMBER})\)|{_NUMBER})%?|[—–-]|n/?a|n\.a\.", re.IGNORECASE)
+_FOOTNOTE = re.compile(r"\(?[a-z*†‡]\)|\*+|\d\)")
+_YEAR = re.compile(r"(?:19|20)\d\d")
+_LETTERS = re.compile(r"[^\W\d_]{2,}")
+_SCALE = re.compile(
+    r"\(([^()]*\b(?:millions?|thousands?|billions?|mn|bn|in %|percent)\b[^()]*)\)"
+    r"|\b((?:\$|€|£|dollars|amounts|euros?)?\s*in\s+(?:millions?|thousands?|billions?)"
+    r"(?:\s+of\s+\w+)?)",
+    re.IGNORECASE,
+)
+_SKIP_TITLES = re.compile(r"table of contents|index to (?:consolidated )?financial", re.I)
+
+
+def parse_number(text: str) -> float | None:
+    """The number a table cell states, or None for a cell that is not one.
+
+    "(1,577)" is -1577, "—" and "-" are 0, "1,035(a)" is 1035, "12.5%" is
+    12.5, "$ 5,794" is 5794; "n/a" and words are None."""
+    cell = text.strip().replace("$", "").replace("€", "").replace("£", "").strip()
+    cell = _FOOTNOTE.sub("", cell).strip() if not re.fullmatch(r"\(\d[\d,.]*\)", cell) else cell
+    if cell in ("—", "–", "-", "−"):
+        return 0.0
+    negative = cell.startswith("(") and cell.endswith(")")
+    cell = cell.strip("()").rstrip("%").replace(",", "").replace("−", "-").replace("–", "-")
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return -value if negative else value
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One table row: where it sits and what it says."""
+
+    title: str
+    unit: str
+    section: str
+    label: str
+    columns: tuple[str, ...]  # as many as values when the header matched, else ()
+    values: tuple[str, ...]  # as written ("(1,577)", "—")
+
+    def text(self) -> str:
+        """The row as one sentence: table, unit, section, label, then each
+        value with its column."""
+        head = self.title
+        if self.unit:
+            head = f"{head} ({self.unit})" if head else f"({self.unit})"
+        label = f"{self.section}: {self.label}" if self.section else self.label
+        if self.columns:
+            cells = "; ".join(f"{c}: {v}" for c, v in zip(self.columns, self.values, strict=True))
+        else:
+            cells = "; ".join(self.values)
+        return f"{head + ': ' if head else ''}{label} | {cells}."
+
+
+def _split_values(line: str) -> tuple[str, list[str]]:
+    """(label, values) of a line read from the right: trailing value cells (a
+    "$" before one and a footnote mark after one are dropped) and what precedes
+    them."""
+    tokens = line.split()
+    values: list[str] = []
+    i = len(tokens)
+    while i > 0:
+        token = tokens[i - 1]
+        if token in ("$", "€", "£"):
+            i -= 1
+            continue
+        bare = token.lstrip("$€£")
+        if _VALUE.fullmatch(bare):
+            values.append(bare)
+            i -= 1
+            continue
+        if values and _FOOTNOTE.fullmatch(token) and i > 1:
+            # "1,021,244 3)": a mark between values belongs to the value before it.
+            i -= 1
+            continue
+        break
+    values.reverse()
+    return " ".join(tokens[:i]), values
+
+
+def _is_year(value: str) -> bool:
+    return bool(_YEAR.fullmatch(value))
+
+
+def header_columns(line: str) -> tuple[str, ...]:
+    """The column labels of a header line, or () when ``line`` is no header.
+
+    A header names at least two periods (years) and no other figures:
+    "2015 2016 2017", "At December 31, 2019 At December 31, 2018",
+    "Key Figures Unit 2018 2019 1) 2020 2) Germany Austria Sweden" (then every
+    word after the first year is a column too)."""
+    tokens = [t for t in line.split() if not _FOOTNOTE.fullmatch(t)]
+    years = [i for i, t in enumerate(tokens) if _YEAR.fullmatch(t.strip(",.:"))]
+    if len(years) < 2:
+        return ()
+    for t in tokens:
+        bare = t.strip(",.:")
+        # A day of a date ("December 31, 2019") is the only other number a header has.
+        if (
+            _VALUE.fullmatch(bare)
+            and not _YEAR.fullmatch(bare)
+            and re.search(r"\d", bare)
+            and not re.fullmatch(r"\d{1,2}", bare)
+        ):
+            return ()
+    # Each period closes the words since the one before; a column is the date
+    # they end with ("December 31, 2019") or the year alone.
+    columns: list[str] = []
+    start = 0
+    for i in years:
+        phrase = " ".join(tokens[start : i + 1]).strip(",.:")
+        date = re.search(r"[A-Z][a-z]+\.? \d{1,2}, (?:19|20)\d\d$", phrase)
+        columns.append(date.group(0) if date else tokens[i].strip(",.:"))
+        start = i + 1
+    # Words after the last year are columns of their own ("Germany Austria Sweden").
+    tail = tokens[years[-1] + 1 :]
+    if tail and all(_LETTERS.fullmatch(t) and t[0].isupper() for t in tail):
+        columns += tail
+    elif tail:
+        return ()
+    return tuple(columns)
+
+
+def _scale(line: str) -> str:
+    m = _SCALE.search(line)
+    if not m:
+        return ""
+    return " ".join((m.group(1) or m.group(2)).split())
+
+
+def _is_title(line: str) -> bool:
+    letters = [c for c in line if c.isalpha()]
+    return (
+        len(letters) >= 6
+        and sum(c.isupper() for c in letters) >= 0.8 * len(letters)
+        and not _SKIP_TITLES.search(line)
+    )
+
+
+@dataclass
+class PageTables:
+    """A page's lines with its table rows rendered: ``paragraphs`` (prose lines
+    and rows in page order, a row a paragraph of its own) and ``rows``."""
+
+    paragraphs: list[str]
+    rows: list[Row]
+
+
+def _joined(lines: Sequence[str]) -> list[str]:
+    """The page's lines with wrapped ones joined: a line that starts in lower
+    case continues the one before, unless that one ends a sentence or a label
+    (".", ":", ";") or already ends in values ("Emissions in the portfolio t
+    CO2" + "e 1,049,766 ..." is one row)."""
+    out: list[str] = []
+    for raw in lines:
+        line = " ".join(raw.split())
+        if not line:
+            continue
+        if (
+            out
+            and line[0].islower()
+            and not out[-1].endswith((".", ":", ";"))
+            and not _split_values(out[-1])[1]
+            and not header_columns(out[-1])
+        ):
+            out[-1] = f"{out[-1]} {line}"
+        else:
+            out.append(line)
+    return out
+
+
+def read_page_lines(lines: Sequence[str]) -> PageTables:
+    """Find the table rows among a page's text lines (in reading order).
+
+    A line is a row when it ends in value cells after a label with letters,
+    under a header whose column count it matches, or with at least two values
+    and no header; a line of periods is a header. The table's title is the
+    last upper-case line above its header (else the first short line since
+    the last table), its unit the last scale phrase since the title, its
+    section the last short line without values under the header (a statement's
+    section ends with its "Total" row)."""
+    paragraphs: list[str] = []
+    rows: list[Row] = []
+    title = ""
+    fallback_title = False  # the title is a short line, not an upper-case one
+    unit = ""
+    section = ""
+    columns: tuple[str, ...] = ()
+    prose: list[str] = []
+
+    def flush_prose() -> None:
+        if prose:
+            paragraphs.append("\n".join(prose))
+            prose.clear()
+
+    for line in _joined(lines):
+        found = _scale(line)
+        header = header_columns(line)
+        if header:
+            flush_prose()
+            columns, section = header, ""
+            if found:
+                unit = found
+            paragraphs.append(line)
+            continue
+        label, values = _split_values(line)
+        is_row = (
+            bool(values)
+            and _LETTERS.search(label) is not None
+            and not (len(values) == 1 and _is_year(values[0]))
+            # A sentence that ends in a figure is prose ("... rose to 1,442.").
+            and not (label.endswith((".", ";")) and len(label.split()) > 8)
+            and (
+                (bool(columns) and len(values) <= len(columns))
+                or (not columns and len(values) >= 2)
+            )
+        )
+        if not is_row:
+            short = len(line) <= 80 and not line.endswith((".", ","))
+            if _is_title(line):
+                # A new table (or the page's heading): its header and unit follow.
+                title, fallback_title, columns, section, unit = line, False, (), "", ""
+            elif columns and short and _LETTERS.search(line):
+                section = line
+            elif not columns and short and (not title or fallback_title is None):
+                title, fallback_title = line, True
+            if found:
+                unit = found
+            prose.append(line)
+            continue
+        flush_prose()
+        row = Row(
+            title=title,
+            unit=unit,
+            section=section.rstrip(":"),
+            label=label,
+            columns=columns if len(values) == len(columns) else (),
+            values=tuple(values),
+        )
+        rows.append(row)
+        paragraphs.append(row.text())
+        if fallback_title:
+            # The next short line above a later table may be its title.
+            fallback_title = None  # type: ignore[assignment]
+        if label.lower().startswith("total"):
+            # A statement's section ends with its total.
+            section = ""
+    flush_prose()
+    return PageTables(paragraphs, rows)
