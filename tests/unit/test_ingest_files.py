@@ -197,3 +197,38 @@ def test_a_docx_that_is_not_one_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(UnreadableFile, match="damaged or not a Word document"):
         read_docx(path)
+
+
+def test_upper_case_sections_keep_the_header_and_split_headers_are_joined() -> None:
+    lines = [
+        "COSTCO WHOLESALE CORPORATION",
+        "CONSOLIDATED BALANCE SHEETS",
+        "(amounts in millions, except par value and share data)",
+        "August 29,",
+        "2021",
+        "August 30,",
+        "2020",
+        "ASSETS",
+        "CURRENT ASSETS",
+        "Cash and cash equivalents $ 11,258 $ 12,277",
+        "TOTAL ASSETS $ 59,268 $ 55,556",
+    ]
+    rows = read_page_lines(lines).rows
+    assert [r.columns for r in rows] == [("August 29, 2021", "August 30, 2020")] * 2
+    assert rows[1].title == "CONSOLIDATED BALANCE SHEETS"
+    assert rows[1].unit == "amounts in millions, except par value and share data"
+    assert rows[0].section == "CURRENT ASSETS"
+
+
+def test_rows_a_text_layer_gives_on_one_line_are_split() -> None:
+    lines = [
+        "Consolidated Statements of Earnings",
+        "(In Millions, Except per Share Data)",
+        "2022 2021 Net sales $ 18,992.8 $ 18,127.0 Cost of sales 12,590.6 11,678.7",
+    ]
+    rows = read_page_lines(lines).rows
+    assert [(r.label, r.values) for r in rows] == [
+        ("Net sales", ("18,992.8", "18,127.0")),
+        ("Cost of sales", ("12,590.6", "11,678.7")),
+    ]
+    assert rows[0].columns == ("2022", "2021")

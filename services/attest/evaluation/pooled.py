@@ -92,6 +92,42 @@ def _cited(sentence: common_pb2.AnswerSentence) -> tuple[str, ...]:
     return tuple(dict.fromkeys(c.doc_id for c in sentence.citations))
 
 
+async def ingest_documents(
+    address: str,
+    docs: list[common_pb2.Document],
+    *,
+    progress: bool = True,
+    batch_size: int = INGEST_BATCH,
+) -> None:
+    """Ingest ``docs`` through the ingest service at ``address``, ``batch_size``
+    a job, each job watched to its end; any failed document raises."""
+    channel = create_channel(address)
+    try:
+        ingest = ingest_pb2_grpc.IngestServiceStub(channel)
+        bar = tqdm(total=len(docs), desc="ingesting", unit="doc", disable=not progress)
+        failed: list[str] = []
+        for start in range(0, len(docs), batch_size):
+            batch = docs[start : start + batch_size]
+            job = await ingest.Ingest(
+                ingest_pb2.IngestRequest(items=[ingest_pb2.IngestItem(document=d) for d in batch]),
+                timeout=120,
+            )
+            final: ingest_pb2.WatchJobResponse | None = None
+            async for update in ingest.WatchJob(
+                ingest_pb2.WatchJobRequest(job_id=job.job.job_id), timeout=3600
+            ):
+                final = update
+                failed += [f"{f.doc_id or f.item_index}: {f.reason}" for f in update.new_failures]
+            if final is None or final.state != ingest_pb2.JOB_STATE_DONE:
+                raise RuntimeError(f"ingesting the pooled documents failed: {final}")
+            bar.update(len(batch))
+        bar.close()
+        if failed:
+            raise RuntimeError(f"{len(failed)} documents were not ingested: {failed[:5]}")
+    finally:
+        await channel.close()
+
+
 async def run_pooled(
     items: list[QAItem],
     data_dir: Path,
@@ -110,37 +146,9 @@ async def run_pooled(
 
     docs = documents if documents is not None else pooled_documents(items)
     async with embedded_stack(data_dir) as address:
-        channel = create_channel(address)
-        try:
-            ingest = ingest_pb2_grpc.IngestServiceStub(channel)
-            bar = tqdm(total=len(docs), desc="ingesting", unit="doc", disable=not progress)
-            failed: list[str] = []
-            for start in range(0, len(docs), INGEST_BATCH):
-                batch = docs[start : start + INGEST_BATCH]
-                job = await ingest.Ingest(
-                    ingest_pb2.IngestRequest(
-                        items=[ingest_pb2.IngestItem(document=d) for d in batch]
-                    ),
-                    timeout=120,
-                )
-                final: ingest_pb2.WatchJobResponse | None = None
-                async for update in ingest.WatchJob(
-                    ingest_pb2.WatchJobRequest(job_id=job.job.job_id), timeout=3600
-                ):
-                    final = update
-                    failed += [
-                        f"{f.doc_id or f.item_index}: {f.reason}" for f in update.new_failures
-                    ]
-                if final is None or final.state != ingest_pb2.JOB_STATE_DONE:
-                    raise RuntimeError(f"ingesting the pooled passages failed: {final}")
-                bar.update(len(batch))
-            bar.close()
-            if failed:
-                raise RuntimeError(f"{len(failed)} passages were not ingested: {failed[:5]}")
-            what = "documents" if documents is not None else "passages"
-            echo(f"ingested {len(docs)} {what} of {len(items)} questions into one corpus")
-        finally:
-            await channel.close()
+        await ingest_documents(address, docs, progress=progress)
+        what = "documents" if documents is not None else "passages"
+        echo(f"ingested {len(docs)} {what} of {len(items)} questions into one corpus")
         answers = []
         questions = items if asked is None else asked
         async with AnswerClient(address) as client:

@@ -176,15 +176,46 @@ class PageTables:
     rows: list[Row]
 
 
+# A piece of a header that a PDF gives on lines of their own: "August 29,",
+# "2021", "December 31,", "2016 2017", "May 31, 2020".
+_DATE_PART = re.compile(
+    r"(?=.*\d)(?:(?:[A-Z][a-z]+\.? \d{1,2}, ?)?(?:19|20)\d\d ?)*(?:[A-Z][a-z]+\.? \d{1,2},?)?"
+)
+
+
+def _is_value(token: str) -> bool:
+    return bool(_VALUE.fullmatch(token.lstrip("$€£"))) and any(c.isdigit() for c in token)
+
+
+def _split_merged(raw: str) -> list[str]:
+    """A text line cut where a run of values ends and a capitalised label
+    starts: some PDFs' text layers give several rows as one line ("2022 2021
+    Net sales $ 18,992.8 $ 18,127.0 Cost of sales 12,590.6 11,678.7")."""
+    tokens = raw.split()
+    pieces: list[list[str]] = [[]]
+    for i, token in enumerate(tokens):
+        if (
+            i > 0
+            and pieces[-1]
+            and _is_value(tokens[i - 1])
+            and token[:1].isupper()
+            and not _is_value(token)
+        ):
+            pieces.append([])
+        pieces[-1].append(token)
+    return [" ".join(p) for p in pieces if p]
+
+
 def _joined(lines: Sequence[str]) -> list[str]:
     """The page's lines with wrapped ones joined: a line that starts in lower
     case continues the one before, unless that one ends a sentence or a label
     (".", ":", ";") or already ends in values ("Emissions in the portfolio t
-    CO2" + "e 1,049,766 ..." is one row)."""
+    CO2" + "e 1,049,766 ..." is one row); pieces of a header on lines of their
+    own ("August 29," "2021" "August 30," "2020") are one header line."""
     out: list[str] = []
-    for raw in lines:
-        line = " ".join(raw.split())
-        if not line:
+    for line in (piece for raw in lines for piece in _split_merged(raw)):
+        if out and _DATE_PART.fullmatch(line) and _DATE_PART.fullmatch(out[-1]):
+            out[-1] = f"{out[-1]} {line}"
             continue
         if (
             out
@@ -216,6 +247,7 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
     unit = ""
     section = ""
     columns: tuple[str, ...] = ()
+    next_title = ""  # an upper-case line seen under a header
     prose: list[str] = []
 
     def flush_prose() -> None:
@@ -228,7 +260,9 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
         header = header_columns(line)
         if header:
             flush_prose()
-            columns, section = header, ""
+            if columns and next_title:
+                title = next_title
+            columns, section, next_title = header, "", ""
             if found:
                 unit = found
             paragraphs.append(line)
@@ -247,11 +281,17 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
         )
         if not is_row:
             short = len(line) <= 80 and not line.endswith((".", ","))
-            if _is_title(line):
+            if _is_title(line) and not columns:
                 # A new table (or the page's heading): its header and unit follow.
-                title, fallback_title, columns, section, unit = line, False, (), "", ""
+                title, fallback_title, section, unit = line, False, "", ""
+                next_title = ""
             elif columns and short and _LETTERS.search(line):
+                # Under a header an upper-case line is a section ("ASSETS",
+                # "CURRENT ASSETS"), or the title of the next table, which
+                # takes it when its own header comes.
                 section = line
+                if _is_title(line):
+                    next_title = line
             elif not columns and short and (not title or fallback_title is None):
                 title, fallback_title = line, True
             if found:
