@@ -366,7 +366,7 @@ class CountingEncoder:
 
 def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
     from attest.ingest.settings import EnrichSettings
-    from attest.ingest.stages import Embedding, Enricher, decode_vector
+    from attest.ingest.stages import Embedding, Enricher, decode_vector, record_passages
     from attest.semantic.models import passage_text
 
     enricher = Enricher(EnrichSettings())
@@ -384,10 +384,8 @@ def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
     assert out[0]["article_vector"] == out[0]["passage_vectors"][0]
     for record in out:
         title = record["article"]["title"]
-        for (_, text, _, _), vector in zip(
-            record["passages"], record["passage_vectors"], strict=True
-        ):
-            expected = encoder.encode([passage_text(title, text)])[0]
+        for passage, vector in zip(record_passages(record), record["passage_vectors"], strict=True):
+            expected = encoder.encode([passage_text(title, passage.text)])[0]
             assert (decode_vector(vector) == expected).all()
     assert len(out[1]["passages"]) == 3
 
