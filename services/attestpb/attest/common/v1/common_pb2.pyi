@@ -229,7 +229,10 @@ class Document(_message.Message):
     title: _builtins.str
     """Headline or title; may be empty."""
     body: _builtins.str
-    """Full plain-text body."""
+    """Full plain-text body. A form feed (U+000C) separates pages, as pdftotext
+    writes them (page 1, form feed, page 2, ...); ingestion keeps it, and a
+    passage's page is 1 + the form feeds before it (Passage.page).
+    """
     source_url: _builtins.str
     """Where the document was published, if known."""
     language: _builtins.str
@@ -303,8 +306,9 @@ class Passage(_message.Message):
     end_char: _builtins.int
     """Offset one past the last character of the passage in the document body."""
     page: _builtins.int
-    """1-based page of the document the passage is on; 0 when the document has
-    no pages (its body has no form feed, the page separator).
+    """1-based page of the document the passage is on (1 + the form feeds before
+    it in the body); 0 when the document has no pages (no form feed). Never
+    negative. Stores return it on their passage hits.
     """
     def __init__(
         self,
