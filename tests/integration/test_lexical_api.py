@@ -179,8 +179,106 @@ BAD_REQUESTS = [
         lexical_pb2.IndexRequest(documents=[common_pb2.Document(id="", body="x")]),
         "documents[0].id",
     ),
+    (
+        "Index",
+        lexical_pb2.IndexRequest(
+            documents=[
+                common_pb2.Document(
+                    id="p", body="x", passages=[common_pb2.Passage(index=0, text="x", page=-1)]
+                )
+            ]
+        ),
+        "documents[0].passages[0].page",
+    ),
     ("Delete", lexical_pb2.DeleteRequest(), "doc_ids"),
 ]
+
+
+# A report from a PDF (passages on pages 1 and 3; page 2 had no text) and a
+# news story without pages.
+PAGED = [
+    common_pb2.Document(
+        id="r1",
+        title="Kestrel Mining annual report",
+        body="Kestrel water use fell.\n\n\f\f\n\nKestrel cut emissions by 12%.",
+        passages=[
+            common_pb2.Passage(index=0, text="Kestrel water use fell.", start_char=0, page=1),
+            common_pb2.Passage(
+                index=1, text="Kestrel cut emissions by 12%.", start_char=29, page=3
+            ),
+        ],
+    ),
+    common_pb2.Document(
+        id="n1",
+        title="Kestrel shares",
+        body="Kestrel shares rose.",
+        passages=[common_pb2.Passage(index=0, text="Kestrel shares rose.")],
+    ),
+]
+
+
+async def test_passage_hits_return_their_page(lexical):
+    await lexical.stub.Index(lexical_pb2.IndexRequest(documents=PAGED, refresh=True))
+    request = lexical_pb2.SearchRequest(
+        query="kestrel", top_k=10, level=lexical_pb2.SEARCH_LEVEL_PASSAGE
+    )
+    found = await lexical.stub.Search(request)
+    assert sorted((h.doc_id, h.passage_index, h.page) for h in found.hits) == [
+        ("n1", 0, 0),
+        ("r1", 0, 1),
+        ("r1", 1, 3),
+    ]
+    # Document hits have no page, and the ids view carries none.
+    documents = await lexical.stub.Search(lexical_pb2.SearchRequest(query="kestrel", top_k=10))
+    assert {h.page for h in documents.hits} == {0}
+    request.view = common_pb2.HIT_VIEW_IDS
+    ids = await lexical.stub.Search(request)
+    assert len(ids.hits) == 3
+    assert {h.page for h in ids.hits} == {0}
+
+
+async def test_an_opensearch_index_made_before_pages_gains_them(tmp_path):
+    """Indexes created with the mapping before ``page`` (strict: a record with an
+    unmapped field is refused) gain the field when the service starts; their
+    passage records, written without a page, answer page 0."""
+    from opensearchpy import AsyncOpenSearch
+
+    from attest.lexical import query as q
+    from attest.lexical.models import Level
+    from tests.conftest import lexical_settings, start_lexical
+
+    settings = lexical_settings("opensearch", tmp_path)
+    client = AsyncOpenSearch(hosts=list(settings.opensearch.hosts))
+    try:
+        earlier = q.index_definition(1)
+        del earlier["mappings"]["properties"]["page"]
+        names = q.index_names(settings.index_name)
+        for name in names.values():
+            await client.indices.create(index=name, body=earlier)
+        # A passage record as an earlier release wrote it: no page.
+        await client.index(
+            index=names[Level.PASSAGE],
+            id=q.record_id("default", "old", 0),
+            body={
+                "tenant": "default",
+                "doc_id": "old",
+                "passage_index": 0,
+                "title": "Old",
+                "text": "Kestrel water use fell.",
+            },
+            refresh=True,
+        )
+    finally:
+        await client.close()
+    async for harness in start_lexical(settings):
+        await harness.stub.Index(lexical_pb2.IndexRequest(documents=PAGED, refresh=True))
+        found = await harness.stub.Search(
+            lexical_pb2.SearchRequest(
+                query="kestrel water", top_k=10, level=lexical_pb2.SEARCH_LEVEL_PASSAGE
+            )
+        )
+        pages = {(h.doc_id, h.passage_index): h.page for h in found.hits}
+        assert pages == {("old", 0): 0, ("r1", 0): 1, ("r1", 1): 3, ("n1", 0): 0}
 
 
 @pytest.mark.parametrize(

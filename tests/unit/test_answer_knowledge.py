@@ -99,8 +99,14 @@ class Backends:
             self.lookups.append(request)
         hits = [
             lexical_pb2.Hit(doc_id="news-1", passage_index=0, score=3.0, text="Rates rose."),
+            # esg-014 is a paged document (a PDF): its passage 2 is on page 60.
             lexical_pb2.Hit(
-                doc_id="esg-014", passage_index=2, score=1.0, title="Marrowgate", text=PASSAGE
+                doc_id="esg-014",
+                passage_index=2,
+                score=1.0,
+                title="Marrowgate",
+                text=PASSAGE,
+                page=60,
             ),
         ]
         # Only the lookup by the fact's words reaches esg-014 (BM25 by the
@@ -220,14 +226,14 @@ async def test_a_passage_only_the_knowledge_retriever_finds_is_cited() -> None:
     assert lookup.query == "Rosalind Achebe-Fry chair of Marrowgate Bank"
     assert lookup.level == lexical_pb2.SEARCH_LEVEL_PASSAGE
     # The generator got the passage itself (not the fact's wording) and cited it.
-    given = [(s.doc_id, s.passage_index, s.text) for s in fake.generated[0].sources]
-    assert ("esg-014", 2, PASSAGE) in given
-    assert all(doc != "governance" for doc, _, _ in given)
+    given = [(s.doc_id, s.passage_index, s.text, s.page) for s in fake.generated[0].sources]
+    assert ("esg-014", 2, PASSAGE, 60) in given
+    assert all(doc != "governance" for doc, _, _, _ in given)
     (citation,) = answer.sentences[0].citations
     assert (citation.doc_id, citation.passage_index) == ("esg-014", 2)
     cited = answer.sources[citation.source_index].source
     assert (cited.doc_id, cited.passage_index, cited.text) == ("esg-014", 2, PASSAGE)
-    assert cited.title == "Marrowgate"
+    assert (cited.title, cited.page) == ("Marrowgate", 60)
     # The fact that led there is the source's provenance, with its offsets.
     (fact,) = cited.facts
     assert (fact.statement, fact.start_char, fact.end_char) == (
@@ -236,14 +242,15 @@ async def test_a_passage_only_the_knowledge_retriever_finds_is_cited() -> None:
         96,
     )
     assert fact.score == pytest.approx(0.8)
-    # `attest ask` prints it under the cited source.
+    # `attest ask` prints it under the cited source, which names its page.
     lines = list(render_answer(answer))
-    at = lines.index(f"  [{citation.source_index + 1}] esg-014 passage 2  Marrowgate")
+    at = lines.index(f"  [{citation.source_index + 1}] esg-014 passage 2  Marrowgate p. 60")
     assert lines[at + 1] == (
         "      fact: Rosalind Achebe-Fry chair of Marrowgate Bank (characters 40-96)"
     )
-    # Sources no fact led to carry none.
+    # Sources no fact led to carry none; news-1 has no pages.
     assert all(not s.source.facts for s in answer.sources if s.source.doc_id != "esg-014")
+    assert all(s.source.page == 0 for s in answer.sources if s.source.doc_id == "news-1")
     # Fused by the shipped linear model, which has no fitted weight for it.
     assert answer.sources[citation.source_index].fused_score > 0
 
@@ -403,3 +410,24 @@ async def test_a_re_search_the_generator_could_not_run_is_a_named_degradation() 
     (degradation,) = answer.degradations
     assert degradation.stage == answer_pb2.STAGE_RESEARCH
     assert degradation.reason.endswith("lexical service unavailable: connection refused")
+
+
+def test_attest_ask_names_the_page_of_a_paged_source_only() -> None:
+    def source(doc_id: str, title: str, page: int) -> answer_pb2.AnswerSource:
+        return answer_pb2.AnswerSource(
+            source=common_pb2.Source(doc_id=doc_id, passage_index=4, title=title, page=page)
+        )
+
+    answer = answer_pb2.Answer(
+        sources=[
+            source("10k", "Annual Report 2024", 60),
+            source("10k-draft", "", 7),
+            source("wire", "Rates rose", 0),
+        ]
+    )
+    lines = list(render_answer(answer))
+    assert lines[lines.index("Sources:") + 1 :][:3] == [
+        "  [1] 10k passage 4  Annual Report 2024 p. 60",
+        "  [2] 10k-draft passage 4  10k-draft p. 7",
+        "  [3] wire passage 4  Rates rose",
+    ]

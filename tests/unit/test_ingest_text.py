@@ -103,6 +103,84 @@ def test_normalization_joins_wraps_and_keeps_paragraphs():
     assert normalize_text("- a\n- b") == "- a\n- b"
 
 
+def test_bodies_without_a_form_feed_normalize_and_hash_as_before_pages():
+    """Pinned outputs of the normalization before page breaks were kept: every
+    stored document's content hash depends on them (all 21,578 Reuters bodies
+    of ../shared/data normalize byte for byte as before, checked once)."""
+    raw = (
+        "  Showers continued\nthroughout the week.\n    The dry\tperiod  means\r\nlate."
+        "\x00\x0b\u200b  \n\n\n- a\n- b\n 1. one\n\ufeffEnd "
+    )
+    assert normalize_text(raw) == (
+        "Showers continued throughout the week.\n\nThe dry period means late.\n\n"
+        "- a\n- b\n\n1. one End"
+    )
+    assert normalize_text("Cafe\u0301 au lait.\r\rNext\xa0para.") == "Café au lait.\n\nNext para."
+    article = article_from_raw_json(
+        json.dumps(
+            {
+                "id": "r1",
+                "title": "BAHIA COCOA REVIEW",
+                "body": raw,
+                "published_at": "1987-02-26T15:01:01Z",
+                "organizations": ["Comissaria Smith"],
+            }
+        ).encode()
+    )
+    assert content_hash(article) == "59581be3677400cb2afa15169cc2af88"
+
+
+def test_form_feeds_survive_normalization_as_page_breaks():
+    # pdftotext: page 1, form feed, page 2, ...; each page normalized on its own.
+    raw = "Page one\nwrapped.\n\n\n\f  Page two.  \f\f \n \fPage five\x00 text.\f\f"
+    body = normalize_text(raw)
+    # A page with text is a paragraph of its own; an empty page keeps its break,
+    # so page five is still the fifth; empty pages at the end go.
+    assert body == "Page one wrapped.\n\n\f\n\nPage two.\n\n\f\f\f\n\nPage five text."
+    assert body.count("\f") == 4
+    # An empty first page starts the body with its break: the text is on page 2.
+    assert normalize_text("\f\nCover text.") == "\f\n\nCover text."
+    # Other control characters still go, and pages with no text at all are no body.
+    assert normalize_text("a\x0bb\fc") == "ab\n\n\f\n\nc"
+    assert normalize_text("\f \n\f") == ""
+    with pytest.raises(ItemError) as empty:
+        article_from_raw_json(json.dumps({"id": "p", "body": " \f\f"}).encode())
+    assert empty.value.code is FailureCode.EMPTY_BODY
+
+
+def test_passages_never_cross_a_page_and_know_their_page():
+    page = " ".join(_sentence(i, 10) for i in range(3))  # 3 sentences of 11 tokens
+    body = normalize_text(f"{page}\f{page}\f\f{page} Last words without a stop")
+    passages = split_passages(body, max_tokens=30)
+    # Two sentences fit a passage; the third would fit beside the next page's
+    # first, but a page break ends the passage.
+    assert [(p.page, count_tokens(p.text)) for p in passages] == [
+        (1, 22),
+        (1, 11),
+        (2, 22),
+        (2, 11),
+        (4, 22),
+        (4, 16),
+    ]
+    assert [p.index for p in passages] == list(range(6))
+    for p in passages:
+        assert body[p.start_char : p.end_char] == p.text
+        assert "\f" not in p.text
+        assert p.page == body.count("\f", 0, p.start_char) + 1
+    # Even without the blank lines of a normalized body, and without punctuation.
+    raw = "first page\fsecond page. More\f"
+    assert [(p.text, p.page) for p in split_passages(raw)] == [
+        ("first page", 1),
+        ("second page. More", 2),
+    ]
+    assert [raw[a:b] for a, b in sentence_spans(raw)] == ["first page", "second page.", "More"]
+
+
+def test_a_text_without_page_breaks_has_passages_on_page_zero():
+    text = " ".join(_sentence(i, 30) for i in range(5))
+    assert {p.page for p in split_passages(text, max_tokens=100)} == {0}
+
+
 @pytest.mark.parametrize(
     ("raw", "code", "doc_id", "reason"),
     [
@@ -288,7 +366,7 @@ class CountingEncoder:
 
 def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
     from attest.ingest.settings import EnrichSettings
-    from attest.ingest.stages import Embedding, Enricher, decode_vector
+    from attest.ingest.stages import Embedding, Enricher, decode_vector, record_passages
     from attest.semantic.models import passage_text
 
     enricher = Enricher(EnrichSettings())
@@ -306,10 +384,8 @@ def test_embedding_encodes_each_distinct_text_once_and_maps_vectors_back():
     assert out[0]["article_vector"] == out[0]["passage_vectors"][0]
     for record in out:
         title = record["article"]["title"]
-        for (_, text, _, _), vector in zip(
-            record["passages"], record["passage_vectors"], strict=True
-        ):
-            expected = encoder.encode([passage_text(title, text)])[0]
+        for passage, vector in zip(record_passages(record), record["passage_vectors"], strict=True):
+            expected = encoder.encode([passage_text(title, passage.text)])[0]
             assert (decode_vector(vector) == expected).all()
     assert len(out[1]["passages"]) == 3
 

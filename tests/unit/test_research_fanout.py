@@ -443,3 +443,71 @@ async def test_a_request_with_only_the_knowledge_retriever_is_not_re_searched(
     assert final.researches == 0
     assert final.research_degraded_reason == ""
     assert len(lexical.requests) + len(semantic.requests) == asked_before
+
+
+class Paged:
+    """A searcher over a paged report: BM25 and dense find its passage 0, on
+    page 12 (the dense record written before pages were kept says 0); KG finds
+    the audit article, which has no page."""
+
+    def __init__(self, *args: object) -> None:
+        pass
+
+    async def lexical_search(self, request: Any, seconds: float) -> Any:
+        passage = request.level == lexical_pb2.SEARCH_LEVEL_PASSAGE
+        hit = lexical_pb2.Hit(
+            doc_id="report",
+            passage_index=0 if passage else -1,
+            score=4.0,
+            text=REPORT,
+            page=12 if passage else 0,
+        )
+        return lexical_pb2.SearchResponse(hits=[hit])
+
+    async def semantic_search(self, request: Any, seconds: float) -> Any:
+        if request.mode == semantic_pb2.SEARCH_MODE_KG:
+            hit = semantic_pb2.Hit(doc_id="audit", passage_index=-1, score=1.3, text=AUDIT)
+        else:
+            hit = semantic_pb2.Hit(doc_id="report", passage_index=0, score=0.8, text=REPORT)
+        return semantic_pb2.SearchResponse(hits=[hit])
+
+    async def knowledge_search(self, request: Any, seconds: float) -> Any:
+        raise Unavailable("no knowledge service")
+
+
+async def test_re_searched_sources_keep_their_passages_pages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attest.generate import servicer
+
+    monkeypatch.setattr(servicer, "_StubSearcher", Paged)
+    settings = GenerateSettings(
+        research=ResearchSettings(lexical_address="127.0.0.1:1", semantic_address="127.0.0.1:1")
+    )
+    search = servicer.Researcher(settings).search_fn(
+        common_pb2.RetrievalOptions(
+            retrievers=[BM25, DENSE, KG], fusion=common_pb2.FUSION_METHOD_RRF
+        )
+    )
+    found = await search(WEAK, 5)
+    pages = {(s.doc_id, s.passage_index): s.page for s in found.sources}
+    # The page BM25 knew stands though dense's older record had none.
+    assert pages == {("report", 0): 12, ("audit", -1): 0}
+    # And it reaches the revision's sources as the generate service sends them.
+    sent = [servicer.source_to_proto(s) for s in found.sources]
+    assert {(s.doc_id, s.page) for s in sent} == {("report", 12), ("audit", 0)}
+
+
+def test_the_generate_service_passes_a_sources_page_through() -> None:
+    from attest.generate.servicer import source_to_proto, sources_from_proto
+    from attest.generate.settings import GenerateLimits
+
+    given = [
+        common_pb2.Source(doc_id="report", passage_index=3, text=REPORT, page=60),
+        common_pb2.Source(doc_id="news", passage_index=0, text=FIRST),
+    ]
+    back = [source_to_proto(s) for s in sources_from_proto(given, GenerateLimits())]
+    assert [(s.doc_id, s.passage_index, s.page) for s in back] == [
+        ("report", 3, 60),
+        ("news", 0, 0),
+    ]

@@ -1,6 +1,7 @@
-"""A tantivy index of the earlier layout (one schema field per keyword field)
-is rebuilt in the current one when it is opened: same hits, filters and counts
-for every tenant at both levels, once, and whichever step a stop interrupted."""
+"""A tantivy index of an earlier layout (one schema field per keyword field;
+or ``keyword_terms`` but passages without ``page``) is rebuilt in the current
+one when it is opened: same hits, filters and counts for every tenant at both
+levels, passages on page 0, once, and whichever step a stop interrupted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import tantivy
 from attest.common.v1 import common_pb2
 from attest.core.common import Filters
 from attest.core.context import tenant_var
+from attest.core.document import BY_NAME, keywords_to_stored
 from attest.lexical.backends.tantivy import TantivyBackend, english_analyzer
 from attest.lexical.models import DocumentIn, Hit, Level, PassageIn, SearchQuery
 from attest.lexical.servicer import LexicalServicer
@@ -62,10 +64,24 @@ TENANTS = {"acme": [WATER, EMISSIONS, LABOUR], "beta": [OTHER_WATER, EMISSIONS]}
 QUERIES = ["water withdrawal", "emissions target", "water", "workers supplier", "permit mains"]
 
 
-def write_earlier_layout(data_dir: Path, name: str, tenants: dict[str, list[DocumentIn]]) -> None:
-    """Writes the records the backend wrote before keyword_terms (its schema,
+# The earlier layouts: one schema field per keyword field, then keyword_terms
+# and keywords (the keyword fields as JSON) before passages kept their page.
+KEYWORD_FIELDS_LAYOUT = "keyword-fields"
+NO_PAGE_LAYOUT = "no-page"
+
+
+def write_earlier_layout(
+    data_dir: Path,
+    name: str,
+    tenants: dict[str, list[DocumentIn]],
+    layout: str = KEYWORD_FIELDS_LAYOUT,
+) -> None:
+    """Writes the records the backend wrote in ``layout`` (its schema,
     analyzers and writes as they were), each tenant's documents twice so the
     index also holds deleted records."""
+    if layout == NO_PAGE_LAYOUT:
+        write_no_page_layout(data_dir, name, tenants)
+        return
     sb = tantivy.SchemaBuilder()
     sb.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("tenant", stored=False, tokenizer_name="raw", index_option="basic")
@@ -132,6 +148,70 @@ def write_earlier_layout(data_dir: Path, name: str, tenants: dict[str, list[Docu
         writer.wait_merging_threads()
 
 
+def write_no_page_layout(data_dir: Path, name: str, tenants: dict[str, list[DocumentIn]]) -> None:
+    """The layout with keyword_terms, before passages kept their page."""
+    sb = tantivy.SchemaBuilder()
+    sb.add_text_field("key", stored=False, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("tenant", stored=False, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("doc_id", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("passage_index", stored=True, indexed=True)
+    sb.add_integer_field("passage_count", stored=True)
+    sb.add_text_field("title", stored=True, tokenizer_name="attest_en", index_option="position")
+    sb.add_text_field("text", stored=True, tokenizer_name="attest_en", index_option="position")
+    sb.add_text_field("keyword_terms", stored=False, tokenizer_name="raw", index_option="basic")
+    sb.add_bytes_field("keywords", stored=True)
+    sb.add_date_field("published_at", stored=True, indexed=True, fast=True)
+    sb.add_text_field("source_url", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field("metadata", stored=True, tokenizer_name="raw", index_option="basic")
+    schema = sb.build()
+    writers = {}
+    for level in ("documents", "passages"):
+        path = data_dir / "lexical" / f"{name}-{level}"
+        path.mkdir(parents=True)
+        index = tantivy.Index(schema, path=str(path))
+        index.register_tokenizer("attest_en", english_analyzer())
+        writers[level] = index.writer(15_000_000, 1)
+    docs, passages = writers["documents"], writers["passages"]
+    for _ in range(2):
+        for tenant, documents in tenants.items():
+            for doc in documents:
+                key = f"{tenant}\x1f{doc.id}"
+                shared: dict[str, Any] = {
+                    "key": key,
+                    "tenant": tenant,
+                    "doc_id": doc.id,
+                    "title": doc.title,
+                    "keyword_terms": [
+                        f"{n}\x1f{BY_NAME[n].key(v)}" for n, vs in doc.keywords.items() for v in vs
+                    ],
+                    "keywords": json.dumps(
+                        keywords_to_stored(doc.keywords), sort_keys=True
+                    ).encode(),
+                    "source_url": doc.source_url,
+                }
+                if doc.published_at is not None:
+                    shared["published_at"] = doc.published_at
+                docs.delete_documents_by_term("key", key)
+                passages.delete_documents_by_term("key", key)
+                docs.add_document(
+                    tantivy.Document(
+                        **shared,
+                        passage_index=-1,
+                        passage_count=len(doc.passages),
+                        text=doc.body,
+                        metadata=json.dumps(doc.metadata, sort_keys=True),
+                    )
+                )
+                for p in doc.passages:
+                    passages.add_document(
+                        tantivy.Document(**shared, passage_index=p.index, text=p.text)
+                    )
+            passages.commit()
+            docs.commit()
+    for writer in writers.values():
+        writer.wait_merging_threads()
+
+
 def settings(data_dir: Path) -> LexicalSettings:
     return LexicalSettings(data_dir=data_dir, index_name="unit")
 
@@ -147,10 +227,10 @@ async def reference(tmp_path: Path):
     await backend.close()
 
 
-@pytest.fixture
-def earlier(tmp_path: Path) -> Path:
+@pytest.fixture(params=[KEYWORD_FIELDS_LAYOUT, NO_PAGE_LAYOUT])
+def earlier(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     data_dir = tmp_path / "data"
-    write_earlier_layout(data_dir, "unit", TENANTS)
+    write_earlier_layout(data_dir, "unit", TENANTS, request.param)
     return data_dir
 
 
@@ -214,9 +294,20 @@ async def test_an_earlier_layout_is_rebuilt_with_the_same_answers_for_every_tena
         assert [h.doc_id for h in await backend.search("beta", by_org)] == ["e1"]
         # 5 documents (3 + 2) and 5 passages (3 + 2) each time, deleted records left out.
         assert caplog.text.count("rebuilding its 5 records (2 tenants)") == 2
-        # Writes go to the rebuilt index.
-        await backend.index("beta", [LABOUR], refresh=True)
-        assert (await backend.stats("beta")).documents == 3
+        # Passages written before pages were kept are on page 0, unknown.
+        water = SearchQuery(text="water", top_k=10, level=Level.PASSAGE)
+        assert {h.page for h in await backend.search("acme", water)} == {0}
+        # Writes go to the rebuilt index, and keep their pages.
+        paged = DocumentIn(
+            id="p1",
+            title="Annual report",
+            body="Kestrel water use fell.",
+            passages=(PassageIn(0, "Kestrel water use fell.", page=60),),
+        )
+        await backend.index("beta", [LABOUR, paged], refresh=True)
+        assert (await backend.stats("beta")).documents == 4
+        kestrel = SearchQuery(text="kestrel", top_k=10, level=Level.PASSAGE)
+        assert [(h.doc_id, h.page) for h in await backend.search("beta", kestrel)] == [("p1", 60)]
     finally:
         await backend.close()
     names = leftovers(earlier)
@@ -228,7 +319,7 @@ async def test_an_earlier_layout_is_rebuilt_with_the_same_answers_for_every_tena
     await again.warm_up()
     try:
         assert leftovers(earlier) == names
-        assert (await again.stats("beta")).documents == 3
+        assert (await again.stats("beta")).documents == 4
         assert (await again.stats("acme")).passages == 3
     finally:
         await again.close()

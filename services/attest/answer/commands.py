@@ -70,8 +70,8 @@ def render_revisions(revisions: Sequence[common_pb2.SentenceRevision]) -> Iterat
 
 def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[str]:
     """Lines of a cited answer: sentences with numbered citations and 0-10 confidences,
-    the cited sources (with the personal facts that led to them), the KG path of
-    the top source, degradations and stage times."""
+    the cited sources (with their page, where known, and the personal facts that
+    led to them), the KG path of the top source, degradations and stage times."""
     if answer.insufficient_information:
         # The answer says what is missing ("... no source states the amount asked for.").
         reason = answer.sentences[0].text if answer.sentences else answer.text
@@ -90,7 +90,9 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
         where = f"{src.doc_id}" + (
             f" passage {src.passage_index}" if src.passage_index >= 0 else ""
         )
-        yield f"  [{i + 1}] {where}  {src.title}"
+        # A passage of a paged document (a PDF) names its page: "Annual Report p. 60".
+        title = f"{src.title or src.doc_id} p. {src.page}" if src.page > 0 else src.title
+        yield f"  [{i + 1}] {where}  {title}"
         for fact in src.facts[:3]:
             # The personal fact that led the knowledge retriever to this passage.
             span = f" (characters {fact.start_char}-{fact.end_char})" if fact.end_char else ""

@@ -293,6 +293,7 @@ class AnswerPipeline:
             text=text,
             source_url=c.source_url,
             facts=c.facts.get(passage_index, []),
+            page=c.page_of(passage_index),
         )
         if c.published_at is not None:
             source.published_at.CopyFrom(c.published_at)  # type: ignore[arg-type]

@@ -41,6 +41,8 @@ class Source:
     summary: str = ""
     # The document's keyword fields (attest.core.document), passed through.
     keywords: Keywords = field(default_factory=dict)
+    # 1-based page of the passage (common.v1.Source.page), passed through; 0 unknown.
+    page: int = 0
 
     @property
     def key(self) -> tuple[str, int]:

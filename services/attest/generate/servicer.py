@@ -119,6 +119,7 @@ def sources_from_proto(
                 ),
                 summary=s.summary,
                 keywords=keywords_from_message(s, where),
+                page=s.page,
             )
         )
     return out
@@ -140,6 +141,7 @@ def source_to_proto(s: Source) -> common_pb2.Source:
         text=s.text,
         source_url=s.source_url,
         summary=s.summary,
+        page=s.page,
     )
     stamp = to_timestamp(s.published_at) if s.published_at is not None else None  # type: ignore[arg-type]
     if stamp is not None:
@@ -406,6 +408,7 @@ class Researcher:
                             text=text,
                             source_url=hit.source_url,
                             keywords=hit.keywords,
+                            page=hit.page_of(index),
                         )
                     )
             return Found(out, tuple(skipped))

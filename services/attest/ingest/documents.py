@@ -27,6 +27,7 @@ from attest.core.document import (
     keywords_to_stored,
 )
 from attest.core.errors import InvalidArgument
+from attest.ingest.passages import PAGE_BREAK
 
 MAX_ID_CHARS = validation.MAX_ID_CHARS
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -114,7 +115,31 @@ _WRAP = re.compile(r"(?<=\S)\n(?![-*+#>|]|\d+[.)]\s|\n)")
 
 def normalize_text(text: str) -> str:
     """NFC, no control characters, single spaces, hard wraps joined, paragraphs
-    separated by one blank line, no outer white space."""
+    separated by one blank line, no outer white space.
+
+    A form feed (``PAGE_BREAK``) is a page break and survives: each page is
+    normalized on its own, and a page with text is kept from a break by a
+    blank line, so that the break is also a paragraph (and sentence) break. A
+    page without text keeps its break (two form feeds in a row, or one that
+    starts the body), so the pages after it keep their numbers; only empty
+    pages at the end go. A body without a form feed normalizes as it always
+    has: content hashes depend on it.
+    """
+    if PAGE_BREAK not in text:
+        return _normalize_page(text)
+    pages = [_normalize_page(page) for page in text.split(PAGE_BREAK)]
+    while pages and not pages[-1]:
+        pages.pop()
+    last = len(pages) - 1
+    padded = []
+    for i, page in enumerate(pages):
+        if page:
+            page = ("\n\n" if i > 0 else "") + page + ("\n\n" if i < last else "")
+        padded.append(page)
+    return PAGE_BREAK.join(padded)
+
+
+def _normalize_page(text: str) -> str:
     text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").replace("\r", "\n"))
     text = _CONTROL.sub("", text)
     text = _PARAGRAPH.sub("\n\n", text)

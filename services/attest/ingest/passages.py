@@ -8,25 +8,35 @@ script, a hash list) counts as few tokens, and is cut into pieces of that
 size rather than stored as one passage longer than the reranker and the
 generator take. Every passage keeps its
 character span in the text it came from, so ``text[start:end] == passage``.
+
+A form feed (``PAGE_BREAK``) separates pages, as pdftotext writes them: it
+ends a sentence and a passage, so no passage crosses a page or holds a form
+feed, and every passage keeps its page (1 + the form feeds before it; 0 in a
+text without any).
 The ingestion pipeline indexes these passages and the PFiD reranker trains on
 them, so both see the same units.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 CountTokens = Callable[[str], int]
 
+#: Separates the pages of a text (a body from a PDF): page n follows the
+#: (n - 1)th form feed.
+PAGE_BREAK = "\f"
+
 DEFAULT_MAX_TOKENS = 200
 #: A passage's characters per token of its budget, at most.
 CHARS_PER_TOKEN = 12
 
 # A sentence ends at ., ! or ? (optionally followed by closing quotes or
-# brackets) before white space, at 。！？, or at a blank line. Same rule as the
-# keyphrase extractor's splitter, but with positions kept.
+# brackets) before white space, at 。！？, at a blank line or at a page break.
+# Same rule as the keyphrase extractor's splitter, but with positions kept.
 # Chinese and Japanese write without spaces: each ideograph or kana is a token
 # (as a subword tokenizer counts them), a sentence ends after a run of 。！？
 # with no space after, unless a closing quote follows (「はい。」と言った。 is one).
@@ -35,6 +45,7 @@ _SENTENCE_END = re.compile(
     r"(?<=[.!?])[\"'”’)\]]*\s+"
     r"|(?<=[。！？])(?![。！？」』”’)\]）])\s*"
     r"|\n\s*\n"
+    r"|\f\s*"
 )
 _TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+|[^\w\s]")
 _WORD_SPAN = re.compile(rf"[{_CJK}]|[^\s{_CJK}]+")
@@ -54,6 +65,8 @@ class PassageSpan:
     text: str
     start_char: int
     end_char: int
+    # 1-based page the passage is on; 0 when the text has no page breaks.
+    page: int = 0
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -118,8 +131,8 @@ def split_passages(
     """Split ``text`` into passages of whole sentences, each at most ``max_tokens``
     tokens as measured by ``counter`` (pass a model tokenizer's length to count
     subword pieces) and ``CHARS_PER_TOKEN * max_tokens`` characters. Only a
-    single sentence over either limit is cut inside. Empty or blank text gives
-    no passages.
+    single sentence over either limit is cut inside. A page break ends the
+    passage before it. Empty or blank text gives no passages.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -132,17 +145,25 @@ def split_passages(
         else:
             for s, e in _cut_long(text, start, end, max_tokens, max_chars, counter):
                 units.append((s, e, counter(text[s:e])))
-    spans: list[tuple[int, int]] = []
-    current: tuple[int, int] | None = None
+    # No sentence holds a page break (it ends one), so each unit is on one page.
+    breaks = [m.start() for m in re.finditer(PAGE_BREAK, text)]
+    spans: list[tuple[int, int, int]] = []  # start, end, page
+    current: tuple[int, int, int] | None = None
     used = 0
     for start, end, n in units:
-        if current is not None and used + n <= max_tokens and end - current[0] <= max_chars:
-            current = (current[0], end)
+        page = bisect.bisect_right(breaks, start) + 1 if breaks else 0
+        if (
+            current is not None
+            and current[2] == page
+            and used + n <= max_tokens
+            and end - current[0] <= max_chars
+        ):
+            current = (current[0], end, page)
             used += n
             continue
         if current is not None:
             spans.append(current)
-        current, used = (start, end), n
+        current, used = (start, end, page), n
     if current is not None:
         spans.append(current)
-    return [PassageSpan(i, text[s:e], s, e) for i, (s, e) in enumerate(spans)]
+    return [PassageSpan(i, text[s:e], s, e, page) for i, (s, e, page) in enumerate(spans)]

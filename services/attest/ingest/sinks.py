@@ -19,7 +19,7 @@ from attest.core.common import to_timestamp
 from attest.core.document import keywords_to_message
 from attest.core.rpc_errors import from_rpc
 from attest.core.settings import ClientSettings
-from attest.ingest.stages import Record, decode_vector, record_keywords
+from attest.ingest.stages import Record, decode_vector, record_keywords, record_passages
 from attest.lexical.backends import LexicalBackend
 from attest.lexical.models import DocumentIn
 from attest.lexical.models import PassageIn as LexicalPassage
@@ -51,8 +51,15 @@ def _document_proto(record: Record) -> common_pb2.Document:
         source_url=a["source_url"],
         metadata={**a["metadata"], "attest.content_hash": record["hash"]},
         passages=[
-            common_pb2.Passage(doc_id=a["id"], index=i, text=t, start_char=s, end_char=e)
-            for i, t, s, e in record["passages"]
+            common_pb2.Passage(
+                doc_id=a["id"],
+                index=p.index,
+                text=p.text,
+                start_char=p.start_char,
+                end_char=p.end_char,
+                page=p.page,
+            )
+            for p in record_passages(record)
         ],
     )
     keywords_to_message(record_keywords(record), doc)
@@ -165,6 +172,7 @@ class LocalSinks:
         semantic_docs: list[SemanticDoc] = []
         for r in records:
             a = r["article"]
+            passages = record_passages(r)
             published = _published(r)
             common: dict[str, Any] = {
                 "id": a["id"],
@@ -178,7 +186,9 @@ class LocalSinks:
                 DocumentIn(
                     **common,
                     metadata={**a["metadata"], "attest.content_hash": r["hash"]},
-                    passages=tuple(LexicalPassage(index=i, text=t) for i, t, _, _ in r["passages"]),
+                    passages=tuple(
+                        LexicalPassage(index=p.index, text=p.text, page=p.page) for p in passages
+                    ),
                 )
             )
             semantic_docs.append(
@@ -186,8 +196,10 @@ class LocalSinks:
                     **common,
                     summary=r["summary"],
                     passages=tuple(
-                        SemanticPassage(index=p[0], text=p[1], vector=decode_vector(v))
-                        for p, v in zip(r["passages"], r["passage_vectors"], strict=True)
+                        SemanticPassage(
+                            index=p.index, text=p.text, vector=decode_vector(v), page=p.page
+                        )
+                        for p, v in zip(passages, r["passage_vectors"], strict=True)
                     ),
                     article_vector=decode_vector(r["article_vector"]),
                 )

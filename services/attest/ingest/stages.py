@@ -1,12 +1,13 @@
 """The stages of ingestion as plain functions over JSON-ready records.
 
 ``enrich`` (text only, CPU): passages, RAKE keyphrases, organizations, an
-extractive summary. ``embed`` (the model): passage, article and keyphrase
-embeddings in one batched call, and the knowledge-graph links those
-keyphrases make. ``index`` writes to the lexical and semantic stores through
-a ``Sinks``. The same functions run inline (embedded mode) and inside the
-Celery tasks; records are dicts of JSON types so that they travel as task
-arguments unchanged.
+extractive summary; a record's passages are ``[index, text, start, end,
+page]`` (read them with ``record_passages``). ``embed`` (the model): passage,
+article and keyphrase embeddings in one batched call, and the knowledge-graph
+links those keyphrases make. ``index`` writes to the lexical and semantic
+stores through a ``Sinks``. The same functions run inline (embedded mode) and
+inside the Celery tasks; records are dicts of JSON types so that they travel
+as task arguments unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from attest.ingest.organizations import (
     Recognizer,
     merge_organizations,
 )
-from attest.ingest.passages import split_passages
+from attest.ingest.passages import PassageSpan, split_passages
 from attest.ingest.settings import EnrichSettings
 from attest.ingest.summary import extractive_summary
 from attest.knowledge.linking import EntityLinker, KeyphraseExtractor
@@ -49,6 +50,21 @@ def record_keywords(record: Record) -> dict[str, tuple[str, ...]]:
         if f.name in record:
             out[f.name] = tuple(record[f.name])
     return {name: values for name, values in out.items() if values}
+
+
+def passage_rows(passages: Sequence[PassageSpan]) -> list[list[Any]]:
+    """Passages as a record holds them: ``[index, text, start, end, page]``."""
+    return [[p.index, p.text, p.start_char, p.end_char, p.page] for p in passages]
+
+
+def record_passages(record: Record) -> list[PassageSpan]:
+    """The passages of an enriched record. A record enriched before passages
+    kept their page (four fields, as in a task queued by an earlier release)
+    has its passages on page 0, unknown."""
+    return [
+        PassageSpan(int(p[0]), str(p[1]), int(p[2]), int(p[3]), int(p[4]) if len(p) > 4 else 0)
+        for p in record["passages"]
+    ]
 
 
 # The semantic service embeds an article as its title with its summary (or,
@@ -103,7 +119,7 @@ class Enricher:
             "kind": kind,
             "hash": content,
             "article": article.to_json(),
-            "passages": [[p.index, p.text, p.start_char, p.end_char] for p in passages],
+            "passages": passage_rows(passages),
             "keyphrases": phrases,
             "organizations": organizations,
             "summary": extractive_summary(article.body, s.summary_sentences),

@@ -378,7 +378,8 @@ def document_text(
     organizations: Sequence[str],
     entity_names: Iterable[str] = (),
 ) -> DocumentText:
-    """A ``DocumentText`` from an ingest record's fields (passages as [index, text, start, end])."""
+    """A ``DocumentText`` from an ingest record's fields (passages as [index, text,
+    start, end, page], or without the page as records made before pages were kept)."""
     spans = tuple((int(str(p[0])), int(str(p[2])), int(str(p[3]))) for p in passages)
     return DocumentText(doc_id, body, spans, tuple(organizations), tuple(entity_names))
 

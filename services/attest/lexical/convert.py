@@ -83,8 +83,13 @@ def document_from_proto(doc: common_pb2.Document, where: str, limits: RequestLim
                 "passage indexes must be distinct and non-negative",
                 field=f"{where}.passages[{j}].index",
             )
+        if p.page < 0:
+            raise InvalidArgument(
+                "must be 0 (no pages) or a 1-based page number",
+                field=f"{where}.passages[{j}].page",
+            )
         seen.add(p.index)
-        passages.append(PassageIn(index=p.index, text=p.text))
+        passages.append(PassageIn(index=p.index, text=p.text, page=p.page))
     if seen and seen != set(range(len(passages))):
         raise InvalidArgument(
             "passage indexes must be 0..n-1 without gaps", field=f"{where}.passages"
@@ -143,6 +148,7 @@ def hit_to_proto(hit: Hit, ids_only: bool = False) -> lexical_pb2.Hit:
         highlights=hit.highlights,
         published_at=to_timestamp(hit.published_at),
         source_url=hit.source_url,
+        page=hit.page,
     )
     keywords_to_message(hit.keywords, out)
     return out

@@ -19,6 +19,8 @@ class Level(enum.Enum):
 class PassageIn:
     index: int
     text: str
+    # 1-based page of the document the passage is on; 0 when it has no pages.
+    page: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,9 @@ class Hit:
     keywords: Keywords = field(default_factory=dict)
     published_at: datetime | None = None
     source_url: str = ""
+    # 1-based page of a passage hit; 0 for a document hit, a document without
+    # pages or a passage record written before pages were kept.
+    page: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ mirrors the same layout and scoring (see backends/tantivy.py).
 
 Layout: two indexes, ``<name>-documents`` with one record per document
 (title + body) and ``<name>-passages`` with one record per passage (title +
-passage text). Separate indexes keep BM25's statistics (document frequency,
+passage text, and the passage's ``page``: a record written before pages were
+kept has none, and reads as page 0). Separate indexes keep BM25's statistics (document frequency,
 average length) exact at each level; mixed in one index, short passages would
 shift the scores of whole documents. Every record carries the tenant and the
 document's metadata, so filters apply at both levels without joins.
@@ -61,7 +62,11 @@ SOURCE_FIELDS = [
     *(f.name for f in KEYWORD_FIELDS),
     "published_at",
     "source_url",
+    "page",
 ]
+
+# A passage's page is stored for its hits only: nothing searches or filters by it.
+PAGE_MAPPING = {"page": {"type": "integer", "index": False}}
 
 
 def keyword_mappings() -> dict[str, Any]:
@@ -70,6 +75,13 @@ def keyword_mappings() -> dict[str, Any]:
         f.name: {"type": "keyword", "normalizer": "folded"} if f.folded else {"type": "keyword"}
         for f in KEYWORD_FIELDS
     }
+
+
+def added_mappings() -> dict[str, Any]:
+    """The fields added to the layout since its first indexes, which an existing
+    index gains at start (adding a field is allowed on a live index): the
+    keyword fields and a passage's page."""
+    return {**keyword_mappings(), **PAGE_MAPPING}
 
 
 def index_definition(number_of_shards: int) -> dict[str, Any]:
@@ -95,6 +107,7 @@ def index_definition(number_of_shards: int) -> dict[str, Any]:
                 "title": text,
                 "text": text,
                 **keyword_mappings(),
+                **PAGE_MAPPING,
                 "published_at": {"type": "date"},
                 "source_url": {"type": "keyword", "index": False},
                 "metadata": {"type": "object", "enabled": False},
@@ -145,7 +158,7 @@ def records(tenant: str, doc: DocumentIn) -> list[tuple[Level, str, dict[str, An
             (
                 Level.PASSAGE,
                 record_id(tenant, doc.id, p.index),
-                {**shared, "passage_index": p.index, "text": p.text},
+                {**shared, "passage_index": p.index, "text": p.text, "page": p.page},
             )
         )
     return out
@@ -277,6 +290,7 @@ def hits_from_response(response: dict[str, Any]) -> list[Hit]:
                 keywords=keywords_from_stored(src),
                 published_at=_parse_date(src.get("published_at")),
                 source_url=src.get("source_url") or "",
+                page=int(src.get("page") or 0),
             )
         )
     return out

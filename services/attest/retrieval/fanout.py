@@ -128,12 +128,24 @@ class Hit:
     fused: float | None = None
     # passage index -> (text, best retrieval rank)
     passages: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # passage index -> its 1-based page, where a store knew it (0 is unknown)
+    pages: dict[int, int] = field(default_factory=dict)
     # passage index -> the personal facts that led the knowledge retriever to it
     facts: dict[int, list[common_pb2.SourceFact]] = field(default_factory=dict)
 
-    def add_passage(self, index: int, text: str, rank: int) -> None:
-        if text.strip() and (index not in self.passages or self.passages[index][1] > rank):
+    def add_passage(self, index: int, text: str, rank: int, page: int = 0) -> None:
+        if not text.strip():
+            return
+        if index not in self.passages or self.passages[index][1] > rank:
             self.passages[index] = (text, rank)
+        # Every store holds the same page for a passage, unless its record was
+        # written before pages were kept (0): the first page known stands.
+        if page > 0:
+            self.pages.setdefault(index, page)
+
+    def page_of(self, passage_index: int) -> int:
+        """The page of a passage; 0 when unknown or for the article itself (-1)."""
+        return self.pages.get(passage_index, 0)
 
     def passage_list(self) -> list[tuple[int, str]]:
         """Passages for the reranker, best retrieval rank first; the body when none was found."""
@@ -278,7 +290,7 @@ async def retrieve(
                 c.title = c.title or h.title
                 c.source_url = c.source_url or h.source_url
                 merge_keywords(c.keywords, keywords_from_message(h))
-                c.add_passage(h.passage_index, h.text, rank)
+                c.add_passage(h.passage_index, h.text, rank, h.page)
                 items.append((key, float(h.score)))
             return Ranked("bm25", items)
         docs, passages = await asyncio.gather(
@@ -298,7 +310,7 @@ async def retrieve(
                 c.published_at = h.published_at
         for rank, h in enumerate(passages.hits):
             if h.doc_id in hits:
-                hits[h.doc_id].add_passage(h.passage_index, h.text, rank)
+                hits[h.doc_id].add_passage(h.passage_index, h.text, rank, h.page)
         return Ranked("bm25", [(h.doc_id, h.score) for h in docs.hits])
 
     async def semantic(retriever: Retriever) -> Ranked:
@@ -344,7 +356,7 @@ async def retrieve(
                 c.title = c.title or h.title
                 c.source_url = c.source_url or h.source_url
                 merge_keywords(c.keywords, keywords_from_message(h))
-                c.add_passage(h.passage_index, h.text, rank)
+                c.add_passage(h.passage_index, h.text, rank, h.page)
                 items.append((key, float(h.score)))
             return Ranked(name, items)
         calls = [searcher.semantic_search(request(semantic_pb2.SEARCH_LEVEL_DOCUMENT), limit)]
@@ -372,7 +384,7 @@ async def retrieve(
             items.append((key, float(h.score)))
         if len(responses) > 1:
             for rank, h in enumerate(responses[1].hits):
-                hit(h.doc_id, h.doc_id).add_passage(h.passage_index, h.text, rank)
+                hit(h.doc_id, h.doc_id).add_passage(h.passage_index, h.text, rank, h.page)
         return Ranked(name, items)
 
     async def knowledge() -> Ranked:
@@ -424,7 +436,7 @@ async def retrieve(
                 continue
             key: Hashable = (doc_id, index) if passage_level else doc_id
             c = hit(key, doc_id)
-            c.add_passage(index, h.text, rank)
+            c.add_passage(index, h.text, rank, h.page)
             c.facts[index] = provenance[(doc_id, index)]
             c.title = c.title or h.title
             c.source_url = c.source_url or h.source_url

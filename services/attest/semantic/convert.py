@@ -87,11 +87,18 @@ def index_from_proto(
             raise InvalidArgument(
                 "passage indexes must be 0..n-1 without gaps", field=f"{where}.document.passages"
             )
+        for j, p in enumerate(d.passages):
+            if p.page < 0:
+                raise InvalidArgument(
+                    "must be 0 (no pages) or a 1-based page number",
+                    field=f"{where}.document.passages[{j}].page",
+                )
         passages = tuple(
             PassageIn(
                 index=p.index,
                 text=p.text,
                 vector=_vector(item.passage_vectors[j], True) if item.passage_vectors else None,
+                page=p.page,
             )
             for j, p in enumerate(d.passages)
         )
@@ -209,6 +216,7 @@ def hit_to_proto(hit: SemanticHit, ids_only: bool = False) -> semantic_pb2.Hit:
             text=hit.text,
             published_at=to_timestamp(hit.published_at),
             source_url=hit.source_url,
+            page=hit.page,
         )
         keywords_to_message(hit.keywords, out)
     if hit.dense_score is not None:

@@ -4,7 +4,9 @@ Transport-free: the gRPC servicer and the pipeline both call this class.
 Articles and passages live in two vector collections (``<prefix>-articles``,
 ``<prefix>-passages``). An article's vector embeds its headline with its
 summary (or, without one, the start of its body); the headline alone is kept
-as a separate vector in the article's payload for KG scoring. The KG scorer
+as a separate vector in the article's payload for KG scoring. A passage's
+payload keeps its ``page`` (a point written before pages were kept has none:
+page 0). The KG scorer
 keeps its article table in memory and rebuilds it from the article collection
 at start-up, so the graph needs no database of its own.
 
@@ -433,7 +435,7 @@ class SemanticIndex:
                         doc_id=doc.id,
                         passage_index=p.index,
                         vector=vec,
-                        payload={**shared, "text": p.text},
+                        payload={**shared, "text": p.text, "page": p.page},
                     )
                 )
             old = self._meta.get((tenant, doc.id))
@@ -673,6 +675,8 @@ class SemanticIndex:
             keywords=payload_keywords(pl),
             published_at=_from_epoch(pl.get("published_at")),
             source_url=pl.get("source_url", ""),
+            # A passage point written before pages were kept has none.
+            page=int(pl.get("page") or 0),
         )
 
     async def _kg(

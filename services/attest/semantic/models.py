@@ -46,6 +46,8 @@ class PassageIn:
     index: int
     text: str
     vector: Vector | None = None
+    # 1-based page of the article the passage is on; 0 when it has no pages.
+    page: int = 0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class SemanticHit:
     keywords: Keywords = field(default_factory=dict)
     published_at: datetime | None = None
     source_url: str = ""
+    # 1-based page of a passage hit; 0 for an article hit, an article without
+    # pages or a passage point written before pages were kept.
+    page: int = 0
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,9 @@ class EngineBackend(abc.ABC):
                     await self._create_index(name, definition)
                     log.info("created %s index %s", self.name, name)
                 else:
-                    # An index made before a keyword field was declared gains
-                    # its mapping (adding a field is allowed on a live index).
-                    await self._put_mapping(name, q.keyword_mappings())
+                    # An index made before a keyword field was declared, or
+                    # before passages kept their page, gains the field's mapping.
+                    await self._put_mapping(name, q.added_mappings())
             except Exception as exc:
                 if self._is_already_exists(exc):
                     continue

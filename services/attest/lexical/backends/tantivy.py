@@ -14,10 +14,15 @@ value (case-folded for a folded field), which the filters match, and
 ``keywords``, the fields as stored JSON. tantivy cannot add a field to an
 existing index, so declaring a keyword field changes no schema.
 
-An index written with the earlier layout (one schema field per keyword
-field, before ``keyword_terms``) is rebuilt in this layout when it is opened,
-from its own stored records: the tenant of each record, which was indexed but
-not stored, comes back from the term dictionary of ``tenant``. The new index
+A passage record stores its ``page`` (1-based; 0 for a document without
+pages).
+
+An index written with an earlier layout (one schema field per keyword field,
+before ``keyword_terms``; or passages without ``page``) is rebuilt in this
+layout when it is opened, since tantivy cannot add a field to an existing
+index, from its own stored records: the tenant of each record, which was
+indexed but not stored, comes back from the term dictionary of ``tenant``,
+and a passage written before pages were kept is on page 0. The new index
 is built beside the old one (``<name>.rebuilding``) and swapped in by renames,
 and the earlier index is kept as ``<name>.earlier-layout-<time>``; a start
 interrupted at any step completes or restarts the rebuild, and an index
@@ -114,6 +119,7 @@ def _schema() -> tantivy.Schema:
     sb.add_date_field("published_at", stored=True, indexed=True, fast=True)
     sb.add_text_field("source_url", stored=True, tokenizer_name="raw", index_option="basic")
     sb.add_text_field("metadata", stored=True, tokenizer_name="raw", index_option="basic")
+    sb.add_integer_field("page", stored=True)
     return sb.build()
 
 
@@ -199,7 +205,7 @@ class _LevelIndex:
             if "schema does not match" not in str(err):
                 raise
             # tantivy cannot change an existing index's fields: one written
-            # with the earlier layout is rebuilt in this one.
+            # with an earlier layout is rebuilt in this one.
             _rebuild_earlier_layout(path, heap)
             self.index = _open_current(path)
         self.index.register_tokenizer(ANALYZER, english_analyzer())
@@ -326,7 +332,7 @@ class TantivyBackend:
                 )
                 for p in doc.passages:
                     passages.writer.add_document(
-                        tantivy.Document(**shared, passage_index=p.index, text=p.text)
+                        tantivy.Document(**shared, passage_index=p.index, text=p.text, page=p.page)
                     )
                 count += len(doc.passages)
             # Passages first: a crash between the commits leaves a document
@@ -457,6 +463,7 @@ class TantivyBackend:
                     keywords=keywords_from_stored(json.loads(_first(stored, KEYWORDS, b"{}"))),
                     published_at=published,
                     source_url=_first(stored, "source_url", ""),
+                    page=int(_first(stored, "page", 0)),
                 )
             )
         return hits
@@ -532,11 +539,12 @@ def _any(level: _LevelIndex, field: str, values: list[str]) -> tantivy.Query:
     return tantivy.Query.boolean_query([(Should, level.term(field, v)) for v in values])
 
 
-# -- the earlier layout ------------------------------------------------------------
+# -- earlier layouts ---------------------------------------------------------------
 
-# The stored fields a record of the earlier layout keeps as they are; its keyword
-# fields move into KEYWORD_TERMS and KEYWORDS, and ``key`` and ``tenant`` (indexed,
-# not stored) are written again from the tenant its record was found under.
+# The stored fields a record of an earlier layout keeps as they are (``page``
+# only where it has one); its keyword fields are written again into
+# KEYWORD_TERMS and KEYWORDS, and ``key`` and ``tenant`` (indexed, not stored)
+# from the tenant its record was found under.
 _CARRIED = (
     "doc_id",
     "passage_index",
@@ -546,6 +554,7 @@ _CARRIED = (
     "published_at",
     "source_url",
     "metadata",
+    "page",
 )
 
 
@@ -594,7 +603,7 @@ def _complete_rebuild(path: Path) -> Path | None:
 
 
 def _earlier_records(path: Path, index: tantivy.Index) -> dict[str, list[Any]]:
-    """The address of every record of an index of the earlier layout, by tenant."""
+    """The address of every record of an index of an earlier layout, by tenant."""
     searcher = index.searcher()
     total = searcher.num_docs
     out: dict[str, list[Any]] = {}
@@ -620,12 +629,21 @@ def _earlier_records(path: Path, index: tantivy.Index) -> dict[str, list[Any]]:
     return out
 
 
+def _stored_keywords(stored: dict[str, list[Any]]) -> Keywords:
+    """The keyword fields of a record of an earlier layout: as KEYWORDS (the
+    layout before ``page``), or a stored field each (before KEYWORD_TERMS)."""
+    raw = _first(stored, KEYWORDS)
+    if raw is not None:
+        return keywords_from_stored(json.loads(raw))
+    return keywords_from_stored(stored)
+
+
 def _current_record(tenant: str, stored: dict[str, list[Any]]) -> tantivy.Document:
     fields: dict[str, Any] = {name: stored[name] for name in _CARRIED if stored.get(name)}
     fields.update(
         key=_key(tenant, str(_first(stored, "doc_id", ""))),
         tenant=tenant,
-        **_keyword_fields(keywords_from_stored(stored)),
+        **_keyword_fields(_stored_keywords(stored)),
     )
     return tantivy.Document(**fields)
 
@@ -660,7 +678,7 @@ def _write_current(
 
 
 def _rebuild_earlier_layout(path: Path, heap: int) -> None:
-    """Rebuilds the index at ``path``, of the earlier layout, in the current one.
+    """Rebuilds the index at ``path``, of an earlier layout, in the current one.
 
     Every live record is written again with its tenant, stored fields and
     keyword values, so searches, filters and counts answer as before. The

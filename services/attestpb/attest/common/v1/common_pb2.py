@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/common/v1/common.proto\x12\x10\x61ttest.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x02\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\t\x12\x30\n\x0cpublished_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsource_url\x18\x05 \x01(\t\x12\x15\n\rorganizations\x18\x06 \x03(\t\x12\x12\n\nentity_ids\x18\x07 \x03(\t\x12:\n\x08metadata\x18\x08 \x03(\x0b\x32(.attest.common.v1.Document.MetadataEntry\x12+\n\x08passages\x18\t \x03(\x0b\x32\x19.attest.common.v1.Passage\x12\x10\n\x08language\x18\n \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\\\n\x07Passage\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x12\n\nstart_char\x18\x04 \x01(\x05\x12\x10\n\x08\x65nd_char\x18\x05 \x01(\x05\"A\n\x06\x46ilter\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0e\n\x06\x61ny_of\x18\x02 \x03(\t\x12\x0b\n\x03gte\x18\x03 \x01(\t\x12\x0b\n\x03lte\x18\x04 \x01(\t\"j\n\x08\x43itation\x12\x14\n\x0csource_index\x18\x01 \x01(\x05\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x15\n\rpassage_index\x18\x03 \x01(\x05\x12\x12\n\nconfidence\x18\x04 \x01(\x05\x12\r\n\x05quote\x18\x05 \x01(\t\"\xe2\x01\n\x06Source\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x12\n\nsource_url\x18\x05 \x01(\t\x12\x30\n\x0cpublished_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12+\n\x05\x66\x61\x63ts\x18\x08 \x03(\x0b\x32\x1c.attest.common.v1.SourceFact\x12\x10\n\x08language\x18\t \x01(\t\"T\n\nSourceFact\x12\x11\n\tstatement\x18\x01 \x01(\t\x12\x12\n\nstart_char\x18\x02 \x01(\x05\x12\x10\n\x08\x65nd_char\x18\x03 \x01(\x05\x12\r\n\x05score\x18\x04 \x01(\x02\"\x85\x01\n\x0e\x41nswerSentence\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12-\n\tcitations\x18\x03 \x03(\x0b\x32\x1a.attest.common.v1.Citation\x12\x13\n\x0bunsupported\x18\x04 \x01(\x08\x12\x12\n\nconfidence\x18\x05 \x01(\x05\",\n\rSentenceDraft\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xee\x01\n\x10SentenceRevision\x12\x16\n\x0esentence_index\x18\x01 \x01(\x05\x12\x32\n\x08sentence\x18\x02 \x01(\x0b\x32 .attest.common.v1.AnswerSentence\x12\x1b\n\x13previous_confidence\x18\x03 \x01(\x05\x12\r\n\x05query\x18\x04 \x01(\t\x12/\n\radded_sources\x18\x05 \x03(\x0b\x32\x18.attest.common.v1.Source\x12 \n\x18\x66irst_added_source_index\x18\x06 \x01(\x05\x12\x0f\n\x07removed\x18\x07 \x01(\x08\"\x9d\x01\n\nKgPathNode\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12,\n\x05level\x18\x03 \x01(\x0e\x32\x1d.attest.common.v1.KgNodeLevel\x12\x0e\n\x06gri_id\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x02\x12\x16\n\x0e\x62\x65st_attribute\x18\x06 \x01(\t\x12\x10\n\x08relation\x18\x07 \x01(\t\"5\n\x06KgPath\x12+\n\x05nodes\x18\x01 \x03(\x0b\x32\x1c.attest.common.v1.KgPathNode\"\xbb\x01\n\x10RetrievalOptions\x12/\n\nretrievers\x18\x01 \x03(\x0e\x32\x1b.attest.common.v1.Retriever\x12.\n\x06\x66usion\x18\x02 \x01(\x0e\x32\x1e.attest.common.v1.FusionMethod\x12)\n\x07\x66ilters\x18\x03 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12\x1b\n\x13top_k_per_retriever\x18\x04 \x01(\x05*\xcb\x01\n\x0bKgNodeLevel\x12\x1d\n\x19KG_NODE_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15KG_NODE_LEVEL_ARTICLE\x10\x01\x12\x17\n\x13KG_NODE_LEVEL_LOWER\x10\x02\x12\x1e\n\x1aKG_NODE_LEVEL_INTERMEDIATE\x10\x03\x12\x17\n\x13KG_NODE_LEVEL_BASIC\x10\x04\x12\x18\n\x14KG_NODE_LEVEL_PILLAR\x10\x05\x12\x16\n\x12KG_NODE_LEVEL_ROOT\x10\x06*\x95\x01\n\tRetriever\x12\x19\n\x15RETRIEVER_UNSPECIFIED\x10\x00\x12\x12\n\x0eRETRIEVER_BM25\x10\x01\x12\x13\n\x0fRETRIEVER_DENSE\x10\x02\x12\x10\n\x0cRETRIEVER_KG\x10\x03\x12\x19\n\x15RETRIEVER_KG_ENHANCED\x10\x04\x12\x17\n\x13RETRIEVER_KNOWLEDGE\x10\x05*x\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x01\x12\x1a\n\x16\x46USION_METHOD_WEIGHTED\x10\x02\x12\x16\n\x12\x46USION_METHOD_DBSF\x10\x03*H\n\x07HitView\x12\x18\n\x14HIT_VIEW_UNSPECIFIED\x10\x00\x12\x11\n\rHIT_VIEW_FULL\x10\x01\x12\x10\n\x0cHIT_VIEW_IDS\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/common/v1/common.proto\x12\x10\x61ttest.common.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x02\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04\x62ody\x18\x03 \x01(\t\x12\x30\n\x0cpublished_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsource_url\x18\x05 \x01(\t\x12\x15\n\rorganizations\x18\x06 \x03(\t\x12\x12\n\nentity_ids\x18\x07 \x03(\t\x12:\n\x08metadata\x18\x08 \x03(\x0b\x32(.attest.common.v1.Document.MetadataEntry\x12+\n\x08passages\x18\t \x03(\x0b\x32\x19.attest.common.v1.Passage\x12\x10\n\x08language\x18\n \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\x07Passage\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x12\n\nstart_char\x18\x04 \x01(\x05\x12\x10\n\x08\x65nd_char\x18\x05 \x01(\x05\x12\x0c\n\x04page\x18\x06 \x01(\x05\"A\n\x06\x46ilter\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x0e\n\x06\x61ny_of\x18\x02 \x03(\t\x12\x0b\n\x03gte\x18\x03 \x01(\t\x12\x0b\n\x03lte\x18\x04 \x01(\t\"j\n\x08\x43itation\x12\x14\n\x0csource_index\x18\x01 \x01(\x05\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x15\n\rpassage_index\x18\x03 \x01(\x05\x12\x12\n\nconfidence\x18\x04 \x01(\x05\x12\r\n\x05quote\x18\x05 \x01(\t\"\xf0\x01\n\x06Source\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x12\n\nsource_url\x18\x05 \x01(\t\x12\x30\n\x0cpublished_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12+\n\x05\x66\x61\x63ts\x18\x08 \x03(\x0b\x32\x1c.attest.common.v1.SourceFact\x12\x10\n\x08language\x18\t \x01(\t\x12\x0c\n\x04page\x18\n \x01(\x05\"T\n\nSourceFact\x12\x11\n\tstatement\x18\x01 \x01(\t\x12\x12\n\nstart_char\x18\x02 \x01(\x05\x12\x10\n\x08\x65nd_char\x18\x03 \x01(\x05\x12\r\n\x05score\x18\x04 \x01(\x02\"\x85\x01\n\x0e\x41nswerSentence\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12-\n\tcitations\x18\x03 \x03(\x0b\x32\x1a.attest.common.v1.Citation\x12\x13\n\x0bunsupported\x18\x04 \x01(\x08\x12\x12\n\nconfidence\x18\x05 \x01(\x05\",\n\rSentenceDraft\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xee\x01\n\x10SentenceRevision\x12\x16\n\x0esentence_index\x18\x01 \x01(\x05\x12\x32\n\x08sentence\x18\x02 \x01(\x0b\x32 .attest.common.v1.AnswerSentence\x12\x1b\n\x13previous_confidence\x18\x03 \x01(\x05\x12\r\n\x05query\x18\x04 \x01(\t\x12/\n\radded_sources\x18\x05 \x03(\x0b\x32\x18.attest.common.v1.Source\x12 \n\x18\x66irst_added_source_index\x18\x06 \x01(\x05\x12\x0f\n\x07removed\x18\x07 \x01(\x08\"\x9d\x01\n\nKgPathNode\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12,\n\x05level\x18\x03 \x01(\x0e\x32\x1d.attest.common.v1.KgNodeLevel\x12\x0e\n\x06gri_id\x18\x04 \x01(\t\x12\r\n\x05score\x18\x05 \x01(\x02\x12\x16\n\x0e\x62\x65st_attribute\x18\x06 \x01(\t\x12\x10\n\x08relation\x18\x07 \x01(\t\"5\n\x06KgPath\x12+\n\x05nodes\x18\x01 \x03(\x0b\x32\x1c.attest.common.v1.KgPathNode\"\xbb\x01\n\x10RetrievalOptions\x12/\n\nretrievers\x18\x01 \x03(\x0e\x32\x1b.attest.common.v1.Retriever\x12.\n\x06\x66usion\x18\x02 \x01(\x0e\x32\x1e.attest.common.v1.FusionMethod\x12)\n\x07\x66ilters\x18\x03 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12\x1b\n\x13top_k_per_retriever\x18\x04 \x01(\x05*\xcb\x01\n\x0bKgNodeLevel\x12\x1d\n\x19KG_NODE_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15KG_NODE_LEVEL_ARTICLE\x10\x01\x12\x17\n\x13KG_NODE_LEVEL_LOWER\x10\x02\x12\x1e\n\x1aKG_NODE_LEVEL_INTERMEDIATE\x10\x03\x12\x17\n\x13KG_NODE_LEVEL_BASIC\x10\x04\x12\x18\n\x14KG_NODE_LEVEL_PILLAR\x10\x05\x12\x16\n\x12KG_NODE_LEVEL_ROOT\x10\x06*\x95\x01\n\tRetriever\x12\x19\n\x15RETRIEVER_UNSPECIFIED\x10\x00\x12\x12\n\x0eRETRIEVER_BM25\x10\x01\x12\x13\n\x0fRETRIEVER_DENSE\x10\x02\x12\x10\n\x0cRETRIEVER_KG\x10\x03\x12\x19\n\x15RETRIEVER_KG_ENHANCED\x10\x04\x12\x17\n\x13RETRIEVER_KNOWLEDGE\x10\x05*x\n\x0c\x46usionMethod\x12\x1d\n\x19\x46USION_METHOD_UNSPECIFIED\x10\x00\x12\x15\n\x11\x46USION_METHOD_RRF\x10\x01\x12\x1a\n\x16\x46USION_METHOD_WEIGHTED\x10\x02\x12\x16\n\x12\x46USION_METHOD_DBSF\x10\x03*H\n\x07HitView\x12\x18\n\x14HIT_VIEW_UNSPECIFIED\x10\x00\x12\x11\n\rHIT_VIEW_FULL\x10\x01\x12\x10\n\x0cHIT_VIEW_IDS\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,38 +34,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DOCUMENT_METADATAENTRY']._loaded_options = None
   _globals['_DOCUMENT_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_KGNODELEVEL']._serialized_start=1836
-  _globals['_KGNODELEVEL']._serialized_end=2039
-  _globals['_RETRIEVER']._serialized_start=2042
-  _globals['_RETRIEVER']._serialized_end=2191
-  _globals['_FUSIONMETHOD']._serialized_start=2193
-  _globals['_FUSIONMETHOD']._serialized_end=2313
-  _globals['_HITVIEW']._serialized_start=2315
-  _globals['_HITVIEW']._serialized_end=2387
+  _globals['_KGNODELEVEL']._serialized_start=1864
+  _globals['_KGNODELEVEL']._serialized_end=2067
+  _globals['_RETRIEVER']._serialized_start=2070
+  _globals['_RETRIEVER']._serialized_end=2219
+  _globals['_FUSIONMETHOD']._serialized_start=2221
+  _globals['_FUSIONMETHOD']._serialized_end=2341
+  _globals['_HITVIEW']._serialized_start=2343
+  _globals['_HITVIEW']._serialized_end=2415
   _globals['_DOCUMENT']._serialized_start=85
   _globals['_DOCUMENT']._serialized_end=421
   _globals['_DOCUMENT_METADATAENTRY']._serialized_start=374
   _globals['_DOCUMENT_METADATAENTRY']._serialized_end=421
   _globals['_PASSAGE']._serialized_start=423
-  _globals['_PASSAGE']._serialized_end=515
-  _globals['_FILTER']._serialized_start=517
-  _globals['_FILTER']._serialized_end=582
-  _globals['_CITATION']._serialized_start=584
-  _globals['_CITATION']._serialized_end=690
-  _globals['_SOURCE']._serialized_start=693
-  _globals['_SOURCE']._serialized_end=919
-  _globals['_SOURCEFACT']._serialized_start=921
-  _globals['_SOURCEFACT']._serialized_end=1005
-  _globals['_ANSWERSENTENCE']._serialized_start=1008
-  _globals['_ANSWERSENTENCE']._serialized_end=1141
-  _globals['_SENTENCEDRAFT']._serialized_start=1143
-  _globals['_SENTENCEDRAFT']._serialized_end=1187
-  _globals['_SENTENCEREVISION']._serialized_start=1190
-  _globals['_SENTENCEREVISION']._serialized_end=1428
-  _globals['_KGPATHNODE']._serialized_start=1431
-  _globals['_KGPATHNODE']._serialized_end=1588
-  _globals['_KGPATH']._serialized_start=1590
-  _globals['_KGPATH']._serialized_end=1643
-  _globals['_RETRIEVALOPTIONS']._serialized_start=1646
-  _globals['_RETRIEVALOPTIONS']._serialized_end=1833
+  _globals['_PASSAGE']._serialized_end=529
+  _globals['_FILTER']._serialized_start=531
+  _globals['_FILTER']._serialized_end=596
+  _globals['_CITATION']._serialized_start=598
+  _globals['_CITATION']._serialized_end=704
+  _globals['_SOURCE']._serialized_start=707
+  _globals['_SOURCE']._serialized_end=947
+  _globals['_SOURCEFACT']._serialized_start=949
+  _globals['_SOURCEFACT']._serialized_end=1033
+  _globals['_ANSWERSENTENCE']._serialized_start=1036
+  _globals['_ANSWERSENTENCE']._serialized_end=1169
+  _globals['_SENTENCEDRAFT']._serialized_start=1171
+  _globals['_SENTENCEDRAFT']._serialized_end=1215
+  _globals['_SENTENCEREVISION']._serialized_start=1218
+  _globals['_SENTENCEREVISION']._serialized_end=1456
+  _globals['_KGPATHNODE']._serialized_start=1459
+  _globals['_KGPATHNODE']._serialized_end=1616
+  _globals['_KGPATH']._serialized_start=1618
+  _globals['_KGPATH']._serialized_end=1671
+  _globals['_RETRIEVALOPTIONS']._serialized_start=1674
+  _globals['_RETRIEVALOPTIONS']._serialized_end=1861
 # @@protoc_insertion_point(module_scope)

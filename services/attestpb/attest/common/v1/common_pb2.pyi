@@ -229,7 +229,10 @@ class Document(_message.Message):
     title: _builtins.str
     """Headline or title; may be empty."""
     body: _builtins.str
-    """Full plain-text body."""
+    """Full plain-text body. A form feed (U+000C) separates pages, as pdftotext
+    writes them (page 1, form feed, page 2, ...); ingestion keeps it, and a
+    passage's page is 1 + the form feeds before it (Passage.page).
+    """
     source_url: _builtins.str
     """Where the document was published, if known."""
     language: _builtins.str
@@ -291,6 +294,7 @@ class Passage(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     START_CHAR_FIELD_NUMBER: _builtins.int
     END_CHAR_FIELD_NUMBER: _builtins.int
+    PAGE_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document this passage belongs to."""
     index: _builtins.int
@@ -301,6 +305,11 @@ class Passage(_message.Message):
     """Offset of the first character of the passage in the document body."""
     end_char: _builtins.int
     """Offset one past the last character of the passage in the document body."""
+    page: _builtins.int
+    """1-based page of the document the passage is on (1 + the form feeds before
+    it in the body); 0 when the document has no pages (no form feed). Never
+    negative. Stores return it on their passage hits.
+    """
     def __init__(
         self,
         *,
@@ -309,10 +318,11 @@ class Passage(_message.Message):
         text: _builtins.str = ...,
         start_char: _builtins.int = ...,
         end_char: _builtins.int = ...,
+        page: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "end_char", b"end_char", "index", b"index", "start_char", b"start_char", "text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "end_char", b"end_char", "index", b"index", "page", b"page", "start_char", b"start_char", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,6 +425,7 @@ class Source(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
     LANGUAGE_FIELD_NUMBER: _builtins.int
+    PAGE_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document the source comes from."""
     passage_index: _builtins.int
@@ -431,6 +442,11 @@ class Source(_message.Message):
     """
     language: _builtins.str
     """Language of the document (Document.language); empty when unknown."""
+    page: _builtins.int
+    """1-based page of the document the passage is on (Passage.page); 0 when
+    the document has no pages, the source is the whole document, or the
+    passage was stored before pages were kept.
+    """
     @_builtins.property
     def published_at(self) -> _timestamp_pb2.Timestamp:
         """Publication time of the document; unset when unknown."""
@@ -454,10 +470,11 @@ class Source(_message.Message):
         summary: _builtins.str = ...,
         facts: _abc.Iterable[Global___SourceFact] | None = ...,
         language: _builtins.str = ...,
+        page: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "facts", b"facts", "language", b"language", "passage_index", b"passage_index", "published_at", b"published_at", "source_url", b"source_url", "summary", b"summary", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "facts", b"facts", "language", b"language", "page", b"page", "passage_index", b"passage_index", "published_at", b"published_at", "source_url", b"source_url", "summary", b"summary", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

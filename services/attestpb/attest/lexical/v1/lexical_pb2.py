@@ -26,15 +26,15 @@ from attest.common.v1 import common_pb2 as attest_dot_common_dot_v1_dot_common__
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61ttest/lexical/v1/lexical.proto\x12\x11\x61ttest.lexical.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"N\n\x0cIndexRequest\x12-\n\tdocuments\x18\x01 \x03(\x0b\x32\x1a.attest.common.v1.Document\x12\x0f\n\x07refresh\x18\x02 \x01(\x08\"4\n\rIndexResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x05\x12\x10\n\x08passages\x18\x02 \x01(\x05\"\xc3\x01\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12)\n\x07\x66ilters\x18\x03 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12-\n\x05level\x18\x04 \x01(\x0e\x32\x1e.attest.lexical.v1.SearchLevel\x12\x11\n\thighlight\x18\x05 \x01(\x08\x12\'\n\x04view\x18\x06 \x01(\x0e\x32\x19.attest.common.v1.HitView\"\xef\x01\n\x03Hit\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x02\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x12\n\nhighlights\x18\x06 \x03(\t\x12\x15\n\rorganizations\x18\x07 \x03(\t\x12\x12\n\nentity_ids\x18\x08 \x03(\t\x12\x30\n\x0cpublished_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsource_url\x18\n \x01(\t\x12\x10\n\x08language\x18\x0b \x01(\t\"G\n\x0eSearchResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.attest.lexical.v1.Hit\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\" \n\rDeleteRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x05\"\x0e\n\x0cStatsRequest\"E\n\rStatsResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x03\x12\x10\n\x08passages\x18\x02 \x01(\x03\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\"=\n\x14ListDocumentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"H\n\x0eStoredDocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x10\n\x08passages\x18\x02 \x01(\x05\x12\x14\n\x0chas_document\x18\x03 \x01(\x08\"f\n\x15ListDocumentsResponse\x12\x34\n\tdocuments\x18\x01 \x03(\x0b\x32!.attest.lexical.v1.StoredDocument\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*`\n\x0bSearchLevel\x12\x1c\n\x18SEARCH_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15SEARCH_LEVEL_DOCUMENT\x10\x01\x12\x18\n\x14SEARCH_LEVEL_PASSAGE\x10\x02\x32\xaa\x03\n\x0eLexicalService\x12J\n\x05Index\x12\x1f.attest.lexical.v1.IndexRequest\x1a .attest.lexical.v1.IndexResponse\x12M\n\x06Search\x12 .attest.lexical.v1.SearchRequest\x1a!.attest.lexical.v1.SearchResponse\x12M\n\x06\x44\x65lete\x12 .attest.lexical.v1.DeleteRequest\x1a!.attest.lexical.v1.DeleteResponse\x12J\n\x05Stats\x12\x1f.attest.lexical.v1.StatsRequest\x1a .attest.lexical.v1.StatsResponse\x12\x62\n\rListDocuments\x12\'.attest.lexical.v1.ListDocumentsRequest\x1a(.attest.lexical.v1.ListDocumentsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1f\x61ttest/lexical/v1/lexical.proto\x12\x11\x61ttest.lexical.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"N\n\x0cIndexRequest\x12-\n\tdocuments\x18\x01 \x03(\x0b\x32\x1a.attest.common.v1.Document\x12\x0f\n\x07refresh\x18\x02 \x01(\x08\"4\n\rIndexResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x05\x12\x10\n\x08passages\x18\x02 \x01(\x05\"\xc3\x01\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12)\n\x07\x66ilters\x18\x03 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12-\n\x05level\x18\x04 \x01(\x0e\x32\x1e.attest.lexical.v1.SearchLevel\x12\x11\n\thighlight\x18\x05 \x01(\x08\x12\'\n\x04view\x18\x06 \x01(\x0e\x32\x19.attest.common.v1.HitView\"\xfd\x01\n\x03Hit\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x02\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x12\n\nhighlights\x18\x06 \x03(\t\x12\x15\n\rorganizations\x18\x07 \x03(\t\x12\x12\n\nentity_ids\x18\x08 \x03(\t\x12\x30\n\x0cpublished_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsource_url\x18\n \x01(\t\x12\x10\n\x08language\x18\x0b \x01(\t\x12\x0c\n\x04page\x18\x0c \x01(\x05\"G\n\x0eSearchResponse\x12$\n\x04hits\x18\x01 \x03(\x0b\x32\x16.attest.lexical.v1.Hit\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\" \n\rDeleteRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x05\"\x0e\n\x0cStatsRequest\"E\n\rStatsResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x03\x12\x10\n\x08passages\x18\x02 \x01(\x03\x12\x0f\n\x07\x62\x61\x63kend\x18\x03 \x01(\t\"=\n\x14ListDocumentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"H\n\x0eStoredDocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x10\n\x08passages\x18\x02 \x01(\x05\x12\x14\n\x0chas_document\x18\x03 \x01(\x08\"f\n\x15ListDocumentsResponse\x12\x34\n\tdocuments\x18\x01 \x03(\x0b\x32!.attest.lexical.v1.StoredDocument\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*`\n\x0bSearchLevel\x12\x1c\n\x18SEARCH_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15SEARCH_LEVEL_DOCUMENT\x10\x01\x12\x18\n\x14SEARCH_LEVEL_PASSAGE\x10\x02\x32\xaa\x03\n\x0eLexicalService\x12J\n\x05Index\x12\x1f.attest.lexical.v1.IndexRequest\x1a .attest.lexical.v1.IndexResponse\x12M\n\x06Search\x12 .attest.lexical.v1.SearchRequest\x1a!.attest.lexical.v1.SearchResponse\x12M\n\x06\x44\x65lete\x12 .attest.lexical.v1.DeleteRequest\x1a!.attest.lexical.v1.DeleteResponse\x12J\n\x05Stats\x12\x1f.attest.lexical.v1.StatsRequest\x1a .attest.lexical.v1.StatsResponse\x12\x62\n\rListDocuments\x12\'.attest.lexical.v1.ListDocumentsRequest\x1a(.attest.lexical.v1.ListDocumentsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attest.lexical.v1.lexical_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHLEVEL']._serialized_start=1162
-  _globals['_SEARCHLEVEL']._serialized_end=1258
+  _globals['_SEARCHLEVEL']._serialized_start=1176
+  _globals['_SEARCHLEVEL']._serialized_end=1272
   _globals['_INDEXREQUEST']._serialized_start=118
   _globals['_INDEXREQUEST']._serialized_end=196
   _globals['_INDEXRESPONSE']._serialized_start=198
@@ -42,23 +42,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SEARCHREQUEST']._serialized_start=253
   _globals['_SEARCHREQUEST']._serialized_end=448
   _globals['_HIT']._serialized_start=451
-  _globals['_HIT']._serialized_end=690
-  _globals['_SEARCHRESPONSE']._serialized_start=692
-  _globals['_SEARCHRESPONSE']._serialized_end=763
-  _globals['_DELETEREQUEST']._serialized_start=765
-  _globals['_DELETEREQUEST']._serialized_end=797
-  _globals['_DELETERESPONSE']._serialized_start=799
-  _globals['_DELETERESPONSE']._serialized_end=832
-  _globals['_STATSREQUEST']._serialized_start=834
-  _globals['_STATSREQUEST']._serialized_end=848
-  _globals['_STATSRESPONSE']._serialized_start=850
-  _globals['_STATSRESPONSE']._serialized_end=919
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=921
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=982
-  _globals['_STOREDDOCUMENT']._serialized_start=984
-  _globals['_STOREDDOCUMENT']._serialized_end=1056
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=1058
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1160
-  _globals['_LEXICALSERVICE']._serialized_start=1261
-  _globals['_LEXICALSERVICE']._serialized_end=1687
+  _globals['_HIT']._serialized_end=704
+  _globals['_SEARCHRESPONSE']._serialized_start=706
+  _globals['_SEARCHRESPONSE']._serialized_end=777
+  _globals['_DELETEREQUEST']._serialized_start=779
+  _globals['_DELETEREQUEST']._serialized_end=811
+  _globals['_DELETERESPONSE']._serialized_start=813
+  _globals['_DELETERESPONSE']._serialized_end=846
+  _globals['_STATSREQUEST']._serialized_start=848
+  _globals['_STATSREQUEST']._serialized_end=862
+  _globals['_STATSRESPONSE']._serialized_start=864
+  _globals['_STATSRESPONSE']._serialized_end=933
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=935
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=996
+  _globals['_STOREDDOCUMENT']._serialized_start=998
+  _globals['_STOREDDOCUMENT']._serialized_end=1070
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=1072
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1174
+  _globals['_LEXICALSERVICE']._serialized_start=1275
+  _globals['_LEXICALSERVICE']._serialized_end=1701
 # @@protoc_insertion_point(module_scope)

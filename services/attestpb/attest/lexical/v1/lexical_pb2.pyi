@@ -160,6 +160,7 @@ class Hit(_message.Message):
     PUBLISHED_AT_FIELD_NUMBER: _builtins.int
     SOURCE_URL_FIELD_NUMBER: _builtins.int
     LANGUAGE_FIELD_NUMBER: _builtins.int
+    PAGE_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document."""
     passage_index: _builtins.int
@@ -174,6 +175,11 @@ class Hit(_message.Message):
     """Where the document was published, if known."""
     language: _builtins.str
     """Language of the document (ISO 639-1), if known."""
+    page: _builtins.int
+    """1-based page of the document the passage is on (Passage.page); 0 for a
+    document hit, a document without pages or a passage stored before pages
+    were kept. Not set in the ids view.
+    """
     @_builtins.property
     def highlights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Matching fragments with query terms wrapped in <em>...</em>, when requested."""
@@ -204,10 +210,11 @@ class Hit(_message.Message):
         published_at: _timestamp_pb2.Timestamp | None = ...,
         source_url: _builtins.str = ...,
         language: _builtins.str = ...,
+        page: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "highlights", b"highlights", "language", b"language", "organizations", b"organizations", "passage_index", b"passage_index", "published_at", b"published_at", "score", b"score", "source_url", b"source_url", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "highlights", b"highlights", "language", b"language", "organizations", b"organizations", "page", b"page", "passage_index", b"passage_index", "published_at", b"published_at", "score", b"score", "source_url", b"source_url", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

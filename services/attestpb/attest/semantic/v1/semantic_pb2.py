@@ -26,19 +26,19 @@ from attest.common.v1 import common_pb2 as attest_dot_common_dot_v1_dot_common__
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!attest/semantic/v1/semantic.proto\x12\x12\x61ttest.semantic.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\xb7\x01\n\rIndexDocument\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.attest.common.v1.Document\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12\x32\n\x0e\x61rticle_vector\x18\x03 \x01(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\x33\n\x0fpassage_vectors\x18\x04 \x03(\x0b\x32\x1a.attest.semantic.v1.Vector\"]\n\x0cIndexRequest\x12\x34\n\tdocuments\x18\x01 \x03(\x0b\x32!.attest.semantic.v1.IndexDocument\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"F\n\rIndexResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x05\x12\x10\n\x08passages\x18\x02 \x01(\x05\x12\x10\n\x08kg_links\x18\x03 \x01(\x05\"\x98\x03\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x30\n\x0cquery_vector\x18\x02 \x01(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12)\n\x07\x66ilters\x18\x04 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12.\n\x05level\x18\x05 \x01(\x0e\x32\x1f.attest.semantic.v1.SearchLevel\x12,\n\x04mode\x18\x06 \x01(\x0e\x32\x1e.attest.semantic.v1.SearchMode\x12\x31\n\nkg_variant\x18\x07 \x01(\x0e\x32\x1d.attest.semantic.v1.KgVariant\x12\x15\n\x08kg_top_n\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12.\n\x06\x66usion\x18\t \x01(\x0e\x32\x1e.attest.common.v1.FusionMethod\x12\'\n\x04view\x18\n \x01(\x0e\x32\x19.attest.common.v1.HitViewB\x0b\n\t_kg_top_n\"\xbf\x02\n\x03Hit\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x18\n\x0b\x64\x65nse_score\x18\x04 \x01(\x02H\x00\x88\x01\x01\x12\x15\n\x08kg_score\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x14\n\x0c\x62\x65st_node_id\x18\x06 \x01(\t\x12\r\n\x05title\x18\x07 \x01(\t\x12\x0c\n\x04text\x18\x08 \x01(\t\x12\x15\n\rorganizations\x18\t \x03(\t\x12\x12\n\nentity_ids\x18\n \x03(\t\x12\x30\n\x0cpublished_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsource_url\x18\x0c \x01(\t\x12\x10\n\x08language\x18\r \x01(\tB\x0e\n\x0c_dense_scoreB\x0b\n\t_kg_score\"a\n\x0eSearchResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.attest.semantic.v1.Hit\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x03 \x01(\t\"\xcb\x01\n\x0e\x45xplainRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x31\n\nkg_variant\x18\x03 \x01(\x0e\x32\x1d.attest.semantic.v1.KgVariant\x12\x15\n\x08kg_top_n\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\tmax_paths\x18\x05 \x01(\x05\x12\x30\n\x0cquery_vector\x18\x06 \x01(\x0b\x32\x1a.attest.semantic.v1.VectorB\x0b\n\t_kg_top_n\"\xdc\x01\n\x0f\x45xplainResponse\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x10\n\x08kg_score\x18\x02 \x01(\x02\x12\x17\n\x0f\x62\x65st_node_score\x18\x03 \x01(\x02\x12\x17\n\x0fnext_nodes_mean\x18\x04 \x01(\x02\x12\x33\n\rscoring_nodes\x18\x05 \x03(\x0b\x32\x1c.attest.common.v1.KgPathNode\x12\'\n\x05paths\x18\x06 \x03(\x0b\x32\x18.attest.common.v1.KgPath\x12\x17\n\x0fpaths_truncated\x18\x07 \x01(\x08\" \n\rDeleteRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x05\"\x0e\n\x0cStatsRequest\"\x9d\x01\n\rStatsResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x03\x12\x10\n\x08passages\x18\x02 \x01(\x03\x12\x18\n\x10linked_documents\x18\x03 \x01(\x03\x12\x10\n\x08kg_links\x18\x04 \x01(\x03\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x06 \x01(\t\x12\x11\n\tdimension\x18\x07 \x01(\x05\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"U\n\rEmbedResponse\x12+\n\x07vectors\x18\x01 \x03(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"2\n\tRecordRef\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\"C\n\x11GetVectorsRequest\x12.\n\x07records\x18\x01 \x03(\x0b\x32\x1d.attest.semantic.v1.RecordRef\"Z\n\x12GetVectorsResponse\x12+\n\x07vectors\x18\x01 \x03(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"=\n\x14ListDocumentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x0eStoredDocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x10\n\x08passages\x18\x02 \x01(\x05\x12\x13\n\x0bhas_article\x18\x03 \x01(\x08\x12\x12\n\nentity_ids\x18\x04 \x03(\t\"g\n\x15ListDocumentsResponse\x12\x35\n\tdocuments\x18\x01 \x03(\x0b\x32\".attest.semantic.v1.StoredDocument\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*`\n\x0bSearchLevel\x12\x1c\n\x18SEARCH_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15SEARCH_LEVEL_DOCUMENT\x10\x01\x12\x18\n\x14SEARCH_LEVEL_PASSAGE\x10\x02*k\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_MODE_DENSE\x10\x01\x12\x12\n\x0eSEARCH_MODE_KG\x10\x02\x12\x15\n\x11SEARCH_MODE_FUSED\x10\x03*V\n\tKgVariant\x12\x1a\n\x16KG_VARIANT_UNSPECIFIED\x10\x00\x12\x14\n\x10KG_VARIANT_PLAIN\x10\x01\x12\x17\n\x13KG_VARIANT_ENHANCED\x10\x02\x32\xb4\x05\n\x0fSemanticService\x12L\n\x05Index\x12 .attest.semantic.v1.IndexRequest\x1a!.attest.semantic.v1.IndexResponse\x12O\n\x06Search\x12!.attest.semantic.v1.SearchRequest\x1a\".attest.semantic.v1.SearchResponse\x12R\n\x07\x45xplain\x12\".attest.semantic.v1.ExplainRequest\x1a#.attest.semantic.v1.ExplainResponse\x12O\n\x06\x44\x65lete\x12!.attest.semantic.v1.DeleteRequest\x1a\".attest.semantic.v1.DeleteResponse\x12L\n\x05Stats\x12 .attest.semantic.v1.StatsRequest\x1a!.attest.semantic.v1.StatsResponse\x12L\n\x05\x45mbed\x12 .attest.semantic.v1.EmbedRequest\x1a!.attest.semantic.v1.EmbedResponse\x12[\n\nGetVectors\x12%.attest.semantic.v1.GetVectorsRequest\x1a&.attest.semantic.v1.GetVectorsResponse\x12\x64\n\rListDocuments\x12(.attest.semantic.v1.ListDocumentsRequest\x1a).attest.semantic.v1.ListDocumentsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!attest/semantic/v1/semantic.proto\x12\x12\x61ttest.semantic.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"\xb7\x01\n\rIndexDocument\x12,\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.attest.common.v1.Document\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12\x32\n\x0e\x61rticle_vector\x18\x03 \x01(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\x33\n\x0fpassage_vectors\x18\x04 \x03(\x0b\x32\x1a.attest.semantic.v1.Vector\"]\n\x0cIndexRequest\x12\x34\n\tdocuments\x18\x01 \x03(\x0b\x32!.attest.semantic.v1.IndexDocument\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"F\n\rIndexResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x05\x12\x10\n\x08passages\x18\x02 \x01(\x05\x12\x10\n\x08kg_links\x18\x03 \x01(\x05\"\x98\x03\n\rSearchRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x30\n\x0cquery_vector\x18\x02 \x01(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12)\n\x07\x66ilters\x18\x04 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12.\n\x05level\x18\x05 \x01(\x0e\x32\x1f.attest.semantic.v1.SearchLevel\x12,\n\x04mode\x18\x06 \x01(\x0e\x32\x1e.attest.semantic.v1.SearchMode\x12\x31\n\nkg_variant\x18\x07 \x01(\x0e\x32\x1d.attest.semantic.v1.KgVariant\x12\x15\n\x08kg_top_n\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12.\n\x06\x66usion\x18\t \x01(\x0e\x32\x1e.attest.common.v1.FusionMethod\x12\'\n\x04view\x18\n \x01(\x0e\x32\x19.attest.common.v1.HitViewB\x0b\n\t_kg_top_n\"\xcd\x02\n\x03Hit\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x18\n\x0b\x64\x65nse_score\x18\x04 \x01(\x02H\x00\x88\x01\x01\x12\x15\n\x08kg_score\x18\x05 \x01(\x02H\x01\x88\x01\x01\x12\x14\n\x0c\x62\x65st_node_id\x18\x06 \x01(\t\x12\r\n\x05title\x18\x07 \x01(\t\x12\x0c\n\x04text\x18\x08 \x01(\t\x12\x15\n\rorganizations\x18\t \x03(\t\x12\x12\n\nentity_ids\x18\n \x03(\t\x12\x30\n\x0cpublished_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsource_url\x18\x0c \x01(\t\x12\x10\n\x08language\x18\r \x01(\t\x12\x0c\n\x04page\x18\x0e \x01(\x05\x42\x0e\n\x0c_dense_scoreB\x0b\n\t_kg_score\"a\n\x0eSearchResponse\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.attest.semantic.v1.Hit\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x03 \x01(\t\"\xcb\x01\n\x0e\x45xplainRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x31\n\nkg_variant\x18\x03 \x01(\x0e\x32\x1d.attest.semantic.v1.KgVariant\x12\x15\n\x08kg_top_n\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\tmax_paths\x18\x05 \x01(\x05\x12\x30\n\x0cquery_vector\x18\x06 \x01(\x0b\x32\x1a.attest.semantic.v1.VectorB\x0b\n\t_kg_top_n\"\xdc\x01\n\x0f\x45xplainResponse\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x10\n\x08kg_score\x18\x02 \x01(\x02\x12\x17\n\x0f\x62\x65st_node_score\x18\x03 \x01(\x02\x12\x17\n\x0fnext_nodes_mean\x18\x04 \x01(\x02\x12\x33\n\rscoring_nodes\x18\x05 \x03(\x0b\x32\x1c.attest.common.v1.KgPathNode\x12\'\n\x05paths\x18\x06 \x03(\x0b\x32\x18.attest.common.v1.KgPath\x12\x17\n\x0fpaths_truncated\x18\x07 \x01(\x08\" \n\rDeleteRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x05\"\x0e\n\x0cStatsRequest\"\x9d\x01\n\rStatsResponse\x12\x11\n\tdocuments\x18\x01 \x01(\x03\x12\x10\n\x08passages\x18\x02 \x01(\x03\x12\x18\n\x10linked_documents\x18\x03 \x01(\x03\x12\x10\n\x08kg_links\x18\x04 \x01(\x03\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x17\n\x0f\x65mbedding_model\x18\x06 \x01(\t\x12\x11\n\tdimension\x18\x07 \x01(\x05\"\x1d\n\x0c\x45mbedRequest\x12\r\n\x05texts\x18\x01 \x03(\t\"U\n\rEmbedResponse\x12+\n\x07vectors\x18\x01 \x03(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"2\n\tRecordRef\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x15\n\rpassage_index\x18\x02 \x01(\x05\"C\n\x11GetVectorsRequest\x12.\n\x07records\x18\x01 \x03(\x0b\x32\x1d.attest.semantic.v1.RecordRef\"Z\n\x12GetVectorsResponse\x12+\n\x07vectors\x18\x01 \x03(\x0b\x32\x1a.attest.semantic.v1.Vector\x12\x17\n\x0f\x65mbedding_model\x18\x02 \x01(\t\"=\n\x14ListDocumentsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x0eStoredDocument\x12\x0e\n\x06\x64oc_id\x18\x01 \x01(\t\x12\x10\n\x08passages\x18\x02 \x01(\x05\x12\x13\n\x0bhas_article\x18\x03 \x01(\x08\x12\x12\n\nentity_ids\x18\x04 \x03(\t\"g\n\x15ListDocumentsResponse\x12\x35\n\tdocuments\x18\x01 \x03(\x0b\x32\".attest.semantic.v1.StoredDocument\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*`\n\x0bSearchLevel\x12\x1c\n\x18SEARCH_LEVEL_UNSPECIFIED\x10\x00\x12\x19\n\x15SEARCH_LEVEL_DOCUMENT\x10\x01\x12\x18\n\x14SEARCH_LEVEL_PASSAGE\x10\x02*k\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_MODE_DENSE\x10\x01\x12\x12\n\x0eSEARCH_MODE_KG\x10\x02\x12\x15\n\x11SEARCH_MODE_FUSED\x10\x03*V\n\tKgVariant\x12\x1a\n\x16KG_VARIANT_UNSPECIFIED\x10\x00\x12\x14\n\x10KG_VARIANT_PLAIN\x10\x01\x12\x17\n\x13KG_VARIANT_ENHANCED\x10\x02\x32\xb4\x05\n\x0fSemanticService\x12L\n\x05Index\x12 .attest.semantic.v1.IndexRequest\x1a!.attest.semantic.v1.IndexResponse\x12O\n\x06Search\x12!.attest.semantic.v1.SearchRequest\x1a\".attest.semantic.v1.SearchResponse\x12R\n\x07\x45xplain\x12\".attest.semantic.v1.ExplainRequest\x1a#.attest.semantic.v1.ExplainResponse\x12O\n\x06\x44\x65lete\x12!.attest.semantic.v1.DeleteRequest\x1a\".attest.semantic.v1.DeleteResponse\x12L\n\x05Stats\x12 .attest.semantic.v1.StatsRequest\x1a!.attest.semantic.v1.StatsResponse\x12L\n\x05\x45mbed\x12 .attest.semantic.v1.EmbedRequest\x1a!.attest.semantic.v1.EmbedResponse\x12[\n\nGetVectors\x12%.attest.semantic.v1.GetVectorsRequest\x1a&.attest.semantic.v1.GetVectorsResponse\x12\x64\n\rListDocuments\x12(.attest.semantic.v1.ListDocumentsRequest\x1a).attest.semantic.v1.ListDocumentsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attest.semantic.v1.semantic_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHLEVEL']._serialized_start=2598
-  _globals['_SEARCHLEVEL']._serialized_end=2694
-  _globals['_SEARCHMODE']._serialized_start=2696
-  _globals['_SEARCHMODE']._serialized_end=2803
-  _globals['_KGVARIANT']._serialized_start=2805
-  _globals['_KGVARIANT']._serialized_end=2891
+  _globals['_SEARCHLEVEL']._serialized_start=2612
+  _globals['_SEARCHLEVEL']._serialized_end=2708
+  _globals['_SEARCHMODE']._serialized_start=2710
+  _globals['_SEARCHMODE']._serialized_end=2817
+  _globals['_KGVARIANT']._serialized_start=2819
+  _globals['_KGVARIANT']._serialized_end=2905
   _globals['_VECTOR']._serialized_start=121
   _globals['_VECTOR']._serialized_end=145
   _globals['_INDEXDOCUMENT']._serialized_start=148
@@ -50,37 +50,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SEARCHREQUEST']._serialized_start=501
   _globals['_SEARCHREQUEST']._serialized_end=909
   _globals['_HIT']._serialized_start=912
-  _globals['_HIT']._serialized_end=1231
-  _globals['_SEARCHRESPONSE']._serialized_start=1233
-  _globals['_SEARCHRESPONSE']._serialized_end=1330
-  _globals['_EXPLAINREQUEST']._serialized_start=1333
-  _globals['_EXPLAINREQUEST']._serialized_end=1536
-  _globals['_EXPLAINRESPONSE']._serialized_start=1539
-  _globals['_EXPLAINRESPONSE']._serialized_end=1759
-  _globals['_DELETEREQUEST']._serialized_start=1761
-  _globals['_DELETEREQUEST']._serialized_end=1793
-  _globals['_DELETERESPONSE']._serialized_start=1795
-  _globals['_DELETERESPONSE']._serialized_end=1828
-  _globals['_STATSREQUEST']._serialized_start=1830
-  _globals['_STATSREQUEST']._serialized_end=1844
-  _globals['_STATSRESPONSE']._serialized_start=1847
-  _globals['_STATSRESPONSE']._serialized_end=2004
-  _globals['_EMBEDREQUEST']._serialized_start=2006
-  _globals['_EMBEDREQUEST']._serialized_end=2035
-  _globals['_EMBEDRESPONSE']._serialized_start=2037
-  _globals['_EMBEDRESPONSE']._serialized_end=2122
-  _globals['_RECORDREF']._serialized_start=2124
-  _globals['_RECORDREF']._serialized_end=2174
-  _globals['_GETVECTORSREQUEST']._serialized_start=2176
-  _globals['_GETVECTORSREQUEST']._serialized_end=2243
-  _globals['_GETVECTORSRESPONSE']._serialized_start=2245
-  _globals['_GETVECTORSRESPONSE']._serialized_end=2335
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=2337
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=2398
-  _globals['_STOREDDOCUMENT']._serialized_start=2400
-  _globals['_STOREDDOCUMENT']._serialized_end=2491
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=2493
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=2596
-  _globals['_SEMANTICSERVICE']._serialized_start=2894
-  _globals['_SEMANTICSERVICE']._serialized_end=3586
+  _globals['_HIT']._serialized_end=1245
+  _globals['_SEARCHRESPONSE']._serialized_start=1247
+  _globals['_SEARCHRESPONSE']._serialized_end=1344
+  _globals['_EXPLAINREQUEST']._serialized_start=1347
+  _globals['_EXPLAINREQUEST']._serialized_end=1550
+  _globals['_EXPLAINRESPONSE']._serialized_start=1553
+  _globals['_EXPLAINRESPONSE']._serialized_end=1773
+  _globals['_DELETEREQUEST']._serialized_start=1775
+  _globals['_DELETEREQUEST']._serialized_end=1807
+  _globals['_DELETERESPONSE']._serialized_start=1809
+  _globals['_DELETERESPONSE']._serialized_end=1842
+  _globals['_STATSREQUEST']._serialized_start=1844
+  _globals['_STATSREQUEST']._serialized_end=1858
+  _globals['_STATSRESPONSE']._serialized_start=1861
+  _globals['_STATSRESPONSE']._serialized_end=2018
+  _globals['_EMBEDREQUEST']._serialized_start=2020
+  _globals['_EMBEDREQUEST']._serialized_end=2049
+  _globals['_EMBEDRESPONSE']._serialized_start=2051
+  _globals['_EMBEDRESPONSE']._serialized_end=2136
+  _globals['_RECORDREF']._serialized_start=2138
+  _globals['_RECORDREF']._serialized_end=2188
+  _globals['_GETVECTORSREQUEST']._serialized_start=2190
+  _globals['_GETVECTORSREQUEST']._serialized_end=2257
+  _globals['_GETVECTORSRESPONSE']._serialized_start=2259
+  _globals['_GETVECTORSRESPONSE']._serialized_end=2349
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=2351
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=2412
+  _globals['_STOREDDOCUMENT']._serialized_start=2414
+  _globals['_STOREDDOCUMENT']._serialized_end=2505
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=2507
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=2610
+  _globals['_SEMANTICSERVICE']._serialized_start=2908
+  _globals['_SEMANTICSERVICE']._serialized_end=3600
 # @@protoc_insertion_point(module_scope)

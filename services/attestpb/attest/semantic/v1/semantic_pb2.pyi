@@ -329,6 +329,7 @@ class Hit(_message.Message):
     PUBLISHED_AT_FIELD_NUMBER: _builtins.int
     SOURCE_URL_FIELD_NUMBER: _builtins.int
     LANGUAGE_FIELD_NUMBER: _builtins.int
+    PAGE_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the article."""
     passage_index: _builtins.int
@@ -359,6 +360,11 @@ class Hit(_message.Message):
     """Where the article was published, if known."""
     language: _builtins.str
     """Language of the article (ISO 639-1), if known."""
+    page: _builtins.int
+    """1-based page of the article the passage is on (Passage.page); 0 for an
+    article hit, an article without pages or a passage stored before pages
+    were kept. Not set in the ids view.
+    """
     @_builtins.property
     def organizations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Organizations of the article."""
@@ -387,10 +393,11 @@ class Hit(_message.Message):
         published_at: _timestamp_pb2.Timestamp | None = ...,
         source_url: _builtins.str = ...,
         language: _builtins.str = ...,
+        page: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_dense_score", b"_dense_score", "_kg_score", b"_kg_score", "dense_score", b"dense_score", "kg_score", b"kg_score", "published_at", b"published_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dense_score", b"_dense_score", "_kg_score", b"_kg_score", "best_node_id", b"best_node_id", "dense_score", b"dense_score", "doc_id", b"doc_id", "entity_ids", b"entity_ids", "kg_score", b"kg_score", "language", b"language", "organizations", b"organizations", "passage_index", b"passage_index", "published_at", b"published_at", "score", b"score", "source_url", b"source_url", "text", b"text", "title", b"title"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dense_score", b"_dense_score", "_kg_score", b"_kg_score", "best_node_id", b"best_node_id", "dense_score", b"dense_score", "doc_id", b"doc_id", "entity_ids", b"entity_ids", "kg_score", b"kg_score", "language", b"language", "organizations", b"organizations", "page", b"page", "passage_index", b"passage_index", "published_at", b"published_at", "score", b"score", "source_url", b"source_url", "text", b"text", "title", b"title"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__dense_score: _TypeAlias = _typing.Literal["dense_score"]  # noqa: Y015
     _WhichOneofArgType__dense_score: _TypeAlias = _typing.Literal["_dense_score", b"_dense_score"]  # noqa: Y015
