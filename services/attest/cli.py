@@ -608,6 +608,10 @@ def _register_generate() -> None:
     eval_group.add_command(fit_judge_command)
     eval_group.add_command(tune_fusion_command)
 
+    from attest.evaluation.filings_commands import eval_filings
+
+    eval_group.add_command(eval_filings)
+
 
 _register_generate()
 

@@ -32,13 +32,15 @@ from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
 from attest.core.document import keywords_to_message
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
+from attest.generate import numeric
+from attest.generate.models import Source as GenSource
 from attest.generate.v1 import generate_pb2
 from attest.rerank.v1 import rerank_pb2
 
 # The knowledge helpers moved to the fan-out; these two are re-exported for
 # the benchmarks that import them from here.
 from attest.retrieval.fanout import FACT_PASSAGE_LOOKUP_TOP_K as FACT_PASSAGE_LOOKUP_TOP_K
-from attest.retrieval.fanout import Hit, Level, Limits, Query, Searcher, retrieve
+from attest.retrieval.fanout import Hit, Level, Limits, Query, Retrieval, Searcher, retrieve
 from attest.retrieval.fanout import fact_passages as fact_passages
 from attest.retrieval.fusion import Ranked, fuse_with
 from attest.semantic.v1 import semantic_pb2
@@ -194,6 +196,8 @@ class AnswerPipeline:
         sources = await self._rerank(
             plan, clock, kept, degradations, question, stored_vectors=semantic_answered
         )
+        if self.settings.numeric_search:
+            sources += await self._operand_sources(plan, clock, sources, degradations)
         if plan.explain:
             await self._explain(plan, clock, sources, question)
         yield answer_pb2.AskStreamResponse(
@@ -282,6 +286,70 @@ class AnswerPipeline:
             raise Unavailable("no retriever could run: " + "; ".join(failures))
         hits = {str(key): hit for key, hit in retrieval.hits.items()}
         return hits, retrieval.lists, question
+
+    async def _operand_sources(
+        self,
+        plan: Plan,
+        clock: _Clock,
+        sources: list[answer_pb2.AnswerSource],
+        degradations: list[answer_pb2.Degradation],
+    ) -> list[answer_pb2.AnswerSource]:
+        """For a question that asks for a financial metric or line item, the
+        table rows of what it is computed from (``numeric.operand_queries``):
+        each line item searched again with BM25, at passage level, within the
+        documents already found whose title names the company the question
+        names (their title is part of the query; a passage of any other
+        document is dropped), at most ``numeric_search_documents`` of them,
+        the filing of the year asked first. Added after the reranked sources."""
+        queries = numeric.operand_queries(plan.question)
+        if not queries:
+            return []
+        found = [GenSource(doc_id=s.source.doc_id, text="", title=s.source.title) for s in sources]
+        owned = numeric.company_sources(plan.question, found)
+        titles = dict.fromkeys(
+            (found[i].doc_id, found[i].title or found[i].doc_id) for i in sorted(owned)
+        )
+        years = [q.rsplit(" ", 1)[-1] for q in queries]
+        docs = sorted(titles, key=lambda t: not any(y in t[1] for y in years))
+        docs = docs[: self.settings.numeric_search_documents]
+        if not docs:
+            return []
+        wanted = {doc_id for doc_id, _ in docs}
+        have = {(s.source.doc_id, s.source.passage_index) for s in sources}
+        limits = Limits(clock.timeout(self.settings.timeouts.retrieve, "searching line items"))
+
+        async def one(text: str) -> Retrieval:
+            return await retrieve(
+                self.backends,
+                Query(
+                    text=text,
+                    retrievers=(common_pb2.RETRIEVER_BM25,),
+                    filters=plan.filters,
+                    top_k=self.settings.numeric_search_top_k,
+                    level=Level.PASSAGE,
+                ),
+                limits,
+            )
+
+        start = time.perf_counter()
+        asked = [f"{title} {query}" for _, title in docs for query in queries]
+        results = await asyncio.gather(*(one(q) for q in asked))
+        clock.record(answer_pb2.STAGE_RETRIEVE_BM25, time.perf_counter() - start)
+        out: list[answer_pb2.AnswerSource] = []
+        for retrieval in results:
+            for failure in retrieval.failures:
+                reason = f"line-item search skipped: {failure.reason}"
+                degradations.append(
+                    answer_pb2.Degradation(stage=answer_pb2.STAGE_RETRIEVE_BM25, reason=reason)
+                )
+            for ranked in retrieval.lists:
+                for key, _ in ranked.items:
+                    hit = retrieval.hits[key]
+                    for index, (text, _rank) in hit.passages.items():
+                        if hit.doc_id in wanted and (hit.doc_id, index) not in have:
+                            have.add((hit.doc_id, index))
+                            out.append(self._source(hit, index, text))
+        return out
 
     # -- rerank --------------------------------------------------------------------------
 

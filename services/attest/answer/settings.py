@@ -172,6 +172,26 @@ class AnswerSettings(ServiceSettings):
         description="Facts the knowledge retriever asks for (never more than the request's "
         "top_k_per_retriever); each distinct passage among them costs one lexical lookup.",
     )
+    numeric_search: bool = Field(
+        default=True,
+        description="A question asking for a financial metric or line item of a company for "
+        "a fiscal year (attest.generate.numeric) searches each line item it needs again with "
+        "BM25 within the documents found whose title names that company, and adds those "
+        "table rows to the sources.",
+    )
+    numeric_search_documents: int = Field(
+        default=2,
+        ge=1,
+        le=10,
+        description="Documents of the company searched for line items (the filing whose "
+        "title names the year asked first).",
+    )
+    numeric_search_top_k: int = Field(
+        default=5,
+        ge=1,
+        le=50,
+        description="Passages each line-item search asks for.",
+    )
     client: ClientSettings = ClientSettings(max_attempts=2)
     timeouts: StageTimeouts = StageTimeouts()
     defaults: AnswerDefaults = AnswerDefaults()

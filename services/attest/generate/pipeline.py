@@ -29,7 +29,7 @@ from pydantic import Field
 
 from attest.core.errors import AttestError, InvalidArgument, Unavailable
 from attest.core.settings import StrictModel
-from attest.generate import prompts
+from attest.generate import numeric, prompts
 from attest.generate.extractive import ExtractiveEngine
 from attest.generate.judge import combine, grounded, to_confidence
 from attest.generate.llm import JsonSchema, LLMClient
@@ -102,6 +102,14 @@ class PipelineSettings(StrictModel):
     # LLM mode: a summary or answer sentence that repeats the prompt (its
     # instructions or source delimiters) is dropped (``prompts.echoes_prompt``).
     drop_prompt_echoes: bool = True
+    # A question that asks for a financial metric or line item of a company
+    # for a fiscal year is answered from the table rows of that company's
+    # sources, its arithmetic written out and each operand's row cited
+    # (``attest.generate.numeric``), in both modes.
+    numeric_answers: bool = True
+    # The confidence of each operand's citation: the row states the operand
+    # word for word; the arithmetic is the engine's, not the source's.
+    numeric_confidence: int = Field(default=8, ge=0, le=10)
 
 
 @dataclass(slots=True)
@@ -539,11 +547,15 @@ class Generator:
             yield SummaryEvent(i, summary)
 
         # 2. The answer, as sentences. A model's sentences are shown as drafts
-        # while it writes; each is replaced by its cited sentence below.
+        # while it writes; each is replaced by its cited sentence below. A
+        # figure computed from the sources' table rows is the whole answer.
         texts: list[str] = []
         insufficient = False
+        computed = numeric.compute(question, sources) if self.settings.numeric_answers else None
         with _Timer(run, Step.ANSWER):
-            if run.mode is Mode.LLM:
+            if isinstance(computed, numeric.Computed):
+                texts = [computed.text]
+            elif run.mode is Mode.LLM:
                 try:
                     async with aclosing(
                         self._written_sentences(run, question, sources, opts.max_sentences)
@@ -556,16 +568,21 @@ class Generator:
                 except Unavailable as exc:
                     self._degrade(run, exc)
                     texts = []
-            if run.mode is Mode.EXTRACTIVE:
+            if run.mode is Mode.EXTRACTIVE and not isinstance(computed, numeric.Computed):
                 picked = await self.extractive.answer(
                     question, sources, opts.max_sentences, vectors
                 )
                 texts = [c.text for c in picked]
                 insufficient = not picked
+        missing = computed.text if isinstance(computed, numeric.Missing) else ""
 
         sentences: list[Sentence] = []
-        if insufficient:
-            sentence = Sentence(0, insufficient_text(question))
+        if isinstance(computed, numeric.Computed):
+            sentence = Sentence(0, computed.text, self._numeric_citations(computed, sources))
+            sentences.append(sentence)
+            yield SentenceEvent(sentence)
+        elif insufficient:
+            sentence = Sentence(0, insufficient_text(question, missing=missing))
             sentences.append(sentence)
             yield SentenceEvent(sentence)
         else:
@@ -587,7 +604,12 @@ class Generator:
 
         # 4. Re-search the weakest sentences below the threshold.
         researches = 0
-        if search is not None and not insufficient and opts.confidence_threshold > 0:
+        if (
+            search is not None
+            and not insufficient
+            and opts.confidence_threshold > 0
+            and not isinstance(computed, numeric.Computed)
+        ):
             weak = sorted(
                 (s for s in sentences if s.confidence < opts.confidence_threshold),
                 key=lambda s: (s.confidence, s.index),
@@ -606,7 +628,13 @@ class Generator:
         # 5. A sentence no source supports, even after its search, is withdrawn:
         # nothing stays in the answer only because it resembles the question.
         removed = 0
-        if not insufficient and self.settings.withdraw_unsupported:
+        # A computed figure cites the rows of the company the question names:
+        # it is about what the question names by construction.
+        if (
+            not insufficient
+            and self.settings.withdraw_unsupported
+            and not isinstance(computed, numeric.Computed)
+        ):
             # An answer none of whose sentences or cited sources mentions what
             # the question names is about something else, however well cited.
             pairs = [(s.text, sources[c.source_index].text) for s in sentences for c in s.citations]
@@ -630,7 +658,7 @@ class Generator:
                 # the withdrawn sentences keep theirs).
                 insufficient = True
                 fresh = max((s.index for s in sentences), default=-1) + 1
-                sentence = Sentence(fresh, insufficient_text(question, about))
+                sentence = Sentence(fresh, insufficient_text(question, about, missing=missing))
                 kept.append(sentence)
                 yield SentenceEvent(sentence)
             sentences = kept
@@ -652,6 +680,24 @@ class Generator:
             judge_disagreements=run.disagreements,
             removed_sentences=removed,
             research_degraded_reason=_research_failed(run.research_failures, run.research_skipped),
+        )
+
+    def _numeric_citations(
+        self, computed: numeric.Computed, sources: Sequence[Source]
+    ) -> tuple[Citation, ...]:
+        """One citation per source whose rows gave an operand, quoting them."""
+        quotes: dict[int, list[str]] = {}
+        for row in computed.rows:
+            quotes.setdefault(row.source, []).append(row.text)
+        return tuple(
+            Citation(
+                source_index=i,
+                doc_id=sources[i].doc_id,
+                passage_index=sources[i].passage_index,
+                confidence=self.settings.numeric_confidence,
+                quote=" ".join(texts),
+            )
+            for i, texts in sorted(quotes.items())
         )
 
     async def _written_sentences(
@@ -774,8 +820,11 @@ _MISSING = {
 }
 
 
-def insufficient_text(question: str, about: bool = True) -> str:
-    """The answer when no source supports one, saying what is missing."""
+def insufficient_text(question: str, about: bool = True, *, missing: str = "") -> str:
+    """The answer when no source supports one, saying what is missing (for a
+    metric the sources cannot compute, which operand they lack)."""
+    if missing:
+        return f"{INSUFFICIENT}: {missing[0].lower()}{missing[1:]}"
     if not about:
         return f"{INSUFFICIENT}: no source is about what the question names."
     what = _MISSING.get(answer_type(question), "no source states an answer to the question")

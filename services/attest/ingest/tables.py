@@ -37,6 +37,10 @@ _SCALE = re.compile(
     re.IGNORECASE,
 )
 _SKIP_TITLES = re.compile(r"table of contents|index to (?:consolidated )?financial", re.I)
+# A financial statement's own name, in whatever case: the title of its table.
+_STATEMENT_NAME = re.compile(
+    r"^(?:consolidated |combined |condensed )*(?:statements? of |balance sheets?\b)", re.I
+)
 
 
 def parse_number(text: str) -> float | None:
@@ -200,10 +204,20 @@ def _split_merged(raw: str) -> list[str]:
             and _is_value(tokens[i - 1])
             and token[:1].isupper()
             and not _is_value(token)
+            and not _dates_only(tokens[i - 1], tokens[i:])
         ):
             pieces.append([])
         pieces[-1].append(token)
     return [" ".join(p) for p in pieces if p]
+
+
+def _dates_only(before: str, rest: list[str]) -> bool:
+    """A year followed by more of a header ("At December 31, 2019 At December
+    31, 2018"): the line goes on with dates only."""
+    if not _YEAR.fullmatch(before.strip(",.:")):
+        return False
+    values = [t.strip(",.:") for t in rest if _is_value(t.strip(",.:"))]
+    return bool(values) and all(_YEAR.fullmatch(v) or re.fullmatch(r"\d{1,2}", v) for v in values)
 
 
 def _joined(lines: Sequence[str]) -> list[str]:
@@ -248,6 +262,7 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
     section = ""
     columns: tuple[str, ...] = ()
     next_title = ""  # an upper-case line seen under a header
+    named = False  # the title is a statement's name, until the header
     prose: list[str] = []
 
     def flush_prose() -> None:
@@ -262,7 +277,7 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
             flush_prose()
             if columns and next_title:
                 title = next_title
-            columns, section, next_title = header, "", ""
+            columns, section, next_title, named = header, "", "", False
             if found:
                 unit = found
             paragraphs.append(line)
@@ -281,7 +296,12 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
         )
         if not is_row:
             short = len(line) <= 80 and not line.endswith((".", ","))
-            if _is_title(line) and not columns:
+            if _STATEMENT_NAME.match(line) and len(line) <= 100:
+                # A statement's name is its table's title, whatever follows
+                # (the company's name in capitals, the periods).
+                title, fallback_title, section, unit = line, False, "", ""
+                next_title, named = "", True
+            elif _is_title(line) and not columns and not named:
                 # A new table (or the page's heading): its header and unit follow.
                 title, fallback_title, section, unit = line, False, "", ""
                 next_title = ""
@@ -292,7 +312,12 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
                 section = line
                 if _is_title(line):
                     next_title = line
-            elif not columns and short and (not title or fallback_title is None):
+            elif (
+                not columns
+                and short
+                and (not title or fallback_title is None)
+                and not _SKIP_TITLES.search(line)
+            ):
                 title, fallback_title = line, True
             if found:
                 unit = found

@@ -1,0 +1,800 @@
+"""Figures that need arithmetic: a metric asked of a company's filings,
+computed from the table rows the sources cite, with the arithmetic written out.
+
+A PDF's table rows reach the generator as sentences ingest wrote
+(``attest.ingest.tables.Row.text``)::
+
+    CONSOLIDATED BALANCE SHEETS (Amounts in millions): Current assets:
+    Inventories, net | December 31, 2019: 32; December 31, 2018: 43.
+
+``table_rows`` reads them back: title, unit, label, and each value with its
+column. ``compute`` answers a question that asks for one of the metrics of
+``METRICS`` (a small catalogue, each with its formula over line items such as
+revenue, cost of sales or total assets) or for one line item, for a fiscal
+year or an average over years:
+
+1. the company is the one a source's title names first and the question
+   names too (``ACTIVISIONBLIZZARD_2019_10K`` and "Activision Blizzard");
+   rows of any other document are never used;
+2. every line item is looked up by its accepted labels (``CONCEPTS``) in
+   rows of that company's documents whose columns name the fiscal year
+   ("2019", "December 31, 2019", "May 26, 2019"); a filing whose title names
+   the year is preferred to an older or newer one;
+3. all operands must be in the same unit; the result is written with its
+   arithmetic ("Fixed asset turnover ratio FY2019 = 6,489 / ((282 + 253) /
+   2) = 24.26") and every operand's row is cited.
+
+When the metric is recognised but an operand is missing, ``compute`` says
+which one (``Missing``), so the answer can say why it cannot compute instead
+of quoting a figure of another year or company.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from attest.generate.models import Source
+
+_ROW = re.compile(r"^(?P<left>[^\n|]+?) \| (?P<cells>[^\n|]+?)\.$", re.MULTILINE)
+_CELL = re.compile(r"^(?P<column>.*\S): (?P<value>\S+)$")
+_YEAR = re.compile(r"(?:19|20)\d\d")
+
+
+def _number(written: str) -> float | None:
+    from attest.ingest.tables import parse_number
+
+    return parse_number(written)
+
+
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    """One table row read back from a source: where it is and what it says."""
+
+    source: int  # index in the answer's sources
+    title: str
+    unit: str
+    label: str  # section and label, lower case, as written
+    cells: tuple[tuple[str, str], ...]  # (column, value as written)
+    text: str
+    name: str = ""  # the row's own label as written ("Net sales")
+
+    def value(self, year: int) -> tuple[float, str] | None:
+        """The row's value in the column that names ``year`` (exactly one)."""
+        found = [
+            (column, written)
+            for column, written in self.cells
+            if str(year) in _YEAR.findall(column)
+        ]
+        if len(found) != 1:
+            return None
+        number = _number(found[0][1])
+        return None if number is None else (number, found[0][1])
+
+
+def table_rows(sources: Sequence[Source]) -> list[TableRow]:
+    """Every table row that the sources' texts hold, in source order."""
+    out: list[TableRow] = []
+    for i, source in enumerate(sources):
+        for m in _ROW.finditer(source.text):
+            cells = []
+            for part in m.group("cells").split("; "):
+                cell = _CELL.match(part)
+                if cell:
+                    cells.append((cell.group("column"), cell.group("value")))
+            if not cells:
+                continue
+            parts = m.group("left").split(": ")
+            head = parts[0] if len(parts) > 1 else ""
+            unit = ""
+            unit_match = re.search(r"\(([^()]*)\)\s*$", head)
+            if unit_match:
+                unit = unit_match.group(1)
+                head = head[: unit_match.start()].strip()
+            label = ": ".join(parts[1:]) if len(parts) > 1 else parts[0]
+            row = TableRow(i, head, unit, label.lower(), tuple(cells), m.group(0).strip())
+            out.append(replace(row, name=_label_of(parts[-1])))
+    return out
+
+
+# Line items by their accepted labels (lower case, a label's own words; a row
+# whose label ends with one of these, after its section, is that item),
+# preferred first.
+CONCEPTS: dict[str, tuple[str, ...]] = {
+    "revenue": (
+        "total net revenues",
+        "total net sales",
+        "total revenues",
+        "net revenues",
+        "net sales",
+        "revenues",
+        "revenue",
+        "total revenue",
+        "net revenue",
+        "total net revenue",
+    ),
+    "cost of sales": (
+        "cost of sales",
+        "cost of goods sold",
+        "cost of revenues",
+        "cost of revenue",
+        "cost of products sold",
+        "total cost of revenues",
+        "total cost of revenue",
+        "cost of sales (exclusive of depreciation and amortization)",
+    ),
+    "net income": (
+        "net income attributable to",
+        "net earnings attributable to",
+        "net income",
+        "net earnings",
+    ),
+    "operating income": ("operating income", "income from operations", "operating profit"),
+    "total assets": ("total assets",),
+    "total current assets": ("total current assets",),
+    "total current liabilities": ("total current liabilities",),
+    "inventory": ("inventories", "merchandise inventories", "inventories, net", "inventory"),
+    "accounts payable": ("accounts payable", "accounts payable, trade", "trade accounts payable"),
+    "accounts receivable": (
+        "accounts receivable, net",
+        "receivables, net",
+        "accounts receivable",
+        "receivables",
+        "trade receivables",
+    ),
+    "property and equipment": (
+        "property and equipment, net",
+        "property, plant and equipment, net",
+        "net property, plant and equipment",
+        "land, buildings and equipment, net",
+        "property, plant and equipment – net",
+        "property, plant, and equipment, net",
+    ),
+    "capital expenditure": (
+        "capital expenditures",
+        "capital spending",
+        "purchases of property and equipment",
+        "purchases of property, plant and equipment",
+        "payments for property and equipment",
+        "payments for acquisition of property, plant and equipment",
+        "additions to property and equipment",
+        "capital expenditures, including internal-use software",
+    ),
+    "operating cash flow": (
+        "net cash provided by operating activities",
+        "net cash provided by (used in) operating activities",
+        "net cash from operating activities",
+        "cash provided by operating activities",
+    ),
+    "depreciation and amortization": (
+        "depreciation and amortization",
+        "depreciation, amortization and other",
+        "depreciation and amortization expense",
+    ),
+    "dividends paid": ("dividends paid", "cash dividends paid", "dividends"),
+}
+
+#: Items that a cash flow statement reports as outflows in parentheses.
+_OUTFLOWS = frozenset({"capital expenditure", "dividends paid"})
+
+
+def _label_of(label: str) -> str:
+    """A row's own label: the part after its section, without footnote marks."""
+    own = label.rsplit(": ", 1)[-1]
+    return re.sub(r"\s*(?:\(\w\)|\d\)|\*+)$", "", own).strip()
+
+
+# A share of a figure that is not the company's own ("net income attributable
+# to noncontrolling interests") or a figure per share is never the item.
+_NOT_OWN = re.compile(r"non-?controlling|minority|per (?:common )?share|per diluted", re.I)
+
+# Where each item is stated first: the statement a row's table title names.
+_BALANCE = re.compile(r"balance sheet|financial position|financial condition", re.I)
+_INCOME = re.compile(r"operations|income|earnings|profit and loss", re.I)
+_CASH = re.compile(r"cash flows?", re.I)
+_STATEMENT: dict[str, re.Pattern[str]] = {
+    "revenue": _INCOME,
+    "cost of sales": _INCOME,
+    "net income": _INCOME,
+    "operating income": _INCOME,
+    "total assets": _BALANCE,
+    "total current assets": _BALANCE,
+    "total current liabilities": _BALANCE,
+    "inventory": _BALANCE,
+    "accounts payable": _BALANCE,
+    "accounts receivable": _BALANCE,
+    "property and equipment": _BALANCE,
+    "capital expenditure": _CASH,
+    "operating cash flow": _CASH,
+    "depreciation and amortization": _CASH,
+    "dividends paid": _CASH,
+}
+
+
+_PRIMARY = re.compile(
+    r"^(?:consolidated |combined |condensed )*(?:statements? of |balance sheets?\b)", re.I
+)
+
+
+def _statement_rank(concept: str, row: TableRow) -> int:
+    """0 when the row's table is the financial statement that states
+    ``concept`` (by its name), 1 when its title names that statement's subject
+    otherwise, 2 for any other table (a cash flow statement's "Inventories"
+    is a change, not the balance; a note's "Total net sales" is a segment's)."""
+    title = row.title
+    pattern = _STATEMENT[concept]
+    fits = pattern is _CASH if _CASH.search(title) else bool(pattern.search(title))
+    if not fits:
+        return 2
+    return 0 if _PRIMARY.match(title) else 1
+
+
+def _concept_rank(concept: str, row: TableRow) -> int | None:
+    own = _label_of(row.label)
+    if _NOT_OWN.search(own):
+        return None
+    for rank, name in enumerate(CONCEPTS[concept]):
+        if own == name or (name.endswith(" to") and own.startswith(name)):
+            return rank
+    return None
+
+
+Get = Callable[[str, int], float]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    pattern: re.Pattern[str]
+    # The years a value of the metric for fiscal year Y reads (Y itself; Y-1
+    # for an average or a change).
+    needs: Callable[[int], dict[str, tuple[int, ...]]]
+    formula: Callable[[Get, int], float]
+    # How the arithmetic is written, from the operands' written values.
+    spell: Callable[[Callable[[str, int], str], int], str]
+    percent: bool = False
+
+
+def _avg(get: Get, concept: str, y: int) -> float:
+    return (get(concept, y) + get(concept, y - 1)) / 2
+
+
+def _avg_spell(w: Callable[[str, int], str], concept: str, y: int) -> str:
+    return f"(({w(concept, y - 1)} + {w(concept, y)}) / 2)"
+
+
+def _both(*concepts: str) -> Callable[[int], dict[str, tuple[int, ...]]]:
+    return lambda y: {c: (y, y - 1) for c in concepts}
+
+
+def _metric(
+    name: str,
+    pattern: str,
+    needs: Callable[[int], dict[str, tuple[int, ...]]],
+    formula: Callable[[Get, int], float],
+    spell: Callable[[Callable[[str, int], str], int], str],
+    *,
+    percent: bool = False,
+) -> Metric:
+    return Metric(name, re.compile(pattern, re.IGNORECASE), needs, formula, spell, percent)
+
+
+def _dpo(get: Get, y: int) -> float:
+    purchases = get("cost of sales", y) + get("inventory", y) - get("inventory", y - 1)
+    return 365 * _avg(get, "accounts payable", y) / purchases
+
+
+def _dio(get: Get, y: int) -> float:
+    return 365 * _avg(get, "inventory", y) / get("cost of sales", y)
+
+
+def _dso(get: Get, y: int) -> float:
+    return 365 * _avg(get, "accounts receivable", y) / get("revenue", y)
+
+
+def _ebitda(get: Get, y: int) -> float:
+    return get("operating income", y) + get("depreciation and amortization", y)
+
+
+METRICS: tuple[Metric, ...] = (
+    _metric(
+        "Cash conversion cycle",
+        r"cash conversion cycle|\bCCC\b",
+        lambda y: {
+            "inventory": (y, y - 1),
+            "accounts receivable": (y, y - 1),
+            "accounts payable": (y, y - 1),
+            "cost of sales": (y,),
+            "revenue": (y,),
+        },
+        lambda g, y: _dio(g, y) + _dso(g, y) - _dpo(g, y),
+        lambda w, y: (
+            f"DIO + DSO - DPO = 365 × {_avg_spell(w, 'inventory', y)} / {w('cost of sales', y)}"
+            f" + 365 × {_avg_spell(w, 'accounts receivable', y)} / {w('revenue', y)}"
+            f" - 365 × {_avg_spell(w, 'accounts payable', y)} / ({w('cost of sales', y)}"
+            f" + {w('inventory', y)} - {w('inventory', y - 1)})"
+        ),
+    ),
+    _metric(
+        "Days payable outstanding",
+        r"days payables? outstanding|\bDPO\b",
+        lambda y: {"accounts payable": (y, y - 1), "inventory": (y, y - 1), "cost of sales": (y,)},
+        _dpo,
+        lambda w, y: (
+            f"365 × {_avg_spell(w, 'accounts payable', y)} / ({w('cost of sales', y)} + "
+            f"{w('inventory', y)} - {w('inventory', y - 1)})"
+        ),
+    ),
+    _metric(
+        "Days inventory outstanding",
+        r"days inventory outstanding|\bDIO\b",
+        lambda y: {"inventory": (y, y - 1), "cost of sales": (y,)},
+        _dio,
+        lambda w, y: f"365 × {_avg_spell(w, 'inventory', y)} / {w('cost of sales', y)}",
+    ),
+    _metric(
+        "Days sales outstanding",
+        r"days sales outstanding|\bDSO\b",
+        lambda y: {"accounts receivable": (y, y - 1), "revenue": (y,)},
+        _dso,
+        lambda w, y: f"365 × {_avg_spell(w, 'accounts receivable', y)} / {w('revenue', y)}",
+    ),
+    _metric(
+        "Fixed asset turnover ratio",
+        r"fixed asset turnover",
+        lambda y: {"revenue": (y,), "property and equipment": (y, y - 1)},
+        lambda g, y: g("revenue", y) / _avg(g, "property and equipment", y),
+        lambda w, y: f"{w('revenue', y)} / {_avg_spell(w, 'property and equipment', y)}",
+    ),
+    _metric(
+        "Inventory turnover ratio",
+        r"inventory turnover",
+        lambda y: {"cost of sales": (y,), "inventory": (y, y - 1)},
+        lambda g, y: g("cost of sales", y) / _avg(g, "inventory", y),
+        lambda w, y: f"{w('cost of sales', y)} / {_avg_spell(w, 'inventory', y)}",
+    ),
+    _metric(
+        "Asset turnover ratio",
+        r"asset turnover",
+        lambda y: {"revenue": (y,), "total assets": (y, y - 1)},
+        lambda g, y: g("revenue", y) / _avg(g, "total assets", y),
+        lambda w, y: f"{w('revenue', y)} / {_avg_spell(w, 'total assets', y)}",
+    ),
+    _metric(
+        "Return on assets",
+        r"return on assets|\bROA\b",
+        lambda y: {"net income": (y,), "total assets": (y, y - 1)},
+        lambda g, y: g("net income", y) / _avg(g, "total assets", y),
+        lambda w, y: f"{w('net income', y)} / {_avg_spell(w, 'total assets', y)}",
+    ),
+    _metric(
+        "Quick ratio",
+        r"quick ratio",
+        lambda y: {
+            "total current assets": (y,),
+            "inventory": (y,),
+            "total current liabilities": (y,),
+        },
+        lambda g, y: (
+            (g("total current assets", y) - g("inventory", y)) / g("total current liabilities", y)
+        ),
+        lambda w, y: (
+            f"({w('total current assets', y)} - {w('inventory', y)}) / "
+            f"{w('total current liabilities', y)}"
+        ),
+    ),
+    _metric(
+        "Working capital ratio",
+        r"working capital ratio|current ratio",
+        lambda y: {"total current assets": (y,), "total current liabilities": (y,)},
+        lambda g, y: g("total current assets", y) / g("total current liabilities", y),
+        lambda w, y: f"{w('total current assets', y)} / {w('total current liabilities', y)}",
+    ),
+    _metric(
+        "Net working capital",
+        r"working capital",
+        lambda y: {"total current assets": (y,), "total current liabilities": (y,)},
+        lambda g, y: g("total current assets", y) - g("total current liabilities", y),
+        lambda w, y: f"{w('total current assets', y)} - {w('total current liabilities', y)}",
+    ),
+    _metric(
+        "Free cash flow",
+        r"free cash flow|\bFCF\b",
+        lambda y: {"operating cash flow": (y,), "capital expenditure": (y,)},
+        lambda g, y: g("operating cash flow", y) - g("capital expenditure", y),
+        lambda w, y: f"{w('operating cash flow', y)} - {w('capital expenditure', y)}",
+    ),
+    _metric(
+        "Unadjusted EBITDA less capex",
+        r"EBITDA less capex|EBITDA minus capex",
+        lambda y: {
+            "operating income": (y,),
+            "depreciation and amortization": (y,),
+            "capital expenditure": (y,),
+        },
+        lambda g, y: _ebitda(g, y) - g("capital expenditure", y),
+        lambda w, y: (
+            f"{w('operating income', y)} + {w('depreciation and amortization', y)} - "
+            f"{w('capital expenditure', y)}"
+        ),
+    ),
+    _metric(
+        "Unadjusted EBITDA margin",
+        r"EBITDA\s*%?\s*margin",
+        lambda y: {
+            "operating income": (y,),
+            "depreciation and amortization": (y,),
+            "revenue": (y,),
+        },
+        lambda g, y: 100 * _ebitda(g, y) / g("revenue", y),
+        lambda w, y: (
+            f"({w('operating income', y)} + {w('depreciation and amortization', y)}) / "
+            f"{w('revenue', y)}"
+        ),
+        percent=True,
+    ),
+    _metric(
+        "Retention ratio",
+        r"retention ratio",
+        lambda y: {"net income": (y,), "dividends paid": (y,)},
+        lambda g, y: (g("net income", y) - g("dividends paid", y)) / g("net income", y),
+        lambda w, y: f"({w('net income', y)} - {w('dividends paid', y)}) / {w('net income', y)}",
+    ),
+    _metric(
+        "Capital expenditure as a share of revenue",
+        r"(?:capex|capital expenditures?)\s+as\s+a\s+%\s+of\s+revenue",
+        lambda y: {"capital expenditure": (y,), "revenue": (y,)},
+        lambda g, y: 100 * g("capital expenditure", y) / g("revenue", y),
+        lambda w, y: f"{w('capital expenditure', y)} / {w('revenue', y)}",
+        percent=True,
+    ),
+    _metric(
+        "Cost of sales as a share of revenue",
+        r"(?:cost of goods sold|COGS|cost of sales)\s+as\s+a\s+%\s+of\s+revenue",
+        lambda y: {"cost of sales": (y,), "revenue": (y,)},
+        lambda g, y: 100 * g("cost of sales", y) / g("revenue", y),
+        lambda w, y: f"{w('cost of sales', y)} / {w('revenue', y)}",
+        percent=True,
+    ),
+    _metric(
+        "Net profit margin",
+        r"net (?:profit|income) margin",
+        lambda y: {"net income": (y,), "revenue": (y,)},
+        lambda g, y: 100 * g("net income", y) / g("revenue", y),
+        lambda w, y: f"{w('net income', y)} / {w('revenue', y)}",
+        percent=True,
+    ),
+    _metric(
+        "Gross margin",
+        r"gross (?:profit )?margin",
+        lambda y: {"revenue": (y,), "cost of sales": (y,)},
+        lambda g, y: 100 * (g("revenue", y) - g("cost of sales", y)) / g("revenue", y),
+        lambda w, y: f"({w('revenue', y)} - {w('cost of sales', y)}) / {w('revenue', y)}",
+        percent=True,
+    ),
+    _metric(
+        "Operating margin",
+        r"operating (?:profit )?margin",
+        lambda y: {"operating income": (y,), "revenue": (y,)},
+        lambda g, y: 100 * g("operating income", y) / g("revenue", y),
+        lambda w, y: f"{w('operating income', y)} / {w('revenue', y)}",
+        percent=True,
+    ),
+    _metric(
+        "Revenue growth",
+        r"(?:year[- ]over[- ]year|yoy)\s+change\s+in\s+(?:total\s+)?revenue|revenue growth",
+        _both("revenue"),
+        lambda g, y: 100 * (g("revenue", y) - g("revenue", y - 1)) / g("revenue", y - 1),
+        lambda w, y: f"({w('revenue', y)} - {w('revenue', y - 1)}) / {w('revenue', y - 1)}",
+        percent=True,
+    ),
+)
+
+# One line item asked for as it stands ("what is Best Buy's total amount of
+# inventories at the end of FY2019"), by the words a question uses for it.
+ITEMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.IGNORECASE), concept)
+    for p, concept in (
+        (r"net income attributable to shareholders|net income", "net income"),
+        (r"\bCOGS\b|cost of goods sold|cost of sales", "cost of sales"),
+        (r"total current assets", "total current assets"),
+        (r"total current liabilities", "total current liabilities"),
+        (r"total assets", "total assets"),
+        (r"inventor(?:y|ies)", "inventory"),
+        (
+            r"net property,? plant,? and equipment|net PP&E|property and equipment",
+            "property and equipment",
+        ),
+        (r"capital expenditure|capex", "capital expenditure"),
+        (r"cash (?:flow )?from operations|operating cash flow", "operating cash flow"),
+        (r"accounts payable", "accounts payable"),
+        (r"total revenue|net revenue|revenue|net sales", "revenue"),
+    )
+)
+
+_FY = re.compile(r"\b(?:FY\s?|fiscal(?: year)?\s+)((?:19|20)\d\d)\b", re.IGNORECASE)
+_AVERAGE = re.compile(r"\b(\d|two|three|four|five)[- ]year average\b", re.IGNORECASE)
+_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    """A figure computed from cited rows: the sentence and the rows it read."""
+
+    text: str
+    value: float
+    rows: tuple[TableRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A metric recognised but not computable from the sources, and why."""
+
+    text: str
+
+
+# A yes/no question is not answered by a figure alone.
+_POLAR = re.compile(r"\s*(?:is|are|was|were|does|do|did|has|have|had|can|will|should)\b", re.I)
+# A question about causes or reasons is answered in words, not by a figure.
+_WHY = re.compile(r"\s*(?:what drove|why|how did|how has|explain|describe)\b", re.I)
+_WHAT = re.compile(r"\b(?:what (?:is|was|were|are)|how much|how many)\b", re.IGNORECASE)
+_NOT_AN_ITEM = re.compile(r"ratio|margin|%|percent|growth|change|cagr|average|turnover", re.I)
+
+
+def _asked_item(question: str) -> str | None:
+    """The line item a "what is / how much" question asks for as it stands,
+    named within a few words of the question word; None for anything else."""
+    what = _WHAT.search(question)
+    if what is None or _NOT_AN_ITEM.search(question):
+        return None
+    after = question[what.end() : what.end() + 90]
+    for pattern, concept in ITEMS:
+        if pattern.search(after):
+            return concept
+    return None
+
+
+def _years(question: str) -> list[int]:
+    """The fiscal years a question asks about: each year it names, or, for an
+    "N year average" or a range "FY2015 - FY2017", every year of the range."""
+    named = sorted({int(y) for y in _FY.findall(question)})
+    if not named:
+        return []
+    average = _AVERAGE.search(question)
+    if average or re.search(r"FY\s?\d{4}\s*(?:-|–|to)\s*FY\s?\d{4}", question, re.IGNORECASE):
+        return list(range(named[0], named[-1] + 1))
+    return named[-1:]
+
+
+def _decimals(question: str, percent: bool) -> int:
+    m = re.search(r"(one|two|three|\d) decimal", question, re.IGNORECASE)
+    if m:
+        return {"one": 1, "two": 2, "three": 3}.get(m.group(1).lower()) or int(m.group(1))
+    return 1 if percent else 2
+
+
+def _letters(text: str) -> str:
+    return re.sub(r"[^a-z]", "", text.lower())
+
+
+def company_sources(question: str, sources: Sequence[Source]) -> set[int]:
+    """The sources whose document the question names: its title's first word
+    (or its first words, run together) appears in the question."""
+    asked = _letters(question)
+    out: set[int] = set()
+    for i, s in enumerate(sources):
+        words = re.findall(r"[A-Za-z]+", s.title or s.doc_id)
+        if not words:
+            continue
+        name = _letters(words[0])
+        if len(name) >= 3 and name in asked:
+            out.add(i)
+    return out
+
+
+def _filing_year(source: Source) -> int | None:
+    years = _YEAR.findall(source.title or source.doc_id)
+    return int(years[0]) if years else None
+
+
+class _Lookup:
+    """Operand values from one company's rows, each kept with its row."""
+
+    def __init__(self, rows: list[TableRow], sources: Sequence[Source], latest: int) -> None:
+        self.rows = rows
+        self.sources = sources
+        self.latest = latest
+        self.used: dict[tuple[str, int], tuple[float, str, TableRow]] = {}
+        self.missing: list[tuple[str, int]] = []
+
+    def _find(self, concept: str, year: int) -> tuple[float, str, TableRow] | None:
+        best: tuple[tuple[int, int, int, int], float, str, TableRow] | None = None
+        for row in self.rows:
+            rank = _concept_rank(concept, row)
+            if rank is None:
+                continue
+            found = row.value(year)
+            if found is None:
+                continue
+            filed = _filing_year(self.sources[row.source])
+            # The statement that states the item first; then the filing of the
+            # latest year asked; then the label most preferred.
+            distance = abs((filed or self.latest) - self.latest)
+            key = (_statement_rank(concept, row), distance, rank, row.source)
+            if best is None or key < best[0]:
+                best = (key, found[0], found[1], row)
+        if best is None:
+            return None
+        value = best[1]
+        if concept in _OUTFLOWS:
+            value = abs(value)
+        return value, best[2], best[3]
+
+    def get(self, concept: str, year: int) -> float:
+        key = (concept, year)
+        if key not in self.used:
+            found = self._find(concept, year)
+            if found is None:
+                self.missing.append(key)
+                raise LookupError(key)
+            self.used[key] = found
+        return self.used[key][0]
+
+    def written(self, concept: str, year: int) -> str:
+        _, written, _ = self.used[(concept, year)]
+        if concept in _OUTFLOWS:
+            return written.strip("()")
+        return written
+
+
+def _format(value: float, decimals: int) -> str:
+    return f"{value:,.{decimals}f}"
+
+
+def operand_queries(question: str) -> list[str]:
+    """What to search for a question that asks for a metric or line item: one
+    query per line item it reads, its most common label and the years asked
+    ("property and equipment, net 2019 2018"); [] for any other question."""
+    years = _years(question)
+    if not years or _POLAR.match(question) or _WHY.match(question):
+        return []
+    if _CAGR.search(question) and len(years) > 1:
+        return [f"{' '.join(CONCEPTS['revenue'][:3])} {years[-1]} {years[0]}"]
+    metric = next((m for m in METRICS if m.pattern.search(question)), None)
+    needed: dict[str, set[int]] = {}
+    if metric is not None:
+        for y in years:
+            for concept, ys in metric.needs(y).items():
+                needed.setdefault(concept, set()).update(ys)
+    else:
+        item = _asked_item(question)
+        if item is None:
+            return []
+        needed[item] = set(years)
+    # A line item's three most common labels (a BM25 query matches any).
+    return [
+        f"{' '.join(CONCEPTS[concept][:3])} {' '.join(str(y) for y in sorted(ys, reverse=True))}"
+        for concept, ys in needed.items()
+    ]
+
+
+def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | None:
+    """The metric or line item the question asks for, computed from the rows of
+    the company's sources; ``Missing`` when it is recognised and the company's
+    rows lack an operand; None when the question asks for neither, names no
+    fiscal year, or names no company among the sources."""
+    years = _years(question)
+    if not years:
+        return None
+    if _POLAR.match(question) or _WHY.match(question):
+        return None
+    if _CAGR.search(question) and len(years) > 1:
+        return _cagr(question, sources, years[0], years[-1])
+    metric = next((m for m in METRICS if m.pattern.search(question)), None)
+    item = None
+    if metric is None:
+        item = _asked_item(question)
+        if item is None:
+            return None
+    owned = company_sources(question, sources)
+    if not owned:
+        return None
+    rows = [r for r in table_rows(sources) if r.source in owned]
+    lookup = _Lookup(rows, sources, years[-1])
+    values: list[float] = []
+    spelled: list[str] = []
+    name = metric.name if metric is not None else (item or "").capitalize()
+    try:
+        for y in years:
+            if metric is not None:
+                values.append(metric.formula(lookup.get, y))
+                spelled.append(metric.spell(lookup.written, y))
+            else:
+                assert item is not None
+                values.append(lookup.get(item, y))
+                spelled.append(lookup.written(item, y))
+    except LookupError:
+        concept, year = lookup.missing[-1]
+        return Missing(f"No source states {concept} for FY{year}, so {name} cannot be computed.")
+    except ZeroDivisionError:
+        return Missing(f"{name} cannot be computed: a divisor is zero in the sources.")
+    units = {r.unit.lower() for _, _, r in lookup.used.values()}
+    scale = {u for u in units if re.search(r"million|thousand|billion", u)}
+    scales = {re.search(r"million|thousand|billion", u).group(0) for u in scale}  # type: ignore[union-attr]
+    if len(scales) > 1:
+        return Missing(
+            f"{name} cannot be computed: the rows it needs are in different units "
+            f"({', '.join(sorted(scales))})."
+        )
+    percent = metric.percent if metric is not None else False
+    decimals = _decimals(question, percent)
+    result = sum(values) / len(values)
+    asked_scale = re.search(
+        r"\bin (?:USD |US\$ |\$ ?)?(millions|billions|thousands)\b", question, re.I
+    )
+    factor = 1.0
+    if metric is None and asked_scale and len(scales) == 1:
+        have = next(iter(scales))
+        want = asked_scale.group(1).lower().rstrip("s")
+        factors = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
+        factor = factors[have] / factors[want]
+        if factor != 1.0:
+            decimals = 2
+            result *= factor
+            scales = {want}
+    suffix = "%" if percent else ""
+    label = f"FY{years[0]}–FY{years[-1]} average" if len(years) > 1 else f"FY{years[0]}"
+    dollars = bool(re.search(r"\bUSD\b|\$|dollars", question)) or any("$" in u for u in units)
+    unit = f" {next(iter(scales))}" if metric is None and scales else ""
+    if metric is None and dollars:
+        spelled = [f"${w.lstrip('$')}" for w in spelled]
+    if len(years) > 1:
+        each = "; ".join(
+            f"FY{y}: {s} = {_format(v, decimals + 1)}{suffix}"
+            for y, s, v in zip(years, spelled, values, strict=True)
+        )
+        arithmetic = f"{each}; average = {_format(result, decimals)}{suffix}"
+    elif metric is not None:
+        arithmetic = f"{spelled[0]} = {_format(result, decimals)}{suffix}"
+    elif factor != 1.0:
+        arithmetic = (
+            f"{spelled[0]} {have} = {'$' if dollars else ''}{_format(result, decimals)}{unit}"
+        )
+    else:
+        arithmetic = f"{spelled[0]}{unit}"
+    rows_used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
+    if metric is None and rows_used and rows_used[0].name:
+        # A line item is named as its row names it ("Net sales", "Inventories").
+        name = rows_used[0].name
+    return Computed(f"{name}, {label}: {arithmetic}.", result, rows_used)
+
+
+_CAGR = re.compile(r"\bCAGR\b|compound annual growth", re.IGNORECASE)
+
+
+def _cagr(
+    question: str, sources: Sequence[Source], first: int, last: int
+) -> Computed | Missing | None:
+    """Revenue's compound annual growth from ``first`` to ``last``."""
+    owned = company_sources(question, sources)
+    if not owned:
+        return None
+    rows = [r for r in table_rows(sources) if r.source in owned]
+    lookup = _Lookup(rows, sources, last)
+    name = "Revenue CAGR"
+    try:
+        start, end = lookup.get("revenue", first), lookup.get("revenue", last)
+    except LookupError:
+        concept, year = lookup.missing[-1]
+        return Missing(f"No source states {concept} for FY{year}, so {name} cannot be computed.")
+    if start <= 0 or end <= 0:
+        return Missing(f"{name} cannot be computed from a revenue that is not positive.")
+    n = last - first
+    value = 100 * ((end / start) ** (1 / n) - 1)
+    decimals = _decimals(question, True)
+    text = (
+        f"{name}, FY{first}–FY{last}: ({lookup.written('revenue', last)} / "
+        f"{lookup.written('revenue', first)})^(1/{n}) - 1 = {_format(value, decimals)}%."
+    )
+    return Computed(text, value, tuple(dict.fromkeys(r for _, _, r in lookup.used.values())))
