@@ -125,23 +125,7 @@ def write_earlier_layout(
                     "entity_ids": list(doc.keywords.get("entity_ids", ())),
                     "source_url": doc.source_url,
                 }
-                if doc.published_at is not None:
-                    shared["published_at"] = doc.published_at
-                docs.delete_documents_by_term("key", key)
-                passages.delete_documents_by_term("key", key)
-                docs.add_document(
-                    tantivy.Document(
-                        **shared,
-                        passage_index=-1,
-                        passage_count=len(doc.passages),
-                        text=doc.body,
-                        metadata=json.dumps(doc.metadata, sort_keys=True),
-                    )
-                )
-                for p in doc.passages:
-                    passages.add_document(
-                        tantivy.Document(**shared, passage_index=p.index, text=p.text)
-                    )
+                _write_records(docs, passages, key, shared, doc)
             passages.commit()
             docs.commit()
     for writer in writers.values():
@@ -189,23 +173,7 @@ def write_no_page_layout(data_dir: Path, name: str, tenants: dict[str, list[Docu
                     ).encode(),
                     "source_url": doc.source_url,
                 }
-                if doc.published_at is not None:
-                    shared["published_at"] = doc.published_at
-                docs.delete_documents_by_term("key", key)
-                passages.delete_documents_by_term("key", key)
-                docs.add_document(
-                    tantivy.Document(
-                        **shared,
-                        passage_index=-1,
-                        passage_count=len(doc.passages),
-                        text=doc.body,
-                        metadata=json.dumps(doc.metadata, sort_keys=True),
-                    )
-                )
-                for p in doc.passages:
-                    passages.add_document(
-                        tantivy.Document(**shared, passage_index=p.index, text=p.text)
-                    )
+                _write_records(docs, passages, key, shared, doc)
             passages.commit()
             docs.commit()
     for writer in writers.values():
@@ -407,3 +375,22 @@ async def test_the_lexical_service_opens_an_earlier_layout_and_answers_per_tenan
         assert await search("gamma", "riverside mills", document) == []
     finally:
         await servicer.close()
+
+
+def _write_records(docs: Any, passages: Any, key: str, shared: dict[str, Any], doc: Any) -> None:
+    """A document's record and its passages' records, as both earlier layouts wrote them."""
+    if doc.published_at is not None:
+        shared["published_at"] = doc.published_at
+    docs.delete_documents_by_term("key", key)
+    passages.delete_documents_by_term("key", key)
+    docs.add_document(
+        tantivy.Document(
+            **shared,
+            passage_index=-1,
+            passage_count=len(doc.passages),
+            text=doc.body,
+            metadata=json.dumps(doc.metadata, sort_keys=True),
+        )
+    )
+    for p in doc.passages:
+        passages.add_document(tantivy.Document(**shared, passage_index=p.index, text=p.text))
