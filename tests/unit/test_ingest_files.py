@@ -232,3 +232,83 @@ def test_rows_a_text_layer_gives_on_one_line_are_split() -> None:
         ("Cost of sales", ("12,590.6", "11,678.7")),
     ]
     assert rows[0].columns == ("2022", "2021")
+
+
+def test_numbers_that_belong_to_the_label() -> None:
+    lines = [
+        "CONSOLIDATED STATEMENTS OF CASH FLOWS",
+        "(in millions)",
+        "2019 2018 2017",
+        "Share-based compensation expense (2) 166 209 176",
+        "Senior notes due 2025 500 450 400",
+        "Level 3 Assets 100 90 80",
+    ]
+    rows = read_page_lines(lines).rows
+    assert [(r.label, r.values) for r in rows] == [
+        ("Share-based compensation expense (2)", ("166", "209", "176")),
+        ("Senior notes due 2025", ("500", "450", "400")),
+        ("Level 3 Assets", ("100", "90", "80")),
+    ]
+    assert all(r.columns == ("2019", "2018", "2017") for r in rows)
+
+
+def test_a_short_row_after_the_header_is_no_date() -> None:
+    lines = ["BALANCE SHEETS", "2019 2018", "Goodwill 45 40", "Inventories 32 43"]
+    rows = read_page_lines(lines).rows
+    assert [(r.label, r.columns) for r in rows] == [
+        ("Goodwill", ("2019", "2018")),
+        ("Inventories", ("2019", "2018")),
+    ]
+
+
+def test_a_second_table_takes_its_own_title_and_unit() -> None:
+    lines = [
+        "CONSOLIDATED STATEMENTS OF OPERATIONS",
+        "(in millions)",
+        "2019 2018",
+        "Net sales 6,489 7,500",
+        "Employees",
+        "2019 2018",
+        "Headcount 1,200 1,100",
+    ]
+    sales, heads = read_page_lines(lines).rows
+    assert (sales.title, sales.unit) == ("CONSOLIDATED STATEMENTS OF OPERATIONS", "in millions")
+    assert (heads.title, heads.unit) == ("Employees", "")
+
+
+def test_interim_columns_are_marked() -> None:
+    lines = [
+        "CONDENSED STATEMENTS OF OPERATIONS",
+        "Three Months Ended",
+        "September 30, 2019 September 30, 2018",
+        "Net sales 1,600 1,500",
+    ]
+    (row,) = read_page_lines(lines).rows
+    assert row.columns == ("September 30, 2019 (interim)", "September 30, 2018 (interim)")
+
+
+def test_a_damaged_page_or_docx_fails_alone(tmp_path: Path) -> None:
+    good = text_pdf([PROSE])
+    # A page tree that names a page object that is not there.
+    broken = good.replace(b"/Kids [4 0 R]", b"/Kids [4 0 R 99 0 R]").replace(
+        b"/Count 1", b"/Count 2"
+    )
+    (tmp_path / "broken.pdf").write_bytes(broken)
+    (tmp_path / "good.pdf").write_bytes(good)
+    (tmp_path / "half.docx").write_bytes(b"PK\x03\x04" + b"\x00" * 64)
+    items = {item.origin: item for item in read_path(tmp_path)}
+    assert not items["good.pdf"].error
+    assert items["half.docx"].error
+    assert items["broken.pdf"].error == (
+        "damaged PDF: page 2 of 2 cannot be read (Failed to load page.)"
+    )
+    assert all(item.document_file for item in items.values())
+
+
+def test_junk_after_the_end_marker_and_a_few_text_pages_are_read(tmp_path: Path) -> None:
+    path = tmp_path / "padded.pdf"
+    path.write_bytes(text_pdf([PROSE]) + b"\x00" * 5000)
+    assert read_pdf(path).pages[0].startswith("Acme Widgets")
+    sparse = tmp_path / "sparse.pdf"
+    sparse.write_bytes(text_pdf([PROSE] + [[]] * 60))
+    assert len(read_pdf(sparse).pages) == 61

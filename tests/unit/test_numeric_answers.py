@@ -162,3 +162,92 @@ async def test_the_generator_answers_with_the_arithmetic_and_cites_each_row() ->
     assert [(c.source_index, c.confidence) for c in sentence.citations] == [(0, 8), (1, 8)]
     assert "Net sales | 2019: 6,489" in sentence.citations[0].quote
     assert "Property and equipment, net" in sentence.citations[1].quote
+
+
+def _row_source(doc: str, text: str) -> Source:
+    return Source(doc_id=doc, passage_index=0, title=doc, text=text)
+
+
+def test_a_company_is_named_by_whole_words_not_a_part_of_one() -> None:
+    amex = _row_source(
+        "AMERICANEXPRESS_2019_10K",
+        "CONSOLIDATED STATEMENTS OF INCOME (in millions): Total revenues | 2019: 47,020; "
+        "2018: 43,556.",
+    )
+    assert compute("What were American Airlines' FY2019 total revenues?", [amex]) is None
+    result = compute("What were American Express's FY2019 total revenues?", [amex])
+    assert isinstance(result, Computed)
+    assert result.value == 47020
+    # A file named by a common word names no company.
+    report = _row_source("Annual_Report_2019", amex.text)
+    assert (
+        company_sources("What is the FY2019 total revenue in the annual report?", [report]) == set()
+    )
+
+
+def test_an_interim_column_is_no_fiscal_year() -> None:
+    quarter = _page(
+        [
+            "CONDENSED CONSOLIDATED STATEMENTS OF OPERATIONS",
+            "(in millions)",
+            "Three Months Ended",
+            "September 30, 2019 September 30, 2018",
+            "Net sales 1,600 1,500",
+        ]
+    )
+    sources = [_row_source("ACME_2019_10Q", quarter), *_sources()]
+    result = compute("What is Acme's FY2019 net sales? Answer in USD millions.", sources)
+    assert isinstance(result, Computed)
+    assert result.value == 6489
+
+
+def test_questions_about_something_else_get_no_figure() -> None:
+    for question in (
+        "What is the change in Acme's net profit margin from FY2018 to FY2019?",
+        "By how much did Acme's operating margin change between FY2017 and FY2019?",
+        "What is the difference between Acme's FY2019 and FY2018 net sales?",
+        "Using the income statement, what drove Acme's FY2019 revenue growth?",
+        "What were Acme's FY2019 net sales in Europe?",
+        "What is Acme's gross margin guidance for FY2020?",
+    ):
+        assert compute(question, _sources()) is None, question
+    # A definition after the question may speak of a change.
+    defined = compute(
+        "What is Acme's FY2019 inventory turnover ratio? It is defined as: COGS / average "
+        "inventory (the change in inventory is not used).",
+        _sources(),
+    )
+    assert isinstance(defined, Computed)
+
+
+def test_an_average_of_n_years_up_to_the_one_named() -> None:
+    result = compute("What is Acme's FY2019 3 year average of capex as a % of revenue?", _sources())
+    assert isinstance(result, Computed)
+    assert "FY2017–FY2019 average" in result.text
+
+
+def test_a_change_is_never_a_balance_and_a_note_is_cited_lower() -> None:
+    no_balance = [s for s in _sources() if s.passage_index != 1]
+    # Only the cash flow statement's "Inventories" (a change): not used.
+    assert isinstance(
+        compute("What is Acme's FY2019 inventory turnover ratio?", no_balance), Missing
+    )
+    note = _row_source(
+        "ACME_2019_10K",
+        "NOTE 7. INVENTORIES (in millions): Inventories | 2019: 32; 2018: 43.",
+    )
+    result = compute("What is Acme's FY2019 inventory turnover ratio?", [*no_balance, note])
+    assert isinstance(result, Computed)
+    assert not result.sure
+    sure = compute("What is Acme's FY2019 inventory turnover ratio?", _sources())
+    assert isinstance(sure, Computed)
+    assert sure.sure
+
+
+def test_a_dash_is_no_operand() -> None:
+    dashes = _row_source(
+        "ACME_2019_10K",
+        "CONSOLIDATED BALANCE SHEETS (in millions): Inventories | 2019: —; 2018: —.",
+    )
+    sources = [_sources()[0], dashes]
+    assert isinstance(compute("What is Acme's FY2019 inventory turnover ratio?", sources), Missing)

@@ -336,19 +336,22 @@ class AnswerPipeline:
         results = await asyncio.gather(*(one(q) for q in asked))
         clock.record(answer_pb2.STAGE_RETRIEVE_BM25, time.perf_counter() - start)
         out: list[answer_pb2.AnswerSource] = []
+        keep = self.settings.numeric_search_keep
         for retrieval in results:
             for failure in retrieval.failures:
                 reason = f"line-item search skipped: {failure.reason}"
                 degradations.append(
                     answer_pb2.Degradation(stage=answer_pb2.STAGE_RETRIEVE_BM25, reason=reason)
                 )
+            kept = 0
             for ranked in retrieval.lists:
                 for key, _ in ranked.items:
                     hit = retrieval.hits[key]
                     for index, (text, _rank) in hit.passages.items():
-                        if hit.doc_id in wanted and (hit.doc_id, index) not in have:
+                        if kept < keep and hit.doc_id in wanted and (hit.doc_id, index) not in have:
                             have.add((hit.doc_id, index))
                             out.append(self._source(hit, index, text))
+                            kept += 1
         return out
 
     # -- rerank --------------------------------------------------------------------------

@@ -187,10 +187,17 @@ class AnswerSettings(ServiceSettings):
         "title names the year asked first).",
     )
     numeric_search_top_k: int = Field(
-        default=5,
+        default=20,
         ge=1,
-        le=50,
-        description="Passages each line-item search asks for.",
+        le=100,
+        description="Passages each line-item search asks for (of every document: those "
+        "of other documents are dropped).",
+    )
+    numeric_search_keep: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="Passages of the company's documents each line-item search adds.",
     )
     client: ClientSettings = ClientSettings(max_attempts=2)
     timeouts: StageTimeouts = StageTimeouts()

@@ -65,9 +65,10 @@ class TableRow:
         found = [
             (column, written)
             for column, written in self.cells
-            if str(year) in _YEAR.findall(column)
+            if str(year) in _YEAR.findall(column) and "(interim)" not in column
         ]
-        if len(found) != 1:
+        if len(found) != 1 or found[0][1] in ("—", "–", "-", "−"):
+            # A dash says "none" or "not applicable": no operand to compute with.
             return None
         number = _number(found[0][1])
         return None if number is None else (number, found[0][1])
@@ -520,11 +521,16 @@ _WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
 
 @dataclass(frozen=True, slots=True)
 class Computed:
-    """A figure computed from cited rows: the sentence and the rows it read."""
+    """A figure computed from cited rows: the sentence and the rows it read.
+    ``sure`` is False when an operand came from a table that is not the
+    statement stating it (a note, a table whose title was not read) or when
+    the operands' scales could not all be read: the answer then cites at a
+    lower confidence."""
 
     text: str
     value: float
     rows: tuple[TableRow, ...]
+    sure: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,9 +543,40 @@ class Missing:
 # A yes/no question is not answered by a figure alone.
 _POLAR = re.compile(r"\s*(?:is|are|was|were|does|do|did|has|have|had|can|will|should)\b", re.I)
 # A question about causes or reasons is answered in words, not by a figure.
-_WHY = re.compile(r"\s*(?:what drove|why|how did|how has|explain|describe)\b", re.I)
+_WHY = re.compile(
+    r"\b(?:what drove|drove|drive|driven|why|how did|how has|explain|describe)\b", re.I
+)
+# A question about a change, a comparison, a part of the company or a forecast
+# asks for something other than the level of a line item or metric.
+_OTHER = re.compile(
+    r"\b(?:change[sd]?|difference|differ|increase[sd]?|decrease[sd]?|decline[sd]?|drop(?:ped)?"
+    r"|rise|rose|grow|grew|compare[sd]?|comparison|versus|vs\.?|guidance|outlook|forecast"
+    r"|expect(?:ed|s)?|segments?|regions?|geograph\w*|europe\w*|asia\w*|americas?"
+    r"|international|domestic|services|products|excluding|adjusted|organic|constant currency"
+    r"|per share|by how much)\b",
+    re.IGNORECASE,
+)
 _WHAT = re.compile(r"\b(?:what (?:is|was|were|are)|how much|how many)\b", re.IGNORECASE)
 _NOT_AN_ITEM = re.compile(r"ratio|margin|%|percent|growth|change|cagr|average|turnover", re.I)
+
+
+def _asked(question: str) -> tuple[Metric | None, str | None]:
+    """The metric, or else the line item, the question asks the level of for a
+    fiscal year it names; (None, None) for any other question (yes/no, why,
+    a change or comparison, a segment, a forecast, no fiscal year)."""
+    # The ask is the question's first sentence; what follows may define the
+    # metric ("... + change in inventory between FY2016 and FY2017").
+    ask = question.split("?", 1)[0]
+    if not _FY.search(question) or _POLAR.match(question) or _WHY.search(ask):
+        return None, None
+    metric = next((m for m in METRICS if m.pattern.search(ask)), None)
+    if metric is not None and metric.name == "Revenue growth":
+        return metric, None
+    if _OTHER.search(ask) or _CAGR.search(ask):
+        return None, None
+    if metric is not None:
+        return metric, None
+    return None, _asked_item(question)
 
 
 def _asked_item(question: str) -> str | None:
@@ -556,15 +593,19 @@ def _asked_item(question: str) -> str | None:
 
 
 def _years(question: str) -> list[int]:
-    """The fiscal years a question asks about: each year it names, or, for an
-    "N year average" or a range "FY2015 - FY2017", every year of the range."""
+    """The fiscal years a question asks about: the last one it names, or, for
+    an "N year average", the N years up to it ("FY2017 - FY2019 3 year
+    average", "FY2019 3 year average")."""
     named = sorted({int(y) for y in _FY.findall(question)})
     if not named:
         return []
     average = _AVERAGE.search(question)
-    if average or re.search(r"FY\s?\d{4}\s*(?:-|–|to)\s*FY\s?\d{4}", question, re.IGNORECASE):
-        return list(range(named[0], named[-1] + 1))
-    return named[-1:]
+    if average is None:
+        return named[-1:]
+    word = average.group(1).lower()
+    span = _WORDS.get(word) or int(word)
+    first = min(named[0], named[-1] - span + 1)
+    return list(range(first, named[-1] + 1))
 
 
 def _decimals(question: str, percent: bool) -> int:
@@ -578,19 +619,36 @@ def _letters(text: str) -> str:
     return re.sub(r"[^a-z]", "", text.lower())
 
 
+def _company_key(source: Source) -> str:
+    """The name a document is known by: the first word of its file name (its
+    id's last path part, "ACTIVISIONBLIZZARD_2019_10K" -> "activisionblizzard"),
+    else of its title; letters only, lower case."""
+    stem = source.doc_id.rsplit("/", 1)[-1]
+    words = re.findall(r"[A-Za-z]+", stem) or re.findall(r"[A-Za-z]+", source.title)
+    return _letters(words[0]) if words else ""
+
+
 def company_sources(question: str, sources: Sequence[Source]) -> set[int]:
-    """The sources whose document the question names: its title's first word
-    (or its first words, run together) appears in the question."""
-    asked = _letters(question)
+    """The sources whose document the question names: the document's name
+    (``_company_key``) equals one to three consecutive words of the question
+    run together ("Activision Blizzard" names ACTIVISIONBLIZZARD_2019_10K,
+    "American Airlines" does not name AMERICANEXPRESS_2022_10K)."""
+    plain = re.sub(r"['’]s\b", "", question)
+    words = [_letters(w) for w in re.findall(r"[A-Za-z][A-Za-z.]*", plain)]
+    words = [w for w in words if w]
+    runs = {"".join(words[i : i + n]) for n in (1, 2, 3) for i in range(len(words) - n + 1)}
     out: set[int] = set()
     for i, s in enumerate(sources):
-        words = re.findall(r"[A-Za-z]+", s.title or s.doc_id)
-        if not words:
-            continue
-        name = _letters(words[0])
-        if len(name) >= 3 and name in asked:
+        key = _company_key(s)
+        if len(key) >= 3 and key in runs and key not in _COMMON_WORDS:
             out.add(i)
     return out
+
+
+# Words a file name may start with that name no company.
+_COMMON_WORDS = frozenset(
+    {"annual", "report", "the", "total", "form", "financial", "statements", "sustainability"}
+)
 
 
 def _filing_year(source: Source) -> int | None:
@@ -607,6 +665,9 @@ class _Lookup:
         self.latest = latest
         self.used: dict[tuple[str, int], tuple[float, str, TableRow]] = {}
         self.missing: list[tuple[str, int]] = []
+        # An operand read from a table that is not its statement (a note, a
+        # table whose title was not read).
+        self.unsure = False
 
     def _find(self, concept: str, year: int) -> tuple[float, str, TableRow] | None:
         best: tuple[tuple[int, int, int, int], float, str, TableRow] | None = None
@@ -617,15 +678,20 @@ class _Lookup:
             found = row.value(year)
             if found is None:
                 continue
+            statement = _statement_rank(concept, row)
+            if statement == 2 and _CASH.search(row.title) and _STATEMENT[concept] is _BALANCE:
+                # A cash flow statement's "Inventories" is the year's change.
+                continue
             filed = _filing_year(self.sources[row.source])
             # The statement that states the item first; then the filing of the
             # latest year asked; then the label most preferred.
             distance = abs((filed or self.latest) - self.latest)
-            key = (_statement_rank(concept, row), distance, rank, row.source)
+            key = (statement, distance, rank, row.source)
             if best is None or key < best[0]:
                 best = (key, found[0], found[1], row)
         if best is None:
             return None
+        self.unsure = self.unsure or best[0][0] == 2
         value = best[1]
         if concept in _OUTFLOWS:
             value = abs(value)
@@ -657,21 +723,19 @@ def operand_queries(question: str) -> list[str]:
     query per line item it reads, its most common label and the years asked
     ("property and equipment, net 2019 2018"); [] for any other question."""
     years = _years(question)
-    if not years or _POLAR.match(question) or _WHY.match(question):
-        return []
-    if _CAGR.search(question) and len(years) > 1:
-        return [f"{' '.join(CONCEPTS['revenue'][:3])} {years[-1]} {years[0]}"]
-    metric = next((m for m in METRICS if m.pattern.search(question)), None)
+    metric, item = _asked(question)
     needed: dict[str, set[int]] = {}
     if metric is not None:
         for y in years:
             for concept, ys in metric.needs(y).items():
                 needed.setdefault(concept, set()).update(ys)
-    else:
-        item = _asked_item(question)
-        if item is None:
-            return []
+    elif item is not None:
         needed[item] = set(years)
+    elif _CAGR.search(question) and len(_FY.findall(question)) > 1 and not _WHY.search(question):
+        named = sorted({int(y) for y in _FY.findall(question)})
+        needed["revenue"] = {named[0], named[-1]}
+    else:
+        return []
     # A line item's three most common labels (a BM25 query matches any).
     return [
         f"{' '.join(CONCEPTS[concept][:3])} {' '.join(str(y) for y in sorted(ys, reverse=True))}"
@@ -687,16 +751,12 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
     years = _years(question)
     if not years:
         return None
-    if _POLAR.match(question) or _WHY.match(question):
+    metric, item = _asked(question)
+    if metric is None and item is None:
+        if _CAGR.search(question) and len(_FY.findall(question)) > 1 and not _WHY.search(question):
+            named = sorted({int(y) for y in _FY.findall(question)})
+            return _cagr(question, sources, named[0], named[-1])
         return None
-    if _CAGR.search(question) and len(years) > 1:
-        return _cagr(question, sources, years[0], years[-1])
-    metric = next((m for m in METRICS if m.pattern.search(question)), None)
-    item = None
-    if metric is None:
-        item = _asked_item(question)
-        if item is None:
-            return None
     owned = company_sources(question, sources)
     if not owned:
         return None
@@ -721,6 +781,9 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
         return Missing(f"{name} cannot be computed: a divisor is zero in the sources.")
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
     scale = {u for u in units if re.search(r"million|thousand|billion", u)}
+    # An operand whose scale was not read beside one whose scale was: they may
+    # disagree ("(in thousands)" and "($000)"), so the answer is cited lower.
+    unread_scale = bool(scale) and len(scale) < len(units)
     scales = {re.search(r"million|thousand|billion", u).group(0) for u in scale}  # type: ignore[union-attr]
     if len(scales) > 1:
         return Missing(
@@ -767,7 +830,8 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
     if metric is None and rows_used and rows_used[0].name:
         # A line item is named as its row names it ("Net sales", "Inventories").
         name = rows_used[0].name
-    return Computed(f"{name}, {label}: {arithmetic}.", result, rows_used)
+    sure = not lookup.unsure and not unread_scale
+    return Computed(f"{name}, {label}: {arithmetic}.", result, rows_used, sure)
 
 
 _CAGR = re.compile(r"\bCAGR\b|compound annual growth", re.IGNORECASE)
@@ -797,4 +861,5 @@ def _cagr(
         f"{name}, FY{first}–FY{last}: ({lookup.written('revenue', last)} / "
         f"{lookup.written('revenue', first)})^(1/{n}) - 1 = {_format(value, decimals)}%."
     )
-    return Computed(text, value, tuple(dict.fromkeys(r for _, _, r in lookup.used.values())))
+    used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
+    return Computed(text, value, used, not lookup.unsure)

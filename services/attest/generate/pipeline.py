@@ -110,6 +110,10 @@ class PipelineSettings(StrictModel):
     # The confidence of each operand's citation: the row states the operand
     # word for word; the arithmetic is the engine's, not the source's.
     numeric_confidence: int = Field(default=8, ge=0, le=10)
+    # ... and when an operand came from a table that is not the statement that
+    # states it, or the operands' scales could not all be read: below 5, a
+    # figure the reader should check before relying on it.
+    numeric_unsure_confidence: int = Field(default=4, ge=0, le=10)
 
 
 @dataclass(slots=True)
@@ -694,7 +698,13 @@ class Generator:
                 source_index=i,
                 doc_id=sources[i].doc_id,
                 passage_index=sources[i].passage_index,
-                confidence=self.settings.numeric_confidence,
+                confidence=(
+                    self.settings.numeric_confidence
+                    if computed.sure
+                    else min(
+                        self.settings.numeric_confidence, self.settings.numeric_unsure_confidence
+                    )
+                ),
                 quote=" ".join(texts),
             )
             for i, texts in sorted(quotes.items())

@@ -113,7 +113,7 @@ class _Reading:
             item = next(items, None)
             if item is None:
                 return
-            if item.pages or item.table_rows or item.error:
+            if item.document_file:
                 self.files += 1
                 self.pages += item.pages
                 self.table_rows += item.table_rows
@@ -245,7 +245,27 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                 if items:
                     yield ingest_pb2.IngestStreamRequest(items=items)
 
-        response = await stub.IngestStream(messages())
+        pending = messages()
+        first = await anext(pending, None)
+        if first is None:
+            # Nothing readable to send: the reasons are this command's to report.
+            bar.close()
+            return reading.fill(
+                Report(
+                    state="DONE",
+                    received=len(local_failures),
+                    failed=len(local_failures),
+                    failures=list(local_failures),
+                ),
+                time.monotonic() - started,
+            )
+
+        async def stream() -> AsyncIterator[ingest_pb2.IngestStreamRequest]:
+            yield first
+            async for message in pending:
+                yield message
+
+        response = await stub.IngestStream(stream())
         bar.close()
         job_id = response.job.job_id
         failures: list[tuple[str, str, str, str]] = list(local_failures)

@@ -32,14 +32,19 @@ from pathlib import Path
 from attest.ingest.tables import Row, read_page_lines
 
 PAGE_BREAK = "\f"
-#: A page with fewer characters than this has no text to speak of.
+#: A file whose pages hold fewer characters than this, all together, has no
+#: text layer to speak of (a scan, or only page numbers).
 MIN_PAGE_CHARS = 20
+# Where the end-of-file marker is looked for: writers append padding or junk
+# after it, seldom this much.
+_TAIL_BYTES = 1024 * 1024
 
 # PDFium marks a hyphen it joined at a line end with U+FFFE.
 _SOFT_HYPHEN = re.compile("\ufffe\\s*")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 OnPage = Callable[[int, int], None]
+_BOILERPLATE_TITLE = re.compile(r"microsoft (?:word|powerpoint) -|form \d|untitled", re.I)
 
 
 class UnreadableFile(Exception):
@@ -141,7 +146,7 @@ def read_pdf(path: Path, on_page: OnPage | None = None) -> FileText:
         head = f.read(1024)
         f.seek(0, 2)
         size = f.tell()
-        f.seek(max(0, size - 2048))
+        f.seek(max(0, size - _TAIL_BYTES))
         tail = f.read()
     if b"%PDF-" not in head:
         raise UnreadableFile(f"not a PDF: the file is {_looks_like(head)}")
@@ -164,7 +169,11 @@ def read_pdf(path: Path, on_page: OnPage | None = None) -> FileText:
         rows: list[Row] = []
         images = 0
         for n in range(count):
-            page = document[n]
+            try:
+                page = document[n]
+            except pdfium.PdfiumError as err:
+                reason = f"damaged PDF: page {n + 1} of {count} cannot be read ({err})"
+                raise UnreadableFile(reason) from None
             try:
                 textpage = page.get_textpage()
                 try:
@@ -175,6 +184,10 @@ def read_pdf(path: Path, on_page: OnPage | None = None) -> FileText:
                     images += sum(
                         1 for _ in page.get_objects(filter=(pdfium.raw.FPDF_PAGEOBJ_IMAGE,))
                     )
+            except pdfium.PdfiumError as err:
+                raise UnreadableFile(
+                    f"damaged PDF: the text of page {n + 1} of {count} cannot be read ({err})"
+                ) from None
             finally:
                 page.close()
             text, found = page_text(raw)
@@ -185,8 +198,8 @@ def read_pdf(path: Path, on_page: OnPage | None = None) -> FileText:
         title = _pdf_title(document) or path.stem
     finally:
         document.close()
-    characters = sum(len(p) for p in pages)
-    if characters < MIN_PAGE_CHARS * max(1, count // 10):
+    characters = sum(len(p.strip()) for p in pages)
+    if characters < MIN_PAGE_CHARS:
         what = f"{images} image{'s' if images != 1 else ''}" if images else "no images"
         raise UnreadableFile(
             f"no text layer: {count} page{'s' if count != 1 else ''}, {what}, "
@@ -202,9 +215,14 @@ def _pdf_title(document: object) -> str:
     except Exception:  # noqa: BLE001 - a title is optional; a broken info dict is not fatal
         return ""
     title = " ".join(str(metadata.get("Title", "")).split())
-    # Producers write file names and placeholders here ("Microsoft Word - x.docx").
     words = re.findall(r"[^\W\d_]{2,}", title)
-    if len(words) < 2 or title.lower().endswith((".doc", ".docx", ".pdf")):
+    # Producers write file names and filing boilerplate here ("Microsoft Word -
+    # F20_10K.docx", "Form 10-K for Pepsico INC filed 2022-02-10").
+    if (
+        len(words) < 2
+        or title.lower().endswith((".doc", ".docx", ".pdf"))
+        or _BOILERPLATE_TITLE.match(title)
+    ):
         return ""
     return title
 
@@ -228,9 +246,11 @@ def read_docx(path: Path) -> FileText:
                 "save it as an unencrypted .docx"
             )
         raise UnreadableFile(f"not a DOCX: the file is {_looks_like(head)}")
+    from lxml.etree import LxmlError  # type: ignore[import-untyped]
+
     try:
         document = docx.Document(str(path))
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as err:
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, LxmlError) as err:
         raise UnreadableFile(f"damaged or not a Word document: {err}") from None
     paragraphs: list[str] = []
     rows: list[Row] = []

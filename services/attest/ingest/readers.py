@@ -10,6 +10,7 @@ its ``error`` instead, to be reported against that file alone.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from attest.core.document import KEYWORD_FIELDS
 from attest.ingest.files import OnPage, UnreadableFile, read_docx, read_pdf
+
+log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".html", ".htm")
 #: Files read for their text layer rather than as text.
@@ -34,6 +37,8 @@ class RawItem:
     #: Pages and table rows read from a PDF or DOCX (0 for other items).
     pages: int = 0
     table_rows: int = 0
+    #: A PDF or DOCX file (read or not).
+    document_file: bool = False
 
 
 class _HtmlText(HTMLParser):
@@ -165,9 +170,16 @@ def read_document_file(path: Path, root: Path, on_page: OnPage | None = None) ->
     try:
         read = read_pdf(path, on_page) if suffix == ".pdf" else read_docx(path)
     except UnreadableFile as err:
-        return RawItem(rel, b"", error=err.reason)
+        return RawItem(rel, b"", error=err.reason, document_file=True)
     except OSError as err:
-        return RawItem(rel, b"", error=f"cannot read the file: {err.strerror or err}")
+        reason = f"cannot read the file: {err.strerror or err}"
+        return RawItem(rel, b"", error=reason, document_file=True)
+    except Exception as err:
+        # One damaged file must not stop the folder: it fails alone, with why.
+        log.warning("reading %s failed", path, exc_info=True)
+        kind = suffix.lstrip(".").upper()
+        reason = f"damaged file: the {kind} reader failed ({type(err).__name__}: {err})"
+        return RawItem(rel, b"", error=reason[:500], document_file=True)
     metadata = {"file": rel, "format": suffix.lstrip("."), "table_rows": str(len(read.rows))}
     if read.paged:
         metadata["pages"] = str(len(read.pages))
@@ -177,6 +189,7 @@ def read_document_file(path: Path, root: Path, on_page: OnPage | None = None) ->
         json.dumps(record, ensure_ascii=False).encode("utf-8"),
         pages=len(read.pages) if read.paged else 0,
         table_rows=len(read.rows),
+        document_file=True,
     )
 
 
@@ -218,8 +231,13 @@ def read_path(path: Path, on_page: OnPage | None = None) -> Iterator[RawItem]:
             return read_jsonl(corpus)
         return read_folder(path, on_page)
     if _is_text(path):
-        return iter([_read_file(path, path.parent, on_page)])
+        return _one_file(path, on_page)
     return read_jsonl(path)
+
+
+def _one_file(path: Path, on_page: OnPage | None) -> Iterator[RawItem]:
+    # A generator: the file is read when its item is asked for (and timed then).
+    yield _read_file(path, path.parent, on_page)
 
 
 def skipped_files(path: Path) -> list[Path]:

@@ -116,6 +116,26 @@ def _is_year(value: str) -> bool:
     return bool(_YEAR.fullmatch(value))
 
 
+def _label_numbers(label: str, values: list[str], columns: int) -> tuple[str, list[str]]:
+    """Numbers read as values that belong to the label: a footnote mark "(1)"
+    before as many values as the header has columns, a year after "due",
+    "in" or another lower-case word ("Senior notes due 2025 500 450")."""
+    values = list(values)
+    while len(values) > columns and re.fullmatch(r"\(\d\)", values[0]):
+        label = f"{label} {values.pop(0)}"
+    last = label.split()[-1] if label.split() else ""
+    while (
+        len(values) > 1
+        and _YEAR.fullmatch(values[0])
+        and last.isalpha()
+        and last.islower()
+        and len(values) > columns - 1
+    ):
+        label = f"{label} {values.pop(0)}"
+        last = ""
+    return label, values
+
+
 def header_columns(line: str) -> tuple[str, ...]:
     """The column labels of a header line, or () when ``line`` is no header.
 
@@ -182,9 +202,20 @@ class PageTables:
 
 # A piece of a header that a PDF gives on lines of their own: "August 29,",
 # "2021", "December 31,", "2016 2017", "May 31, 2020".
-_DATE_PART = re.compile(
-    r"(?=.*\d)(?:(?:[A-Z][a-z]+\.? \d{1,2}, ?)?(?:19|20)\d\d ?)*(?:[A-Z][a-z]+\.? \d{1,2},?)?"
+_MONTH = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\.?"
 )
+_DATE_PART = re.compile(
+    rf"(?=.*\d)(?:(?:{_MONTH} \d{{1,2}}, ?)?(?:19|20)\d\d ?)*(?:{_MONTH} \d{{1,2}},?)?"
+)
+# A header's caption that says its columns are interim periods, not years.
+_INTERIM = re.compile(
+    r"\b(?:three|six|nine|3|6|9|thirteen|twelve|13|12|26|39)[ -](?:months?|weeks?)\b|\bquarters?\b"
+    r"|\bQ[1-4]\b",
+    re.IGNORECASE,
+)
+_ANNUAL = re.compile(r"\b(?:twelve|12)[ -]months?\b|\b(?:52|53)[ -]weeks?\b", re.I)
 
 
 def _is_value(token: str) -> bool:
@@ -199,9 +230,10 @@ def _split_merged(raw: str) -> list[str]:
     pieces: list[list[str]] = [[]]
     for i, token in enumerate(tokens):
         if (
-            i > 0
-            and pieces[-1]
-            and _is_value(tokens[i - 1])
+            pieces[-1]
+            # A run of values (or a header's year), not one number inside a
+            # label ("Level 3 Assets").
+            and (_values_before(tokens, i) >= 2 or bool(_YEAR.fullmatch(tokens[i - 1])))
             and token[:1].isupper()
             and not _is_value(token)
             and not _dates_only(tokens[i - 1], tokens[i:])
@@ -209,6 +241,18 @@ def _split_merged(raw: str) -> list[str]:
             pieces.append([])
         pieces[-1].append(token)
     return [" ".join(p) for p in pieces if p]
+
+
+def _values_before(tokens: list[str], i: int) -> int:
+    """How many value cells end right before ``tokens[i]`` ("$" signs skipped)."""
+    n = 0
+    for token in reversed(tokens[:i]):
+        if token in ("$", "€", "£"):
+            continue
+        if not _is_value(token):
+            break
+        n += 1
+    return n
 
 
 def _dates_only(before: str, rest: list[str]) -> bool:
@@ -270,19 +314,33 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
             paragraphs.append("\n".join(prose))
             prose.clear()
 
+    since_row: list[str] = []  # lines that are no row since the last row or header
+    interim = False
     for line in _joined(lines):
         found = _scale(line)
         header = header_columns(line)
         if header:
             flush_prose()
-            if columns and next_title:
-                title = next_title
+            if columns:
+                # A second table on the page: its title and unit are what came
+                # since the first one's rows, not the first one's.
+                captions = [c for c in since_row if not _scale(c) and not _SKIP_TITLES.search(c)]
+                title = next_title or (captions[0] if captions else title)
+                unit = next((_scale(c) for c in reversed(since_row) if _scale(c)), "")
+            caption = " ".join([*since_row[-2:], line])
+            interim = bool(_INTERIM.search(caption)) and not _ANNUAL.search(caption)
+            if interim:
+                # "Three Months Ended September 30, 2019" is no fiscal year.
+                header = tuple(f"{c} (interim)" for c in header)
             columns, section, next_title, named = header, "", "", False
+            since_row = []
             if found:
                 unit = found
             paragraphs.append(line)
             continue
         label, values = _split_values(line)
+        if columns and values:
+            label, values = _label_numbers(label, values, len(columns))
         is_row = (
             bool(values)
             and _LETTERS.search(label) is not None
@@ -321,8 +379,10 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
                 title, fallback_title = line, True
             if found:
                 unit = found
+            since_row.append(line)
             prose.append(line)
             continue
+        since_row = []
         flush_prose()
         row = Row(
             title=title,
