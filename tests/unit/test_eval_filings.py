@@ -137,3 +137,26 @@ def test_a_bad_line_is_named(tmp_path: Path) -> None:
         f.write('{"id": "c", "question": "?"}\n')
     with pytest.raises(QADatasetError, match=r"qa.jsonl:3"):
         load_filings(tmp_path)
+
+
+def test_a_sign_must_agree() -> None:
+    assert answer_right(_question("-3.7"), "Cash conversion cycle, FY2019: 10 - 13.7 = -3.7.")
+    assert not answer_right(_question("-3.7"), "Cash conversion cycle, FY2019: 13.7 - 10 = 3.7.")
+    assert not answer_right(_question("24.26"), "Ratio, FY2019: 1 - 25.26 = -24.26.")
+
+
+def test_answers_must_be_a_list_of_strings(tmp_path: Path) -> None:
+    _dataset(tmp_path)
+    with (tmp_path / "qa.jsonl").open("a") as f:
+        f.write('{"id": "c", "question": "?", "answers": "24.26", "doc_name": "X"}\n')
+    with pytest.raises(QADatasetError, match=r"qa.jsonl:3.*answers must be a list"):
+        load_filings(tmp_path)
+
+
+def test_an_unreadable_filing_is_left_out(tmp_path: Path) -> None:
+    _dataset(tmp_path)
+    (tmp_path / "pdfs" / "BROKEN_2019_10K.pdf").write_bytes(b"<html>moved</html>")
+    unreadable: dict[str, str] = {}
+    docs, _ = filing_documents(tmp_path, None, unreadable)
+    assert [d.id for d in docs] == ["ACME_2018_10K"]
+    assert unreadable == {"BROKEN_2019_10K": "not a PDF: the file is HTML"}

@@ -312,3 +312,19 @@ def test_junk_after_the_end_marker_and_a_few_text_pages_are_read(tmp_path: Path)
     sparse = tmp_path / "sparse.pdf"
     sparse.write_bytes(text_pdf([PROSE] + [[]] * 60))
     assert len(read_pdf(sparse).pages) == 61
+
+
+def test_docx_merged_cells_are_read_once(tmp_path: Path) -> None:
+    import docx
+
+    document = docx.Document()
+    table = document.add_table(rows=3, cols=3)
+    table.cell(0, 0).merge(table.cell(0, 2)).text = "Key figures"
+    for c, text in enumerate(["(in millions)", "2019", "2018"]):
+        table.cell(1, c).text = text
+    table.cell(2, 0).text = "Scope 2"
+    table.cell(2, 1).merge(table.cell(2, 2)).text = "50"
+    path = tmp_path / "merged.docx"
+    document.save(str(path))
+    (row,) = read_docx(path).rows
+    assert row.text() == "Key figures ((in millions)): Scope 2 | 2019: 50."

@@ -92,6 +92,10 @@ def load_filings(folder: Path) -> list[FilingQuestion]:
                 record = json.loads(line)
                 answers = record["answers"]
                 evidence = record.get("evidence") or []
+                if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+                    raise TypeError("answers must be a list of strings")
+                if not isinstance(evidence, list) or not all(isinstance(e, dict) for e in evidence):
+                    raise TypeError("evidence must be a list of objects")
                 question = FilingQuestion(
                     id=str(record["id"]),
                     question=str(record["question"]),
@@ -112,11 +116,11 @@ def load_filings(folder: Path) -> list[FilingQuestion]:
 
 
 def filing_documents(
-    folder: Path, names: set[str] | None = None
+    folder: Path, names: set[str] | None = None, unreadable: dict[str, str] | None = None
 ) -> tuple[list[common_pb2.Document], dict[str, int]]:
     """The filings under ``folder/pdfs`` (those named, when given) as documents
     read by ingest's PDF reader, and each one's page count. A filing that
-    cannot be read raises ``QADatasetError`` with the reason."""
+    cannot be read is left out, its reason kept in ``unreadable``."""
     from attest.ingest.readers import read_document_file
 
     root = folder / "pdfs"
@@ -127,7 +131,9 @@ def filing_documents(
             continue
         item = read_document_file(path, root)
         if item.error:
-            raise QADatasetError(f"{path}: {item.error}")
+            if unreadable is not None:
+                unreadable[path.stem] = item.error
+            continue
         record = json.loads(item.raw_json)
         docs.append(
             common_pb2.Document(
@@ -151,6 +157,21 @@ def _states_every_figure(reference: str, text: str) -> bool:
     return bool(wanted) and all(any(amounts_agree(w, s) for s in stated) for w in wanted)
 
 
+_SIGNED = re.compile(r"(?<![\w.])(?:[-−–]\s?\$?|\(\$?)(?=\d)")
+
+
+def _same_sign(reference: str, text: str) -> bool:
+    """A negative reference ("-3.7") needs a negative amount in the answer
+    ("-3.7", "(3.7)"), and a positive one ends the answer with a positive
+    result: the matcher of ``eval qa`` reads amounts without their sign."""
+    negative = bool(_SIGNED.search(reference.strip()[:2]))
+    stated: list[str] = re.findall(r"=\s*([-−(]?)\s*\$?\d", text)
+    if stated:
+        # A computed answer: the sign of its result (the last "= x").
+        return bool(stated[-1] != "") == negative
+    return not negative or bool(_SIGNED.search(text))
+
+
 def answer_right(question: FilingQuestion, text: str) -> bool:
     """Whether ``text`` states one of the question's reference answers (rules
     in the module docstring)."""
@@ -158,7 +179,9 @@ def answer_right(question: FilingQuestion, text: str) -> bool:
         numeric = numeric_answer(reference)
         if numeric:
             stated = read_amounts(text)
-            if all(any(amounts_agree(w, s) for s in stated) for w in numeric):
+            if all(any(amounts_agree(w, s) for s in stated) for w in numeric) and _same_sign(
+                reference, text
+            ):
                 return True
             continue
         words = normalize_answer(reference).split()
@@ -317,8 +340,11 @@ async def run_filings(
     names = sorted({q.doc_name for q in questions})
     groups = [[n] for n in names] if per_document else [names]
     records: list[dict[str, Any]] = []
+    unreadable: dict[str, str] = {}
     for group in groups:
-        docs, pages = filing_documents(folder, set(group))
+        docs, pages = filing_documents(folder, set(group), unreadable)
+        if not docs:
+            continue
         where = data_dir / (re.sub(r"[^\w.-]", "_", group[0]) if per_document else "pooled")
         async with embedded_stack(where) as address:
             await ingest_documents(address, docs, progress=progress, batch_size=4)
@@ -326,7 +352,9 @@ async def run_filings(
                 f"ingested {len(docs)} filings ({sum(pages.values()):,} pages) into "
                 f"{'its own store' if per_document else 'one store'}"
             )
-            asked = [q for q in questions if q.doc_name in group]
+            asked = [q for q in questions if q.doc_name in group and q.doc_name not in unreadable]
             records += await ask_all(address, asked, progress=progress)
+    for name, reason in unreadable.items():
+        echo(f"warning: {name}.pdf cannot be read ({reason}); its questions are not asked")
     by_id = {r["id"]: r for r in records}
-    return [by_id[q.id] for q in questions]
+    return [by_id[q.id] for q in questions if q.id in by_id]

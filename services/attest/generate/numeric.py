@@ -89,9 +89,9 @@ def table_rows(sources: Sequence[Source]) -> list[TableRow]:
             parts = m.group("left").split(": ")
             head = parts[0] if len(parts) > 1 else ""
             unit = ""
-            unit_match = re.search(r"\(([^()]*)\)\s*$", head)
+            unit_match = re.search(r"\((\(?[^()]*\)?)\)\s*$", head)
             if unit_match:
-                unit = unit_match.group(1)
+                unit = unit_match.group(1).strip("()")
                 head = head[: unit_match.start()].strip()
             label = ": ".join(parts[1:]) if len(parts) > 1 else parts[0]
             row = TableRow(i, head, unit, label.lower(), tuple(cells), m.group(0).strip())
@@ -830,7 +830,9 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
     if metric is None and rows_used and rows_used[0].name:
         # A line item is named as its row names it ("Net sales", "Inventories").
         name = rows_used[0].name
-    sure = not lookup.unsure and not unread_scale
+    # A scale asked for ("in USD billions") that the rows do not state.
+    unknown_scale = bool(asked_scale) and not scales
+    sure = not lookup.unsure and not unread_scale and not unknown_scale
     return Computed(f"{name}, {label}: {arithmetic}.", result, rows_used, sure)
 
 

@@ -283,11 +283,22 @@ def read_docx(path: Path) -> FileText:
 def _docx_table(table: object, heading: str) -> list[Row]:
     """A DOCX table's rows; its first row is the header (its first cell says
     what the rows measure), its first column the label."""
-    cells = [
-        [" ".join(cell.text.split()) for cell in row.cells]
-        for row in table.rows  # type: ignore[attr-defined]
-    ]
-    cells = [row for row in cells if any(row)]
+    cells: list[list[str]] = []
+    for row in table.rows:  # type: ignore[attr-defined]
+        seen: list[object] = []
+        texts: list[str] = []
+        for cell in row.cells:
+            # A merged cell is listed once per column it spans: read it once.
+            if any(cell._tc is other for other in seen):
+                continue
+            seen.append(cell._tc)
+            texts.append(" ".join(cell.text.split()))
+        if any(texts):
+            cells.append(texts)
+    # A first row of one merged cell is the table's title, not its header.
+    while len(cells) > 2 and len(cells[0]) == 1 and len(cells[1]) > 1:
+        heading = f"{heading} / {cells[0][0]}" if heading else cells[0][0]
+        cells = cells[1:]
     if len(cells) < 2:
         return []
     header = cells[0]
