@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from attest.answer.commands import render_answer
 from attest.answer.embedded import embedded_stack
 from attest.client import AnswerClient
 from attest.common.v1 import common_pb2
@@ -116,6 +117,14 @@ async def test_a_metric_is_computed_from_the_named_company_rows_and_pages(tmp_pa
     # Net sales on page 2 and property and equipment on page 3 of Acme's filing.
     assert cited == {("ACME_2019_10K", 2), ("ACME_2019_10K", 3)}
     assert all(c.confidence == 8 for c in sentence.citations)
+    # attest ask names each cited page and the row the citation rests on.
+    lines = list(render_answer(answer))
+    assert any(line.endswith("ACME_2019_10K p. 3") for line in lines), lines
+    assert any(
+        "cites: CONSOLIDATED BALANCE SHEETS (in millions): ASSETS: Property and equipment, net"
+        in line
+        for line in lines
+    ), lines
 
 
 @pytest.mark.timeout(900)

@@ -68,6 +68,11 @@ def render_revisions(revisions: Sequence[common_pb2.SentenceRevision]) -> Iterat
             )
 
 
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[str]:
     """Lines of a cited answer: sentences with numbered citations and 0-10 confidences,
     the cited sources (with their page, where known, and the personal facts that
@@ -93,6 +98,18 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
         # A passage of a paged document (a PDF) names its page: "Annual Report p. 60".
         title = f"{src.title or src.doc_id} p. {src.page}" if src.page > 0 else src.title
         yield f"  [{i + 1}] {where}  {title}"
+        quote = next(
+            (
+                c.quote
+                for s in answer.sentences
+                for c in s.citations
+                if c.source_index == i and c.quote
+            ),
+            "",
+        )
+        if quote:
+            # What of the source the citation rests on (a table row, a sentence).
+            yield f"      cites: {_clip(quote, 300)}"
         for fact in src.facts[:3]:
             # The personal fact that led the knowledge retriever to this passage.
             span = f" (characters {fact.start_char}-{fact.end_char})" if fact.end_char else ""
