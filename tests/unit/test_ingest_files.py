@@ -328,3 +328,40 @@ def test_docx_merged_cells_are_read_once(tmp_path: Path) -> None:
     document.save(str(path))
     (row,) = read_docx(path).rows
     assert row.text() == "Key figures ((in millions)): Scope 2 | 2019: 50."
+
+
+WORDS = [
+    "gears",
+    "springs",
+    "bolts",
+    "levers",
+    "cams",
+    "pulleys",
+    "axles",
+    "rivets",
+    "valves",
+    "pumps",
+    "seals",
+    "nozzles",
+]
+
+
+def test_running_heads_and_feet_are_left_out(tmp_path: Path) -> None:
+    pages = [
+        [
+            "Acme Widgets // Annual Report 2023",
+            *(
+                f"Paragraph {k} of page {p} is about {WORDS[(p * 7 + k) % len(WORDS)]}."
+                for k in range(7)
+            ),
+            f"{40 + p} Acme Widgets",
+        ]
+        for p in range(5)
+    ]
+    path = tmp_path / "report.pdf"
+    path.write_bytes(text_pdf(pages))
+    read = read_pdf(path)
+    assert all("Annual Report 2023" not in page for page in read.pages)
+    assert all(not page.endswith("Acme Widgets") for page in read.pages)
+    assert all(f"Paragraph 0 of page {p} is" in page for p, page in enumerate(read.pages))
+    assert all(f"Paragraph 6 of page {p} is" in page for p, page in enumerate(read.pages))

@@ -309,8 +309,9 @@ class AnswerPipeline:
         titles = dict.fromkeys(
             (found[i].doc_id, found[i].title or found[i].doc_id) for i in sorted(owned)
         )
-        years = [q.rsplit(" ", 1)[-1] for q in queries]
-        docs = sorted(titles, key=lambda t: not any(y in t[1] for y in years))
+        latest = str(max(numeric.asked_years(plan.question), default=""))
+        # The filing of the latest year asked first (by its file name or title).
+        docs = sorted(titles, key=lambda t: latest not in f"{t[0]} {t[1]}")
         docs = docs[: self.settings.numeric_search_documents]
         if not docs:
             return []

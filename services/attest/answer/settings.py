@@ -180,7 +180,7 @@ class AnswerSettings(ServiceSettings):
         "table rows to the sources.",
     )
     numeric_search_documents: int = Field(
-        default=2,
+        default=3,
         ge=1,
         le=10,
         description="Documents of the company searched for line items (the filing whose "
@@ -194,7 +194,7 @@ class AnswerSettings(ServiceSettings):
         "of other documents are dropped).",
     )
     numeric_search_keep: int = Field(
-        default=3,
+        default=5,
         ge=1,
         le=20,
         description="Passages of the company's documents each line-item search adds.",

@@ -218,6 +218,18 @@ _PRIMARY = re.compile(
 )
 
 
+_STATEMENT_WORDS = {
+    concept: (
+        "balance sheets"
+        if pattern is _BALANCE
+        else "statements of cash flows"
+        if pattern is _CASH
+        else "statements of operations income"
+    )
+    for concept, pattern in _STATEMENT.items()
+}
+
+
 def _statement_rank(concept: str, row: TableRow) -> int:
     """0 when the row's table is the financial statement that states
     ``concept`` (by its name), 1 when its title names that statement's subject
@@ -659,10 +671,19 @@ def _filing_year(source: Source) -> int | None:
 class _Lookup:
     """Operand values from one company's rows, each kept with its row."""
 
-    def __init__(self, rows: list[TableRow], sources: Sequence[Source], latest: int) -> None:
+    def __init__(
+        self,
+        rows: list[TableRow],
+        sources: Sequence[Source],
+        latest: int,
+        years: dict[str, set[int]] | None = None,
+    ) -> None:
         self.rows = rows
         self.sources = sources
         self.latest = latest
+        # Every year each item is read for: one row that states them all is
+        # preferred to rows of different tables for different years.
+        self.years = years or {}
         self.used: dict[tuple[str, int], tuple[float, str, TableRow]] = {}
         self.missing: list[tuple[str, int]] = []
         # An operand read from a table that is not its statement (a note, a
@@ -670,7 +691,7 @@ class _Lookup:
         self.unsure = False
 
     def _find(self, concept: str, year: int) -> tuple[float, str, TableRow] | None:
-        best: tuple[tuple[int, int, int, int], float, str, TableRow] | None = None
+        best: tuple[tuple[int, int, int, int, int], float, str, TableRow] | None = None
         for row in self.rows:
             rank = _concept_rank(concept, row)
             if rank is None:
@@ -686,7 +707,8 @@ class _Lookup:
             # The statement that states the item first; then the filing of the
             # latest year asked; then the label most preferred.
             distance = abs((filed or self.latest) - self.latest)
-            key = (statement, distance, rank, row.source)
+            lacking = sum(row.value(y) is None for y in self.years.get(concept, ()))
+            key = (statement, lacking, distance, rank, row.source)
             if best is None or key < best[0]:
                 best = (key, found[0], found[1], row)
         if best is None:
@@ -736,11 +758,19 @@ def operand_queries(question: str) -> list[str]:
         needed["revenue"] = {named[0], named[-1]}
     else:
         return []
-    # A line item's three most common labels (a BM25 query matches any).
+    # A line item's three most common labels (a BM25 query matches any) and
+    # the name of the statement that states it (every row repeats its table's
+    # title, so the statement's rows match it).
     return [
-        f"{' '.join(CONCEPTS[concept][:3])} {' '.join(str(y) for y in sorted(ys, reverse=True))}"
+        f"{_STATEMENT_WORDS[concept]} {' '.join(CONCEPTS[concept][:3])} "
+        f"{' '.join(str(y) for y in sorted(ys, reverse=True))}"
         for concept, ys in needed.items()
     ]
+
+
+def asked_years(question: str) -> list[int]:
+    """The fiscal years ``compute`` reads for the question (the last one last)."""
+    return _years(question)
 
 
 def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | None:
@@ -761,7 +791,11 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
     if not owned:
         return None
     rows = [r for r in table_rows(sources) if r.source in owned]
-    lookup = _Lookup(rows, sources, years[-1])
+    needed: dict[str, set[int]] = {}
+    for y in years:
+        for concept, ys in (metric.needs(y) if metric is not None else {item: (y,)}).items():
+            needed.setdefault(concept or "", set()).update(ys)
+    lookup = _Lookup(rows, sources, years[-1], needed)
     values: list[float] = []
     spelled: list[str] = []
     name = metric.name if metric is not None else (item or "").capitalize()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import statistics
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,11 +93,52 @@ def _paragraphs(lines: list[str]) -> list[str]:
     return out
 
 
-def page_text(raw: str) -> tuple[str, list[Row]]:
-    """A page of a PDF's text layer as paragraphs separated by blank lines,
-    with its table rows rendered as sentences."""
+#: Lines at the top or bottom of a page that are looked at for running heads.
+_EDGE_LINES = 3
+
+
+def _furniture_key(line: str) -> str:
+    # Page numbers and dates vary from page to page; the words do not.
+    return re.sub(r"\d+", "#", " ".join(line.split()).lower())
+
+
+def _lines(raw: str) -> list[str]:
     text = _SOFT_HYPHEN.sub("", raw.replace("\x00", ""))
-    lines = [line.strip() for line in _LINE_BREAK.split(text)]
+    return [line.strip() for line in _LINE_BREAK.split(text) if line.strip()]
+
+
+def running_lines(raws: Sequence[str]) -> frozenset[str]:
+    """Running heads and feet: lines (digits aside) among the first or last
+    three of at least 30 % of a document's pages, and of three pages at least
+    ("47 SMA Solar Technology AG // Annual Report 2023", "Table of Contents").
+    They say nothing a reader asks about and would be read as sentences."""
+    if len(raws) < 4:
+        return frozenset()
+    seen: dict[str, int] = {}
+    for raw in raws:
+        lines = _lines(raw)
+        if len(lines) <= 2 * _EDGE_LINES:
+            # A page of a few lines is all edges: it tells heads from text apart.
+            continue
+        edges = {_furniture_key(line) for line in lines[:_EDGE_LINES] + lines[-_EDGE_LINES:]}
+        for key in edges:
+            seen[key] = seen.get(key, 0) + 1
+    least = max(3, int(0.3 * len(raws)))
+    return frozenset(key for key, n in seen.items() if n >= least)
+
+
+def page_text(raw: str, furniture: frozenset[str] = frozenset()) -> tuple[str, list[Row]]:
+    """A page of a PDF's text layer as paragraphs separated by blank lines,
+    with its table rows rendered as sentences and its running heads and feet
+    (``furniture``) left out."""
+    lines = _lines(raw)
+    if furniture and len(lines) > 2 * _EDGE_LINES:
+        edge = set(range(_EDGE_LINES)) | set(range(len(lines) - _EDGE_LINES, len(lines)))
+        lines = [
+            line
+            for i, line in enumerate(lines)
+            if i not in edge or _furniture_key(line) not in furniture
+        ]
     tables = read_page_lines(lines)
     out: list[str] = []
     rows = {row.text() for row in tables.rows}
@@ -166,6 +207,7 @@ def read_pdf(path: Path, on_page: OnPage | None = None) -> FileText:
         if count == 0:
             raise UnreadableFile("the PDF has no pages")
         pages: list[str] = []
+        raws: list[str] = []
         rows: list[Row] = []
         images = 0
         for n in range(count):
@@ -190,14 +232,17 @@ def read_pdf(path: Path, on_page: OnPage | None = None) -> FileText:
                 ) from None
             finally:
                 page.close()
-            text, found = page_text(raw)
-            pages.append(text)
-            rows += found
+            raws.append(raw)
             if on_page is not None:
                 on_page(n + 1, count)
         title = _pdf_title(document) or path.stem
     finally:
         document.close()
+    furniture = running_lines(raws)
+    for raw in raws:
+        text, found = page_text(raw, furniture)
+        pages.append(text)
+        rows += found
     characters = sum(len(p.strip()) for p in pages)
     if characters < MIN_PAGE_CHARS:
         what = f"{images} image{'s' if images != 1 else ''}" if images else "no images"

@@ -336,7 +336,7 @@ def read_page_lines(lines: Sequence[str]) -> PageTables:
             since_row = []
             if found:
                 unit = found
-            paragraphs.append(line)
+            # The header itself is no paragraph: every row names its columns.
             continue
         label, values = _split_values(line)
         if columns and values:
