@@ -251,3 +251,21 @@ def test_a_dash_is_no_operand() -> None:
     )
     sources = [_sources()[0], dashes]
     assert isinstance(compute("What is Acme's FY2019 inventory turnover ratio?", sources), Missing)
+
+
+def test_a_sustainability_key_figure_with_its_unit() -> None:
+    report = _row_source(
+        "SMA_Solar_Technology_AG.pdf",
+        "ENVIRONMENT & ENERGY: (greenhouse gas emissions in CO2e): Scope 1 t | 2023: 2,733.41; "
+        "2022: 2,444.75.\n\nENVIRONMENT & ENERGY: (greenhouse gas emissions in CO2e): Scope 1 + "
+        "Scope 2 t | 2023: 2,925.12; 2022: 2,812.86.",
+    )
+    result = compute("What were SMA Solar's scope 1 emissions in 2023?", [report])
+    assert isinstance(result, Computed)
+    assert result.text == "Scope 1 t, FY2023: 2,733.41."
+    assert result.sure
+    # A combined figure is another question.
+    assert (
+        compute("What were SMA Solar's combined scope 1 and scope 2 emissions in 2023?", [report])
+        is None
+    )

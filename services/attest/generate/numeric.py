@@ -174,6 +174,32 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
         "depreciation and amortization expense",
     ),
     "dividends paid": ("dividends paid", "cash dividends paid", "dividends"),
+    # Sustainability reports' key figures (GRI 302, 303, 305).
+    "scope 1 emissions": (
+        "scope 1",
+        "scope 1 emissions",
+        "scope 1 ghg emissions",
+        "direct ghg emissions (scope 1)",
+        "direct emissions (scope 1)",
+        "direct greenhouse gas emissions (scope 1)",
+    ),
+    "scope 2 emissions": (
+        "scope 2",
+        "scope 2 emissions",
+        "scope 2 ghg emissions",
+        "scope 2 (market-based)",
+        "scope 2 (location-based)",
+        "indirect ghg emissions (scope 2)",
+        "indirect emissions (scope 2)",
+    ),
+    "scope 3 emissions": ("scope 3", "scope 3 emissions", "scope 3 ghg emissions"),
+    "energy consumption": (
+        "total energy consumption",
+        "energy consumption",
+        "total energy consumed",
+        "energy consumption within the organization",
+    ),
+    "water withdrawal": ("total water withdrawal", "water withdrawal", "water withdrawn"),
 }
 
 #: Items that a cash flow statement reports as outflows in parentheses.
@@ -194,6 +220,9 @@ _NOT_OWN = re.compile(r"non-?controlling|minority|per (?:common )?share|per dilu
 _BALANCE = re.compile(r"balance sheet|financial position|financial condition", re.I)
 _INCOME = re.compile(r"operations|income|earnings|profit and loss", re.I)
 _CASH = re.compile(r"cash flows?", re.I)
+_SUSTAINABILITY = re.compile(
+    r"emission|greenhouse|ghg|co2|climate|environment|energy|water|key figures", re.I
+)
 _STATEMENT: dict[str, re.Pattern[str]] = {
     "revenue": _INCOME,
     "cost of sales": _INCOME,
@@ -210,6 +239,11 @@ _STATEMENT: dict[str, re.Pattern[str]] = {
     "operating cash flow": _CASH,
     "depreciation and amortization": _CASH,
     "dividends paid": _CASH,
+    "scope 1 emissions": _SUSTAINABILITY,
+    "scope 2 emissions": _SUSTAINABILITY,
+    "scope 3 emissions": _SUSTAINABILITY,
+    "energy consumption": _SUSTAINABILITY,
+    "water withdrawal": _SUSTAINABILITY,
 }
 
 
@@ -225,6 +259,8 @@ _STATEMENT_WORDS = {
         else "statements of cash flows"
         if pattern is _CASH
         else "statements of operations income"
+        if pattern is _INCOME
+        else "emissions"
     )
     for concept, pattern in _STATEMENT.items()
 }
@@ -250,7 +286,17 @@ def _concept_rank(concept: str, row: TableRow) -> int | None:
     for rank, name in enumerate(CONCEPTS[concept]):
         if own == name or (name.endswith(" to") and own.startswith(name)):
             return rank
+        # A unit written after the label ("Scope 1 t", "Energy consumption MWh").
+        rest = own[len(name) :].strip() if own.startswith(name + " ") else None
+        if rest is not None and _UNIT_ONLY.fullmatch(rest):
+            return rank
     return None
+
+
+_UNIT_ONLY = re.compile(
+    r"(?:in\s+)?\(?(?:t|kt|mt|tco2e?q?|t co2e?|kg|mwh|gwh|kwh|gj|tj|m3|m³|ml|%|thousand m3)\)?",
+    re.IGNORECASE,
+)
 
 
 Get = Callable[[str, int], float]
@@ -522,11 +568,22 @@ ITEMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"capital expenditure|capex", "capital expenditure"),
         (r"cash (?:flow )?from operations|operating cash flow", "operating cash flow"),
         (r"accounts payable", "accounts payable"),
+        (r"scope 1\b(?! and| \+|,)", "scope 1 emissions"),
+        (r"scope 2\b(?! and| \+|,)", "scope 2 emissions"),
+        (r"scope 3\b", "scope 3 emissions"),
+        (
+            r"energy (?:consumption|consumed|use)|consume[ds]? .{0,20}energy|energy did",
+            "energy consumption",
+        ),
+        (r"water withdrawal|withdr[ae]w .{0,20}water|water withdrawn", "water withdrawal"),
         (r"total revenue|net revenue|revenue|net sales", "revenue"),
     )
 )
 
-_FY = re.compile(r"\b(?:FY\s?|fiscal(?: year)?\s+)((?:19|20)\d\d)\b", re.IGNORECASE)
+_FY = re.compile(
+    r"\b(?:FY\s?|fiscal(?: year)?\s+|(?<=in )|(?<=for )|(?<=during ))((?:19|20)\d\d)\b",
+    re.IGNORECASE,
+)
 _AVERAGE = re.compile(r"\b(\d|two|three|four|five)[- ]year average\b", re.IGNORECASE)
 _WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
 
@@ -565,7 +622,7 @@ _OTHER = re.compile(
     r"|rise|rose|grow|grew|compare[sd]?|comparison|versus|vs\.?|guidance|outlook|forecast"
     r"|expect(?:ed|s)?|segments?|regions?|geograph\w*|europe\w*|asia\w*|americas?"
     r"|international|domestic|services|products|excluding|adjusted|organic|constant currency"
-    r"|per share|by how much)\b",
+    r"|per share|by how much|combined|together|sum of)\b",
     re.IGNORECASE,
 )
 _WHAT = re.compile(r"\b(?:what (?:is|was|were|are)|how much|how many)\b", re.IGNORECASE)
