@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from attest.core.numbers import parse_number
 from attest.generate.models import Source
 
 _ROW = re.compile(r"^(?P<left>[^\n|]+?) \| (?P<cells>[^\n|]+?)\.$", re.MULTILINE)
@@ -43,8 +44,6 @@ _YEAR = re.compile(r"(?:19|20)\d\d")
 
 
 def _number(written: str) -> float | None:
-    from attest.ingest.tables import parse_number
-
     return parse_number(written)
 
 

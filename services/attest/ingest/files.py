@@ -291,11 +291,10 @@ def read_docx(path: Path) -> FileText:
                 "save it as an unencrypted .docx"
             )
         raise UnreadableFile(f"not a DOCX: the file is {_looks_like(head)}")
-    from lxml.etree import LxmlError  # type: ignore[import-untyped]
-
     try:
         document = docx.Document(str(path))
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, LxmlError) as err:
+    # lxml's XMLSyntaxError (a damaged document.xml) is a SyntaxError.
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, SyntaxError) as err:
         raise UnreadableFile(f"damaged or not a Word document: {err}") from None
     paragraphs: list[str] = []
     rows: list[Row] = []

@@ -22,6 +22,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from attest.core.numbers import parse_number as parse_number
+
 # One value cell as the text layer spells it: "$", "(1,577)", "1,035", "12.5%",
 # "-3.2", "—" (zero or none), "n/a". A footnote mark may follow: "1,035(a)",
 # "48.8 1)" is read as the value then the mark (see _FOOTNOTE).
@@ -41,24 +43,6 @@ _SKIP_TITLES = re.compile(r"table of contents|index to (?:consolidated )?financi
 _STATEMENT_NAME = re.compile(
     r"^(?:consolidated |combined |condensed )*(?:statements? of |balance sheets?\b)", re.I
 )
-
-
-def parse_number(text: str) -> float | None:
-    """The number a table cell states, or None for a cell that is not one.
-
-    "(1,577)" is -1577, "—" and "-" are 0, "1,035(a)" is 1035, "12.5%" is
-    12.5, "$ 5,794" is 5794; "n/a" and words are None."""
-    cell = text.strip().replace("$", "").replace("€", "").replace("£", "").strip()
-    cell = _FOOTNOTE.sub("", cell).strip() if not re.fullmatch(r"\(\d[\d,.]*\)", cell) else cell
-    if cell in ("—", "–", "-", "−"):
-        return 0.0
-    negative = cell.startswith("(") and cell.endswith(")")
-    cell = cell.strip("()").rstrip("%").replace(",", "").replace("−", "-").replace("–", "-")
-    try:
-        value = float(cell)
-    except ValueError:
-        return None
-    return -value if negative else value
 
 
 @dataclass(frozen=True, slots=True)
