@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from attest.evaluation.fusion_tune import (
+    LOSO_TOLERANCE,
     candidates,
+    choose_family,
     fit,
     fit_linear,
     halves,
@@ -18,6 +20,7 @@ from attest.evaluation.fusion_tune import (
     prepare,
     random_halves,
     select,
+    shrunk,
     tune,
     weighs,
 )
@@ -386,3 +389,108 @@ def test_linked_documents_are_counted_from_the_links_a_run_cached(tmp_path):
     assert not cache.exists()  # looking made no folder
     _Cache(cache).save_json("links.json.gz", {"d0": ["climate-change"], "d1": [], "d2": ["coal"]})
     assert linked_documents(cache) == (2, 3)
+
+
+def _two_views(
+    seed: int, bm25_noise: float, dense_noise: float, n_queries: int = 40
+) -> tuple[SignalLists, dict[str, dict[str, int]]]:
+    """BM25 and dense as views of relevance with noise of their own, no KG."""
+    rng = random.Random(seed)
+    lists: SignalLists = {}
+    qrels: dict[str, dict[str, int]] = {}
+    docs = [f"d{i}" for i in range(60)]
+    for q in range(n_queries):
+        qid = f"q{q:03d}"
+        relevant = set(rng.sample(docs, 3))
+        qrels[qid] = dict.fromkeys(relevant, 1)
+        by: dict[str, list[tuple[str, float]]] = {}
+        for name, noise in (("bm25", bm25_noise), ("dense", dense_noise)):
+            scored = [(d, (1.0 if d in relevant else 0.0) + rng.gauss(0, noise)) for d in docs]
+            scored.sort(key=lambda kv: -kv[1])
+            by[name] = scored[:30]
+        lists[qid] = by
+    return lists, qrels
+
+
+def test_shrunk_pulls_retrievers_to_equal_weights():
+    fitted = FusionSettings(
+        method="linear",
+        features={
+            "bm25": {"rank": 2.0, "score": 0.0, "found": 1.0},
+            "dense": {"rank": 0.0, "score": 4.0, "found": -1.0},
+            "kg": {"rank": 0.5, "score": 0.5, "found": 0.0},
+        },
+        rescore=("kg",),
+    )
+    same = shrunk(fitted, 0.0)
+    assert (
+        same.features["bm25"]
+        == same.features["dense"]
+        == {
+            "rank": 1.0,
+            "score": 2.0,
+            "found": 0.0,
+        }
+    )
+    assert same.features["kg"] == fitted.features["kg"]  # re-scoring is left alone
+    assert shrunk(fitted, 1.0).features == fitted.features
+    half = shrunk(fitted, 0.5).features
+    assert half["bm25"]["rank"] == 1.5
+    assert half["dense"]["score"] == 3.0
+    with pytest.raises(ValueError, match="linear model"):
+        shrunk(plain_fusions()["hybrid"], 0.5)
+
+
+def test_fit_linear_can_leave_the_score_out():
+    lists, qrels = _synthetic(3, n_queries=30)
+    prepared = prepare(lists, qrels)
+    model = fit_linear(
+        [prepared], [list(prepared.queries)], ["bm25", "dense"], (), features=("rank", "found")
+    )
+    assert all(model.features[s]["score"] == 0.0 for s in ("bm25", "dense"))
+    assert any(model.features[s]["rank"] != 0.0 for s in ("bm25", "dense"))
+
+
+def test_choose_family_keeps_to_rrf_when_every_other_loses_somewhere():
+    loso = {
+        "a": {"rrf": 0.40, "grid": 0.46, "linear": 0.41},
+        "b": {"rrf": 0.70, "grid": 0.69, "linear": 0.698},
+    }
+    # grid loses 0.01 on b: out; linear loses 0.002 (within 0.005) and gains on a.
+    assert choose_family(loso, ["rrf", "grid", "linear"], "rrf") == "linear"
+    assert choose_family(loso, ["rrf", "grid"], "rrf") == "rrf"
+    assert choose_family(loso, ["rrf", "grid", "linear"], "rrf", tolerance=0.02) == "grid"
+    # A family missing from a row (it could not be fitted there) is not chosen.
+    assert choose_family({"a": {"rrf": 0.4}, "b": {"rrf": 0.5, "grid": 0.9}}, ["grid"], "rrf") == (
+        "rrf"
+    )
+
+
+def test_leave_one_set_out_never_ships_a_fusion_that_loses_to_rrf_on_a_left_out_set():
+    # Which retriever is the better view flips between corpora: a fit on two of
+    # them learns a preference the third does not share.
+    sets = [
+        ("bm25_good", *_two_views(21, bm25_noise=0.5, dense_noise=2.0)),
+        ("bm25_good_too", *_two_views(22, bm25_noise=0.6, dense_noise=2.0)),
+        ("dense_good", *_two_views(23, bm25_noise=2.0, dense_noise=0.5)),
+    ]
+    settings, report = tune(sets)
+    loso = report["leave_one_set_out"]
+    assert set(loso) == {name for name, _, _ in sets}
+    chosen = report["chosen_family"]
+    for row in loso.values():
+        assert row[chosen] >= row["rrf"] - LOSO_TOLERANCE
+    # Fitted on the two BM25 corpora, the unshrunk fit loses on the dense one.
+    assert loso["dense_good"]["grid"] < loso["dense_good"]["rrf"] - LOSO_TOLERANCE
+    nested = report["nested_leave_one_set_out"]
+    assert set(nested) == set(loso)
+    for n in nested.values():
+        assert n["chosen"] in loso["dense_good"]
+    assert settings.fitted_on.startswith("attest eval tune-fusion on bm25_good")
+
+
+def test_one_set_has_no_leave_one_set_out():
+    lists, qrels = _synthetic(5, n_queries=30)
+    _, report = tune([("toy", lists, qrels)])
+    assert report["leave_one_set_out"] is None
+    assert report["chosen_family"] == "within_sets"

@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -560,16 +560,49 @@ def tune_fusion_command(
                 f"{name} over {r['splits']} splits: {pair}: mean {r['mean']:+.4f}, "
                 f"from {r['low']:+.4f} to {r['high']:+.4f}, positive on {r['positive']} of them"
             )
-    click.echo(f"fitted on all: {_short(settings.describe())}")
+    _echo_leave_one_set_out(report)
+    click.echo(f"fitted on all ({report['chosen_family']}): {_short(settings.describe())}")
     output = _output(output, "fusion")
     record = {
         **settings.describe(),
+        "chosen_family": report["chosen_family"],
+        "leave_one_set_out": report["leave_one_set_out"],
+        "nested_leave_one_set_out": report["nested_leave_one_set_out"],
         "cross_validated": report["cross_validated"],
         "paired": report["paired"],
         **({"repeated": report["repeated"]} if "repeated" in report else {}),
     }
     _write(output, record)
     click.echo(f"wrote {output}")
+
+
+def _echo_leave_one_set_out(report: Mapping[str, Any]) -> None:
+    """Each family fitted on the other sets and scored on the one left out, the
+    family chosen from them, and the nested check of that choice."""
+    from attest.evaluation.fusion_tune import LOSO_TOLERANCE
+
+    loso = report["leave_one_set_out"]
+    if loso is None:
+        click.echo(
+            "leave-one-set-out: n/a with one data set (give two or more --dataset to choose "
+            "the family on sets it was not fitted on); chosen within the set, by halves"
+        )
+        return
+    for name, row in loso.items():
+        rrf = row.get("rrf", 0.0)
+        click.echo(
+            f"{name} left out (fitted on the other sets): "
+            + "  ".join(f"{family} {v:.4f} ({v - rrf:+.4f})" for family, v in row.items())
+        )
+    click.echo(
+        f"chosen by leave-one-set-out: {report['chosen_family']} (the best mean over the "
+        f"left-out sets of the families that lose at most {LOSO_TOLERANCE} to rrf on every one)"
+    )
+    for name, n in report["nested_leave_one_set_out"].items():
+        click.echo(
+            f"{name} left out, the family chosen on the other sets alone ({n['chosen']}): "
+            f"{n['ndcg@10']:.4f} against rrf {n['rrf']:.4f} ({n['ndcg@10'] - n['rrf']:+.4f})"
+        )
 
 
 def _check_tuning_sets(sets: Sequence[Dataset]) -> None:

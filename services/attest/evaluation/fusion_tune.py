@@ -181,12 +181,20 @@ def fit_linear(
     signals: Sequence[str],
     rescore: Sequence[str],
     c: float = LINEAR_C,
+    features: Sequence[str] = FEATURES,
 ) -> FusionSettings:
     """Logistic regression of relevance on the candidates' features (balanced classes,
-    L2): its coefficients rank the candidates of a query."""
+    L2): its coefficients rank the candidates of a query.
+
+    ``features`` leaves the others out of the fit (their weights are 0): with
+    ``("rank", "found")`` the model reads no score at all, only where each
+    retriever placed a candidate."""
     from sklearn.linear_model import LogisticRegression
 
     xs, ys = [], []
+    n = len(signals)
+    # Columns of ``_features``: feature-major, one column per signal.
+    used = [i * n + j for i, f in enumerate(FEATURES) if f in features for j in range(n)]
     fusing = [s for s in signals if s not in rescore]
     for p, ids in zip(prepared, qids, strict=True):
         cols = [p.signals.index(s) if s in p.signals else -1 for s in signals]
@@ -196,7 +204,7 @@ def fit_linear(
             if q is None or not q.keys:
                 continue
             keep = q.found[:, base].any(axis=1)
-            x = _features(q, [c for c in cols if c >= 0])
+            x = _features(q, [c for c in cols if c >= 0])[:, used]
             xs.append(x[keep])
             ys.append(q.gains[keep] > 0)
     x_all, y_all = np.vstack(xs), np.concatenate(ys)
@@ -204,13 +212,45 @@ def fit_linear(
         raise ValueError("the candidates need both relevant and non-relevant documents")
     model = LogisticRegression(C=c, class_weight="balanced", max_iter=5000)
     model.fit(x_all, y_all)
-    coef = model.coef_[0]
-    n = len(signals)
-    features = {
+    coef = np.zeros(len(FEATURES) * n)
+    coef[used] = model.coef_[0]
+    weights = {
         s: {f: round(float(coef[i * n + j]), 6) for i, f in enumerate(FEATURES)}
         for j, s in enumerate(signals)
     }
-    return FusionSettings(method="linear", features=features, rescore=tuple(rescore))
+    return FusionSettings(method="linear", features=weights, rescore=tuple(rescore))
+
+
+def shrunk(settings: FusionSettings, keep: float) -> FusionSettings:
+    """A linear model's retrievers pulled toward equal weights: each fusing
+    retriever's weight of a feature becomes ``keep`` x its own plus ``1 - keep`` x
+    the mean over the fusing retrievers (re-scoring ones are left as they are).
+
+    ``keep`` = 0 treats every retriever alike (a symmetric fusion of rank, score
+    and found, as RRF treats them alike); 1 is the fit itself. What a fit learns
+    about one retriever against another on some corpora (that BM25's scores
+    deserve more trust than dense ones, say) is the part least likely to hold
+    on another corpus, so it is the part shrunk."""
+    if settings.method != "linear" or not 0.0 <= keep <= 1.0:
+        raise ValueError("shrinking needs a linear model and keep in [0, 1]")
+    fusing = [s for s in settings.features if s not in settings.rescore]
+    if not fusing:
+        return settings
+    mean = {
+        f: sum(settings.features[s].get(f, 0.0) for s in fusing) / len(fusing) for f in FEATURES
+    }
+    features = {
+        s: (
+            {
+                f: round(keep * settings.features[s].get(f, 0.0) + (1 - keep) * mean[f], 6)
+                for f in FEATURES
+            }
+            if s in fusing
+            else dict(w)
+        )
+        for s, w in settings.features.items()
+    }
+    return dataclasses.replace(settings, features=features)
 
 
 def candidates(signals: Sequence[str]) -> list[FusionSettings]:
@@ -291,6 +331,101 @@ def select(
         except ValueError:
             continue
     raise ValueError("no fusion family can be fitted on these queries")
+
+
+# The most the shipped fusion may lose to plain RRF on a data set it was not
+# fitted on (leave-one-set-out): a family that loses more on any left-out set
+# is not shipped, and plain RRF, which loses nothing by definition, is the
+# fallback.
+LOSO_TOLERANCE = 0.005
+# How much of a linear model's per-retriever differences the shrunk families keep.
+SHRINK_KEEP = (0.5, 0.25)
+Family = Callable[[Sequence[Sequence[str]]], FusionSettings]
+
+
+def leave_one_set_out(
+    prepared: Sequence[Prepared], names: Sequence[str], families: Mapping[str, Family]
+) -> dict[str, dict[str, float]]:
+    """Per data set, each family fitted on all the queries of the other sets and
+    scored (nDCG@10) on all of this set's: what a fit does on a corpus it never
+    saw, the shift the within-set halves cannot show (a score's spread, document
+    length and vocabulary differ between corpora, not between halves of one).
+
+    A family that cannot be fitted on the other sets is left out of that row."""
+    out: dict[str, dict[str, float]] = {}
+    for i, name in enumerate(names):
+        others = [[] if j == i else list(p.queries) for j, p in enumerate(prepared)]
+        held = list(prepared[i].queries)
+        row: dict[str, float] = {}
+        for family, fit_family in families.items():
+            try:
+                settings = fit_family(others)
+            except ValueError:
+                continue
+            row[family] = round(ndcg10(prepared[i], settings, held), 4)
+        out[name] = row
+    return out
+
+
+def choose_family(
+    loso: Mapping[str, Mapping[str, float]],
+    families: Sequence[str],
+    baseline: str,
+    tolerance: float = LOSO_TOLERANCE,
+) -> str:
+    """The family with the best mean left-out nDCG@10 among those that lose at most
+    ``tolerance`` to ``baseline`` on every left-out set (the earlier family on
+    ties); ``baseline`` itself when none does."""
+    best, best_mean = baseline, -1.0
+    for family in families:
+        rows = list(loso.values())
+        if not rows or not all(family in r and baseline in r for r in rows):
+            continue
+        if any(r[family] < r[baseline] - tolerance - 1e-12 for r in rows):
+            continue
+        mean = sum(r[family] for r in rows) / len(rows)
+        if mean > best_mean + 1e-12:
+            best, best_mean = family, mean
+    return best
+
+
+def nested_leave_one_set_out(
+    prepared: Sequence[Prepared],
+    names: Sequence[str],
+    families: Mapping[str, Family],
+    baseline: str,
+) -> dict[str, dict[str, object]]:
+    """The whole shipping procedure validated on each left-out set: the family is
+    chosen by leave-one-set-out among the other sets alone, fitted on them, and
+    scored on the left-out one. Needs three sets or more (two to choose on)."""
+    out: dict[str, dict[str, object]] = {}
+    if len(prepared) < 3:
+        return out
+    for i, name in enumerate(names):
+        keep = [j for j in range(len(prepared)) if j != i]
+        sub_prepared = [prepared[j] for j in keep]
+
+        def restricted(fit_family: Family, keep: list[int] = keep) -> Family:
+            # A family's fit over the other sets: their query lists in place, i's empty.
+            def run(ids: Sequence[Sequence[str]]) -> FusionSettings:
+                full: list[Sequence[str]] = [[] for _ in prepared]
+                for j, q in zip(keep, ids, strict=True):
+                    full[j] = q
+                return fit_family(full)
+
+            return run
+
+        sub = {f: restricted(fn) for f, fn in families.items()}
+        inner = leave_one_set_out(sub_prepared, [names[j] for j in keep], sub)
+        chosen = choose_family(inner, list(families), baseline)
+        others = [[] if j == i else list(p.queries) for j, p in enumerate(prepared)]
+        held = list(prepared[i].queries)
+        out[name] = {
+            "chosen": chosen,
+            "ndcg@10": round(ndcg10(prepared[i], families[chosen](others), held), 4),
+            baseline: round(ndcg10(prepared[i], families[baseline](others), held), 4),
+        }
+    return out
 
 
 # Paired comparisons reported by ``tune``: (better, baseline) fusion labels.
@@ -449,6 +584,44 @@ def tune(
             families["linear_kg_fused"] = lambda part: fit_linear(prepared, part, base + kg, ())
         return select(prepared, ids, families)
 
+    # The families the shipped fusion is chosen from, plain RRF first (the
+    # baseline, and the choice on ties).
+    hybrid = plain_fusions()["hybrid"]
+    rrf_grid = [g for g in grid if g.method == "rrf"]
+    families: dict[str, Family] = {
+        "rrf": lambda part: hybrid,
+        "grid_rrf": lambda part: fit(prepared, part, rrf_grid)[0],
+        "grid": lambda part: fit(prepared, part, grid)[0],
+        "linear": lambda part: fit_linear(prepared, part, base, ()),
+        "linear_rank": lambda part: fit_linear(
+            prepared, part, base, (), features=("rank", "found")
+        ),
+    }
+
+    def shrunk_family(keep: float) -> Family:
+        return lambda part: shrunk(fit_linear(prepared, part, base, ()), keep)
+
+    for keep in SHRINK_KEEP:
+        families[f"linear_shrunk_{keep:g}"] = shrunk_family(keep)
+    if kg:
+        families["linear_kg"] = lambda part: fit_linear(prepared, part, base + kg, kg)
+    # The within-set procedure: a family chosen on halves of each set's queries.
+    families["within_sets"] = lambda part: fitted(part, "may")[0]
+    if len(prepared) > 1:
+        loso = leave_one_set_out(prepared, names, families)
+        chosen_family = choose_family(loso, list(families), "rrf")
+        report["leave_one_set_out"] = loso
+        report["nested_leave_one_set_out"] = nested_leave_one_set_out(
+            prepared, names, families, "rrf"
+        )
+    else:
+        # One set: no corpus to leave out; the within-set choice is all there is.
+        chosen_family = "within_sets"
+        report["leave_one_set_out"] = None
+        report["nested_leave_one_set_out"] = {}
+    report["chosen_family"] = chosen_family
+    ship = families[chosen_family]
+
     def cross_validate(
         split: Sequence[tuple[list[str], list[str]]],
     ) -> tuple[dict[str, dict[str, dict[str, object]]], dict[str, dict[str, dict[str, float]]]]:
@@ -458,7 +631,7 @@ def tune(
         held_out: dict[str, dict[str, dict[str, float]]] = {}
         for fit_on, score_on in ((0, 1), (1, 0)):
             ids = [h[fit_on] for h in split]
-            chosen, fitted_score = fitted(ids, "may")
+            chosen, fitted_score = ship(ids), objective(prepared, ids, ship(ids))
             without_kg, _ = fitted(ids, "never")
             with_kg = fitted(ids, "always")[0] if kg else None
             if with_kg is not None and not weighs(with_kg, kg):
@@ -479,7 +652,7 @@ def tune(
                 if with_kg is None:
                     figures["tuned_with_kg"] = None
                 figures["fitted_with_kg_on_other_half"] = with_kg.describe() if with_kg else None
-                figures["inner_cv_objective"] = round(fitted_score, 4)
+                figures["objective_on_fitting_half"] = round(fitted_score, 4)
                 per_set.setdefault(name, {})["AB"[score_on]] = figures
         return per_set, held_out
 
@@ -510,10 +683,13 @@ def tune(
             }
             for name, by in means.items()
         }
-    final, final_score = fitted([list(p.queries) for p in prepared], "may")
+    everything = [list(p.queries) for p in prepared]
+    final = ship(everything)
+    final_score = objective(prepared, everything, final)
     report["fitted_on_all"] = {
         "settings": final.describe(),
-        "inner_cv_ndcg@10": round(final_score, 4),
+        "family": chosen_family,
+        "ndcg@10_on_its_own_queries": round(final_score, 4),
     }
     final = dataclasses.replace(
         final, fitted_on=f"attest eval tune-fusion on {', '.join(names)} (all judged queries)"
