@@ -18,6 +18,7 @@ tests/unit/test_docs_reference.py fails on any of them.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import tempfile
 import types
@@ -290,7 +291,7 @@ def cli_reference() -> Reference:
         name = " ".join(path)
         out.append(f"{'#' * min(len(path) + 1, 4)} `{name}`")
         out.append("")
-        help_text = (command.help or "").strip()
+        help_text = inspect.cleandoc(command.help or "")
         if not help_text:
             undocumented.append(f"{name} (command)")
         # click's \b marks a paragraph to keep as written.
@@ -315,9 +316,10 @@ def cli_reference() -> Reference:
                     if isinstance(param.type, click.Choice):
                         text += " One of: " + ", ".join(str(c) for c in param.type.choices) + "."
                 default = param.default
-                shown = (
-                    "" if default is None or callable(default) or default == () else f"`{default}`"
-                )
+                unset = default is None or callable(default) or default == ()
+                # click 8.3 marks "no default" with a sentinel object.
+                unset = unset or type(default).__name__ == "Sentinel"
+                shown = "" if unset else f"`{default}`"
                 if isinstance(param, click.Option) and param.is_flag and default is False:
                     shown = ""
                 cell = " ".join(text.split()).replace("|", "\\|")
