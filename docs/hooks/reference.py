@@ -221,7 +221,9 @@ def settings_reference() -> Reference:
                 if base is not None and "." not in name:
                     skip.add(name)
                     shared[base.__name__] = base
-                    changed = _changed_defaults(base, nested, getattr(instance, name))
+                    changed = _changed_defaults(
+                        base, nested, getattr(instance, name), f"{prefix}{name.upper()}__"
+                    )
                     env = prefix + name.upper() + "__*"
                     text = f"`{env}`: see [{base.__name__}](#{base.__name__.lower()})"
                     if changed:
@@ -246,20 +248,18 @@ def settings_reference() -> Reference:
         out.append("shown here as `<PREFIX>`, e.g. `ATTEST_ANSWER_SERVER__`.")
         out.append("")
         rows = [
-            r
-            for _, _, r in _walk(model, model(), "<PREFIX>", name, undocumented)
-            if r is not None
+            r for _, _, r in _walk(model, model(), "<PREFIX>", name, undocumented) if r is not None
         ]
         out += _table(rows)
         out.append("")
     return Reference("reference/settings.md", "\n".join(out), sorted(set(undocumented)))
 
 
-def _changed_defaults(base: type, actual: type, value: Any) -> list[str]:
+def _changed_defaults(base: type, actual: type, value: Any, prefix: str) -> list[str]:
     """Leaves whose default in this service differs from the shared model's."""
     changed: list[str] = []
     plain = {n: r for n, _, r in _walk(base, base(), "", "", []) if r is not None}
-    for name, _, row in _walk(actual, value, "", "", []):
+    for name, _, row in _walk(actual, value, prefix, "", []):
         if row is None:
             continue
         if name not in plain:
@@ -565,9 +565,7 @@ def http_reference(openapi: Path = OPENAPI) -> Reference:
                 out += ["| property | type | required | description |", "|---|---|---|---|"]
                 for prop, body in props.items():
                     text = " ".join(str(body.get("description", "")).split()).replace("|", "\\|")
-                    out.append(
-                        f"| `{prop}` | {_schema_type(body)} | {prop in required} | {text} |"
-                    )
+                    out.append(f"| `{prop}` | {_schema_type(body)} | {prop in required} | {text} |")
                 out.append("")
     return Reference("reference/http.md", "\n".join(out))
 
