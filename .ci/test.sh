@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README): installs what is missing, starts a real
+# The project's test command (README, docs/explanation/measured.md): installs what is missing, starts a real
 # Redis, a real single-node OpenSearch and a real LLM server (llama.cpp with
 # Gemma 3 270M), runs every check and the test tiers, then stops exactly the
 # servers it started.
