@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README): installs what is missing, starts a real
+# The project's test command (README, docs/explanation/measured.md): installs what is missing, starts a real
 # Redis, a real single-node OpenSearch and a real LLM server (llama.cpp with
 # Gemma 3 270M), runs every check and the test tiers, then stops exactly the
 # servers it started.
@@ -99,6 +99,17 @@ if ! diff -r services/attestpb/attest "$fresh/attest"; then
   exit 1
 fi
 rm -rf "$fresh"
+
+step "docs site: mkdocs build --strict (internal links, anchors and the nav checked; generated reference)"
+# mkdocs.yml turns every broken link or anchor and every page left out of the
+# nav into a warning, and --strict makes a warning fail the build. External
+# URLs are not fetched (CI has no network).
+site=$(mktemp -d)
+# Not --quiet: mkdocs 1.6 counts only the warnings it logs, so --quiet --strict passes a
+# broken link.
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$site"
+echo "docs site built with no warnings"
+rm -rf "$site"
 
 step "deploy checks: Helm chart (lint, template, schemas, tests), Dockerfiles, compose"
 bash .ci/deploy-checks.sh

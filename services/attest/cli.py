@@ -368,7 +368,13 @@ _register_groups()
     help="Comma-separated queues: enrich (CPU), embed (the model), index (store writes), "
     "answer (queued answer jobs).",
 )
-@click.option("--concurrency", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes (Celery's pool size).",
+)
 @click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
@@ -463,8 +469,20 @@ def eval_group() -> None:
     default=None,
     help="Metrics JSON file (default .attest/eval/<dataset>-<retriever>-<backend>.json).",
 )
-@click.option("--batch-size", type=click.IntRange(1, 1000), default=200, show_default=True)
-@click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1000),
+    default=200,
+    show_default=True,
+    help="Documents sent to the services per Index request.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Queries asked at once.",
+)
 def eval_ir(
     dataset: Path,
     retriever: str,
@@ -533,7 +551,9 @@ def eval_ir(
     default=None,
     help="Embedded state.",
 )
-@click.option("--top-k", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option(
+    "--top-k", type=click.IntRange(1, 20), default=3, show_default=True, help="Sources per answer."
+)
 @click.option(
     "--llm",
     type=click.Choice(["none", "local"]),

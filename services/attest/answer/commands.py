@@ -137,10 +137,22 @@ GENERATION_MODES = {
     envvar="ATTEST_ADDRESS",
     help="Answer service HOST:PORT (`attest serve all --embedded` listens on 50050).",
 )
-@click.option("--top-k", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 100),
+    default=5,
+    show_default=True,
+    help="Sources given to the generator (the reranker's top k).",
+)
 @click.option("--no-rerank", is_flag=True, help="Keep the fused order.")
 @click.option("--threshold", type=click.IntRange(0, 10), default=None, help="Re-search below.")
-@click.option("--timeout", type=click.FloatRange(0.1, 600), default=120, show_default=True)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 600),
+    default=120,
+    show_default=True,
+    help="Deadline of the call in seconds.",
+)
 @click.option(
     "--mode",
     type=click.Choice(["llm", "extractive"]),

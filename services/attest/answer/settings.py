@@ -27,7 +27,11 @@ class StageTimeouts(StrictModel):
     """Longest time one stage may take, in seconds, before it is skipped or fails."""
 
     retrieve: float = Field(default=5.0, gt=0, description="Each retriever call.")
-    rerank: float = Field(default=10.0, gt=0)
+    rerank: float = Field(
+        default=10.0,
+        gt=0,
+        description="The rerank call; on timeout the fused order is kept (a degradation).",
+    )
     generate: float = Field(default=60.0, gt=0, description="The whole generation stream.")
     explain: float = Field(default=5.0, gt=0, description="KG path of the sources (explain).")
 
@@ -35,20 +39,64 @@ class StageTimeouts(StrictModel):
 class AnswerDefaults(StrictModel):
     """What an option left at 0 or unset means."""
 
-    top_k_per_retriever: int = Field(default=100, ge=1, le=1000)
-    fused_top_k: int = Field(default=50, ge=1, le=1000)
-    rerank_top_k: int = Field(default=10, ge=1, le=100)
-    passages_per_document: int = Field(default=1, ge=1, le=8)
-    confidence_threshold: int = Field(default=5, ge=0, le=10)
-    max_researches: int = Field(default=3, ge=0, le=20)
-    research_top_k: int = Field(default=3, ge=1, le=20)
-    job_budget_seconds: float = Field(default=60.0, gt=0)
+    top_k_per_retriever: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="Hits each retriever returns.",
+    )
+    fused_top_k: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Documents kept after fusion.",
+    )
+    rerank_top_k: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description="Documents kept after reranking, the sources given to the generator.",
+    )
+    passages_per_document: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="Retrieved passages of each document given to the reranker and the generator.",
+    )
+    confidence_threshold: int = Field(
+        default=5,
+        ge=0,
+        le=10,
+        description="Sentences whose best citation is rated below this (0-10) are searched again.",
+    )
+    max_researches: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description="Re-searches per answer.",
+    )
+    research_top_k: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="Hits each re-search brings.",
+    )
+    job_budget_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Time budget of a queued (Submit) job.",
+    )
 
 
 class DownstreamLimit(StrictModel):
     """Calls of the answer pipelines to one downstream service that run at once."""
 
-    max_in_flight: int = Field(default=8, ge=1, le=4096)
+    max_in_flight: int = Field(
+        default=8,
+        ge=1,
+        le=4096,
+        description="Calls to this service that run at once.",
+    )
     max_waiting: int = Field(
         default=32,
         ge=0,
@@ -84,17 +132,33 @@ class DownstreamLimits(StrictModel):
 
 
 class AnswerLimits(StrictModel):
-    max_question_chars: int = Field(default=4096, ge=1)
+    max_question_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters in one question.",
+    )
     max_sources: int = Field(default=100, ge=1, description="Sources given to the generator.")
-    max_filters: int = Field(default=16, ge=1)
-    max_filter_values: int = Field(default=256, ge=1)
+    max_filters: int = Field(
+        default=16,
+        ge=1,
+        description="Filters in one request.",
+    )
+    max_filter_values: int = Field(
+        default=256,
+        ge=1,
+        description="Values in one filter.",
+    )
     min_budget_seconds: float = Field(
         default=0.1,
         gt=0,
         description="A time budget or gRPC deadline below this is too short to do anything: "
         "DEADLINE_EXCEEDED (options.time_budget below it: INVALID_ARGUMENT).",
     )
-    max_budget_seconds: float = Field(default=600.0, gt=0)
+    max_budget_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="Largest time budget a request may ask for.",
+    )
     max_in_flight: int = Field(
         default=4,
         ge=1,
@@ -146,8 +210,16 @@ class JobSettings(StrictModel):
     max_attempts: int = Field(
         default=3, ge=1, le=10, description="Runs of a job whose dependencies were unavailable."
     )
-    retry_backoff_seconds: float = Field(default=2.0, ge=0)
-    watch_interval_seconds: float = Field(default=0.2, gt=0)
+    retry_backoff_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="Wait before a job whose dependencies were unavailable runs again.",
+    )
+    watch_interval_seconds: float = Field(
+        default=0.2,
+        gt=0,
+        description="How often Watch reads a job's record for news.",
+    )
 
 
 class AnswerSettings(ServiceSettings):

@@ -104,15 +104,25 @@ class AuthSettings(StrictModel):
     leeway_seconds: float = Field(
         default=30.0, ge=0, le=600, description="Clock skew allowed on exp, nbf and iat."
     )
-    algorithms: tuple[str, ...] = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
-    tenant_claim: str = "tenant"
+    algorithms: tuple[str, ...] = Field(
+        default=("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA"),
+        description="JWT signature algorithms accepted (asymmetric only).",
+    )
+    tenant_claim: str = Field(
+        default="tenant",
+        description="JWT claim that names the caller's tenant.",
+    )
     scope_claim: str = Field(
         default="scope", description="Space-separated string or list of scopes."
     )
     reload_check_seconds: float = Field(
         default=1.0, ge=0, description="How often the keys and JWKS files are checked for changes."
     )
-    jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    jwks_cache_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="How long keys fetched from jwks_url are kept before fetching again.",
+    )
     service_key_sha256: tuple[str, ...] = Field(
         default=(),
         description="SHA-256 of keys that identify Attest services (scope `internal`); "
@@ -145,7 +155,11 @@ class AuthSettings(StrictModel):
 class QuotaSettings(StrictModel):
     """Per-tenant limits on the public listener; None turns a limit off."""
 
-    requests_per_second: float | None = Field(default=None, gt=0)
+    requests_per_second: float | None = Field(
+        default=None,
+        gt=0,
+        description="Sustained requests per second a tenant may send; None: no rate limit.",
+    )
     burst: int | None = Field(
         default=None, ge=1, description="Requests a tenant may send at once (default: 1 s worth)."
     )
@@ -170,21 +184,43 @@ class QuotaSettings(StrictModel):
 class ServerSettings(StrictModel):
     """How a gRPC server listens and protects itself."""
 
-    host: str = "0.0.0.0"
-    port: int = Field(default=50051, ge=0, le=65535)
+    host: str = Field(
+        default="0.0.0.0",
+        description="Listen address; a non-loopback one needs authentication (or is refused).",
+    )
+    port: int = Field(
+        default=50051,
+        ge=0,
+        le=65535,
+        description="Listen port; 0 picks a free one.",
+    )
     max_message_bytes: int = Field(
         default=16 * MiB,
         ge=1024,
         description="Largest request a handler accepts; larger ones get INVALID_ARGUMENT "
         "naming the biggest field. The transport itself stops at twice this size.",
     )
-    max_concurrent_rpcs: int = Field(default=256, ge=1)
-    grace_seconds: float = Field(default=10.0, ge=0)
+    max_concurrent_rpcs: int = Field(
+        default=256,
+        ge=1,
+        description="Calls the server runs at once, streams included; more are refused with "
+        "RESOURCE_EXHAUSTED.",
+    )
+    grace_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="On SIGTERM, how long calls in flight may run on before the server stops.",
+    )
     reflection: bool = Field(default=False, description="Serve gRPC reflection (development).")
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Prometheus /metrics port; None disables it."
     )
-    warm_up_retry_seconds: float = Field(default=2.0, gt=0)
+    warm_up_retry_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="Wait between warm-up attempts while a backend is not ready (the server "
+        "reports NOT_SERVING meanwhile).",
+    )
     insecure_dev: bool = Field(
         default=False,
         description="Serve without authentication (every caller is tenant `default` with every "
@@ -207,8 +243,16 @@ class ServerSettings(StrictModel):
 
 
 class LoggingSettings(StrictModel):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    json_format: bool = Field(default=True, alias="json")
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO",
+        description="Least severity logged.",
+    )
+    json_format: bool = Field(
+        default=True,
+        alias="json",
+        description="One JSON object per log line (with the request id); false: plain text. "
+        "Variable name suffix `JSON`.",
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -216,14 +260,22 @@ class LoggingSettings(StrictModel):
 class ClientSettings(StrictModel):
     """How a service calls another one."""
 
-    timeout_seconds: float = Field(default=5.0, gt=0)
+    timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="Deadline of one call, capped by what is left of the request being served.",
+    )
     keepalive_seconds: float = Field(
         default=30.0,
         ge=10,
         description="Ping the server after this long without traffic; Attest's servers "
         "accept pings every 10 s at most (more often is answered with GOAWAY).",
     )
-    keepalive_timeout_seconds: float = Field(default=10.0, gt=0)
+    keepalive_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a keepalive ping may go unanswered before the connection is dropped.",
+    )
     max_attempts: int = Field(
         default=4,
         ge=1,
@@ -231,7 +283,11 @@ class ClientSettings(StrictModel):
         description="Attempts of an idempotent call on UNAVAILABLE or RESOURCE_EXHAUSTED "
         "(1: no retries; gRPC allows at most 5).",
     )
-    max_message_bytes: int = Field(default=64 * MiB, ge=1024)
+    max_message_bytes: int = Field(
+        default=64 * MiB,
+        ge=1024,
+        description="Largest message sent or received on these calls.",
+    )
     identity: ClientIdentity = Field(
         default=ClientIdentity(),
         description="TLS and token of these calls; when unset, the process's own "
@@ -248,8 +304,14 @@ class ClientSecurity(BaseSettings):
     )
 
     tls: ClientTLSSettings = ClientTLSSettings()
-    token: SecretStr | None = None
-    token_file: Path | None = None
+    token: SecretStr | None = Field(
+        default=None,
+        description="API key or JWT sent as `authorization: Bearer`.",
+    )
+    token_file: Path | None = Field(
+        default=None,
+        description="File holding the token; re-read when it changes.",
+    )
 
     def identity(self) -> ClientIdentity:
         return ClientIdentity(tls=self.tls, token=self.token, token_file=self.token_file)
@@ -258,13 +320,41 @@ class ClientSecurity(BaseSettings):
 class RequestLimits(StrictModel):
     """Bounds on what one request may carry; every index service enforces them."""
 
-    max_query_chars: int = Field(default=4096, ge=1)
-    max_top_k: int = Field(default=1000, ge=1)
-    max_batch: int = Field(default=1000, ge=1)
-    max_id_chars: int = Field(default=256, ge=1)
-    max_text_chars: int = Field(default=2_000_000, ge=1)
-    max_filters: int = Field(default=16, ge=1)
-    max_filter_values: int = Field(default=256, ge=1)
+    max_query_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters in one query.",
+    )
+    max_top_k: int = Field(
+        default=1000,
+        ge=1,
+        description="Largest top_k a search may ask for.",
+    )
+    max_batch: int = Field(
+        default=1000,
+        ge=1,
+        description="Documents, records or ids in one request.",
+    )
+    max_id_chars: int = Field(
+        default=256,
+        ge=1,
+        description="Characters in one document id.",
+    )
+    max_text_chars: int = Field(
+        default=2_000_000,
+        ge=1,
+        description="Characters in one document's or passage's text.",
+    )
+    max_filters: int = Field(
+        default=16,
+        ge=1,
+        description="Filters in one request.",
+    )
+    max_filter_values: int = Field(
+        default=256,
+        ge=1,
+        description="Values in one filter.",
+    )
 
 
 def service_config(env_prefix: str) -> SettingsConfigDict:

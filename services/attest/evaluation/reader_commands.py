@@ -57,10 +57,34 @@ def train_group() -> None:
     help="Where the int8 ONNX model is written (default <work-dir>/reader-int8.onnx; "
     "the shipped file is services/attest/generate/reader-int8.onnx).",
 )
-@click.option("--seed", type=int, default=13, show_default=True)
-@click.option("--epochs", type=click.IntRange(1, 20), default=1, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1, 512), default=32, show_default=True)
-@click.option("--learning-rate", type=click.FloatRange(1e-7, 1e-2), default=5e-5, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=13,
+    show_default=True,
+    help="Random seed of initialisation, shuffling and sampling.",
+)
+@click.option(
+    "--epochs",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Passes over the training pairs.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 512),
+    default=32,
+    show_default=True,
+    help="Pairs per training step.",
+)
+@click.option(
+    "--learning-rate",
+    type=click.FloatRange(1e-7, 1e-2),
+    default=5e-5,
+    show_default=True,
+    help="Peak learning rate (AdamW).",
+)
 @click.option(
     "--max-steps",
     type=click.IntRange(1),
@@ -302,6 +326,7 @@ def _cosine(pairs: list[Any]) -> list[float]:
     type=click.Path(path_type=Path, file_okay=False),
     default=Path(".attest/train/held-out"),
     show_default=True,
+    help="Where the held-out JSONL files are written.",
 )
 def judge_splits(train_root: Path, hotpot: Path, output_dir: Path) -> None:
     """Write each set's held-out pairs (never trained on) as JSONL for `attest eval judge`.

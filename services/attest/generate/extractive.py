@@ -80,34 +80,95 @@ Matrix = npt.NDArray[np.float32]
 
 
 class ExtractiveSettings(StrictModel):
-    answer_sentences: int = 3
-    mmr_lambda: float = 0.7
-    corroboration_weight: float = 0.5
-    corroborating_sources: int = 3
-    min_relevance: float = 0.15
-    min_confidence: int = 5
-    cosine_floor: float = 0.2
+    answer_sentences: int = Field(
+        default=3,
+        description="Sentences in an extractive answer, at most.",
+    )
+    mmr_lambda: float = Field(
+        default=0.7,
+        description="Maximal marginal relevance: weight of relevance against redundancy with "
+        "sentences already chosen (1: relevance only).",
+    )
+    corroboration_weight: float = Field(
+        default=0.5,
+        description="Weight of corroboration by the other sources against the sentence's own "
+        "relevance to the question.",
+    )
+    corroborating_sources: int = Field(
+        default=3,
+        description="Other sources whose word overlap counts as corroboration of a candidate "
+        "sentence.",
+    )
+    min_relevance: float = Field(
+        default=0.15,
+        description="Cosine similarity to the question a candidate sentence needs; when none has "
+        "it, the answer is insufficient information.",
+    )
+    min_confidence: int = Field(
+        default=5,
+        description="Least confidence (0-10) of a citation the extractive engine proposes.",
+    )
+    cosine_floor: float = Field(
+        default=0.2,
+        description="The support judge's floor: a cosine similarity at or below it counts as no "
+        "support.",
+    )
     # An answer whose best sentence answers the question with a lower
     # probability abstains; 0, the default, turns that off
     # (``judge.RGB_ANSWER_FLOOR`` is the value calibrated on RGB).
-    answer_floor: float = Field(default=0.0, ge=0.0, le=1.0)
-    min_fragment_words: int = 5
-    untyped_penalty: float = 0.5
+    answer_floor: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="An answer whose best sentence answers the question with a lower probability "
+        "abstains; 0 turns this off.",
+    )
+    min_fragment_words: int = Field(
+        default=5,
+        description="Shorter pieces of text (datelines and the like) are joined to the next "
+        "sentence.",
+    )
+    untyped_penalty: float = Field(
+        default=0.5,
+        description="Score taken from a sentence that does not state the kind of fact asked for (a "
+        "date for 'when', a name for 'who').",
+    )
     # Who rates answers and citations: the hand-built features and logistic
     # models of ``judge`` (``features``, the default), the trained reader
     # (``reader``: a cross-encoder read with the question and with each
     # source), or both (``both``: the geometric mean of the two ratings). The
     # default is the one that loses no citation precision on any development
     # set (docs/reader.md, "Which judge").
-    judge: Literal["both", "reader", "features"] = "features"
+    judge: Literal["both", "reader", "features"] = Field(
+        default="features",
+        description="Who rates answers and citations: features (the hand-built judge), reader (the "
+        "trained cross-encoder) or both (their geometric mean).",
+    )
     # With the reader: an answer whose best sentence answers the question with
     # a lower probability abstains (calibrated on the development split).
-    reader_answer_floor: float = Field(default=READER_ANSWER_FLOOR, ge=0.0, le=1.0)
+    reader_answer_floor: float = Field(
+        default=READER_ANSWER_FLOOR,
+        ge=0.0,
+        le=1.0,
+        description="With the reader: an answer whose best sentence answers the question with a "
+        "lower probability abstains.",
+    )
     # Candidate sentences the reader reads per answer (the best by the features).
-    reader_candidates: int = Field(default=24, ge=1, le=512)
+    reader_candidates: int = Field(
+        default=24,
+        ge=1,
+        le=512,
+        description="Candidate sentences the reader reads per answer (the best by the features).",
+    )
     # Multi-hop (``_bridge``): the least rating of a sentence read with the
     # question and the best sentence to join the answer; 1 turns it off.
-    bridge_min: float = Field(default=0.5, ge=0.0, le=1.0)
+    bridge_min: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Multi-hop: least rating of a second sentence, read with the question and the "
+        "best one, to join the answer; 1 turns it off.",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,10 +84,11 @@ WEIGHTS_FILE = Path(__file__).with_name("judge_weights.json")
 
 # The least answer probability of an answer's best sentence for the answer
 # to stand (``SupportJudge.judge``), as calibrated on RGB: the highest value
-# that costs at most 0.02 answer recall there (``attest eval qa``; README,
-# "Negative rejection"). Not the default: the answer model leans on how many
-# sources agree, so a fact that one source of ten states can fall below it
-# (README, "The support judge"). 0 turns the floor off.
+# that costs at most 0.02 answer recall there (``attest eval qa``;
+# docs/results/answer-quality.md, "Negative rejection"). Not the default: the
+# answer model leans on how many sources agree, so a fact that one source of
+# ten states can fall below it (docs/explanation/confidence.md). 0 turns the
+# floor off.
 RGB_ANSWER_FLOOR = 0.57
 
 FEATURES: tuple[str, ...] = (

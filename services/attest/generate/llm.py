@@ -129,7 +129,10 @@ class LLMSettings(StrictModel):
     )
     url: str = Field(default="", description="Base URL, e.g. http://tgi:8080; empty: no LLM.")
     model: str = Field(default="", description="Model name sent to the server.")
-    api_key: SecretStr | None = None
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the LLM server.",
+    )
     response_format: Literal["json_schema", "json_object"] = Field(
         default="json_schema",
         description="How an OpenAI-compatible server is asked for JSON: json_schema "
@@ -153,12 +156,36 @@ class LLMSettings(StrictModel):
         description="Allowance per token requested: a request's deadline is "
         "first_token_seconds + seconds_per_token × max tokens, at most timeout_seconds.",
     )
-    connect_timeout_seconds: float = Field(default=3.0, gt=0)
+    connect_timeout_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description="Most a connection to the server may take.",
+    )
     max_concurrency: int = Field(default=16, ge=1, description="Requests in flight per process.")
-    max_attempts: int = Field(default=3, ge=1, le=10)
-    backoff_seconds: float = Field(default=0.25, ge=0)
-    max_backoff_seconds: float = Field(default=4.0, ge=0)
-    max_new_tokens: int = Field(default=512, ge=1, le=32768)
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Attempts of one request on a transient failure (overload, 5xx, connection "
+        "error).",
+    )
+    backoff_seconds: float = Field(
+        default=0.25,
+        ge=0,
+        description="First wait before a retry; doubled each time (with jitter; Retry-After "
+        "honoured).",
+    )
+    max_backoff_seconds: float = Field(
+        default=4.0,
+        ge=0,
+        description="Longest wait between retries.",
+    )
+    max_new_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=32768,
+        description="Most tokens the model may write in one reply.",
+    )
     json_grammar: bool = Field(
         default=True,
         description="Constrain JSON answers by the schema (response_format); they are "

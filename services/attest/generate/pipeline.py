@@ -72,48 +72,120 @@ class Found:
 
 
 class PipelineSettings(StrictModel):
-    confidence_threshold: int = 5
-    max_researches: int = 3
-    research_top_k: int = 3
-    max_sentences: int = 10
-    max_citations: int = 3
-    summary_sentences: int = 3
+    confidence_threshold: int = Field(
+        default=5,
+        description="Sentences whose best citation is rated below this (0-10) are searched again.",
+    )
+    max_researches: int = Field(
+        default=3,
+        description="Re-searches per answer.",
+    )
+    research_top_k: int = Field(
+        default=3,
+        description="Hits each re-search brings.",
+    )
+    max_sentences: int = Field(
+        default=10,
+        description="Sentences in one answer, at most.",
+    )
+    max_citations: int = Field(
+        default=3,
+        description="Citations kept per sentence.",
+    )
+    summary_sentences: int = Field(
+        default=3,
+        description="Sentences in a source's summary.",
+    )
     # LLM mode: a source no longer than ``summary_sentences`` is its own summary
     # (a model call could only paraphrase it); True asks the model anyway.
-    summarize_short_sources: bool = False
-    cite_batch_size: int = 8
-    fallback_to_extractive: bool = True
+    summarize_short_sources: bool = Field(
+        default=False,
+        description="LLM mode: summarize a source no longer than summary_sentences too (otherwise "
+        "it is its own summary).",
+    )
+    cite_batch_size: int = Field(
+        default=8,
+        description="LLM mode: sentences rated in one citation call.",
+    )
+    fallback_to_extractive: bool = Field(
+        default=True,
+        description="When the LLM is unavailable, answer extractively and say so (a degradation) "
+        "instead of failing.",
+    )
     # LLM mode: "combine" rates each citation by the model and the support
     # judge together (``judge.combine``); "model" keeps the model's rating.
-    llm_citation_rating: Literal["combine", "model"] = "combine"
+    llm_citation_rating: Literal["combine", "model"] = Field(
+        default="combine",
+        description="LLM mode: combine rates each citation by the model and the support judge "
+        "together; model keeps the model's rating.",
+    )
     # Citations below this confidence are not kept (in both modes).
-    min_citation_confidence: int = Field(default=5, ge=1, le=10)
+    min_citation_confidence: int = Field(
+        default=5,
+        ge=1,
+        le=10,
+        description="Citations below this confidence are not kept (both modes).",
+    )
     # A citation that a re-search adds must reach this confidence (never below
     # ``min_citation_confidence``). The search looked for the sentence's own
     # words, so what it finds resembles the sentence more than an arbitrary
     # source does and the judge's rating of it leans high: a found source that
     # only just clears the floor is as likely a near miss as a support.
-    research_min_confidence: int = Field(default=6, ge=1, le=10)
+    research_min_confidence: int = Field(
+        default=6,
+        ge=1,
+        le=10,
+        description="Least confidence of a citation a re-search adds (never below "
+        "min_citation_confidence).",
+    )
     # Two ratings further apart than this disagree; the lower one is kept.
-    disagreement_margin: int = Field(default=3, ge=0, le=10)
+    disagreement_margin: int = Field(
+        default=3,
+        ge=0,
+        le=10,
+        description="Two ratings further apart than this disagree, and the lower one is kept.",
+    )
     # A sentence no source supports, even after its search, is withdrawn from
     # the answer (a removed revision) instead of being kept marked unsupported.
-    withdraw_unsupported: bool = True
+    withdraw_unsupported: bool = Field(
+        default=True,
+        description="Withdraw a sentence no source supports, even after its search, instead of "
+        "keeping it marked unsupported.",
+    )
     # LLM mode: a summary or answer sentence that repeats the prompt (its
     # instructions or source delimiters) is dropped (``prompts.echoes_prompt``).
-    drop_prompt_echoes: bool = True
+    drop_prompt_echoes: bool = Field(
+        default=True,
+        description="LLM mode: drop a summary or answer sentence that repeats the prompt's "
+        "instructions or delimiters.",
+    )
     # A question that asks for a financial metric or line item of a company
     # for a fiscal year is answered from the table rows of that company's
     # sources, its arithmetic written out and each operand's row cited
     # (``attest.generate.numeric``), in both modes.
-    numeric_answers: bool = True
+    numeric_answers: bool = Field(
+        default=True,
+        description="Answer a question for a company's financial metric of a fiscal year from its "
+        "table rows, with the arithmetic written out and each operand cited.",
+    )
     # The confidence of each operand's citation: the row states the operand
     # word for word; the arithmetic is the engine's, not the source's.
-    numeric_confidence: int = Field(default=8, ge=0, le=10)
+    numeric_confidence: int = Field(
+        default=8,
+        ge=0,
+        le=10,
+        description="Confidence of each operand's citation in a calculated answer.",
+    )
     # ... and when an operand came from a table that is not the statement that
     # states it, or the operands' scales could not all be read: below 5, a
     # figure the reader should check before relying on it.
-    numeric_unsure_confidence: int = Field(default=4, ge=0, le=10)
+    numeric_unsure_confidence: int = Field(
+        default=4,
+        ge=0,
+        le=10,
+        description="The same when an operand came from another table than the statement, or a "
+        "scale could not be read.",
+    )
 
 
 @dataclass(slots=True)

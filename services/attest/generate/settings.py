@@ -21,12 +21,36 @@ from attest.semantic.embedding import DEFAULT_BACKEND, PACKAGED_MINILM, Backend,
 
 
 class GenerateLimits(StrictModel):
-    max_sources: int = Field(default=100, ge=1)
-    max_source_chars: int = Field(default=100_000, ge=1)
-    max_question_chars: int = Field(default=4096, ge=1)
-    max_sentences: int = Field(default=200, ge=1)
-    max_sentence_chars: int = Field(default=4096, ge=1)
-    max_pairs: int = Field(default=1000, ge=1)
+    max_sources: int = Field(
+        default=100,
+        ge=1,
+        description="Sources in one request.",
+    )
+    max_source_chars: int = Field(
+        default=100_000,
+        ge=1,
+        description="Characters in one source.",
+    )
+    max_question_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters in one question.",
+    )
+    max_sentences: int = Field(
+        default=200,
+        ge=1,
+        description="Sentences in one request.",
+    )
+    max_sentence_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters in one sentence.",
+    )
+    max_pairs: int = Field(
+        default=1000,
+        ge=1,
+        description="Sentence and source pairs in one Judge request.",
+    )
 
 
 class ResearchSettings(StrictModel):
@@ -34,7 +58,11 @@ class ResearchSettings(StrictModel):
 
     lexical_address: str = Field(default="", description="Lexical service HOST:PORT.")
     semantic_address: str = Field(default="", description="Semantic service HOST:PORT.")
-    timeout_seconds: float = Field(default=5.0, gt=0)
+    timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="Deadline of each re-search call.",
+    )
     fusion_settings: Path | None = Field(
         default=None,
         description="Fusion settings for a re-search whose fusion method is unset (JSON, as "
@@ -72,7 +100,10 @@ class GenerateSettings(ServiceSettings):
         default=PACKAGED_MINILM,
         description="Sentence-transformers directory for extractive mode, or the packaged MiniLM.",
     )
-    embedding_device: str = "cpu"
+    embedding_device: str = Field(
+        default="cpu",
+        description="Torch device of the embedding model (cpu, cuda, cuda:N).",
+    )
     embedding_backend: Backend = Field(
         default=DEFAULT_BACKEND,
         description="Extractive mode's forward pass: auto, torch, onnx or onnx-int8, as the "

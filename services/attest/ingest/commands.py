@@ -384,8 +384,20 @@ def ingest() -> None:
     default=None,
     help="Embedded state.",
 )
-@click.option("--batch-size", type=click.IntRange(1, 1000), default=500, show_default=True)
-@click.option("--show-failures", type=click.IntRange(0), default=20, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1000),
+    default=500,
+    show_default=True,
+    help="Documents sent per Ingest request.",
+)
+@click.option(
+    "--show-failures",
+    type=click.IntRange(0),
+    default=20,
+    show_default=True,
+    help="Failed documents listed with their reasons; the rest are counted.",
+)
 def load(
     path: Path, address: str | None, data_dir: Path | None, batch_size: int, show_failures: int
 ) -> None:

@@ -45,7 +45,11 @@ class KnowledgeFactsSettings(BaseSettings):
     address: str | None = Field(
         default=None, description="Knowledge service HOST:PORT; unset: no facts are extracted."
     )
-    timeout_seconds: float = Field(default=30.0, gt=0)
+    timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Deadline of each call that stores a document's facts.",
+    )
 
 
 class FactsHook:

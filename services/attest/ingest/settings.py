@@ -30,29 +30,57 @@ class EnrichSettings(StrictModel):
         default=200, ge=16, le=4096, description="Passage length limit in tokens."
     )
     keyphrases: int = Field(default=20, ge=0, le=100, description="RAKE keyphrases per article.")
-    summary_sentences: int = Field(default=3, ge=0, le=20)
-    max_organizations: int = Field(default=64, ge=0, le=256)
+    summary_sentences: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        description="Sentences in an article's extractive summary; 0: none.",
+    )
+    max_organizations: int = Field(
+        default=64,
+        ge=0,
+        le=256,
+        description="Organizations kept per article.",
+    )
     organization_model: Path | None = Field(
         default=None,
         description="A transformers token-classification directory with ORG labels; None "
         "uses the offline pattern and gazetteer recognizer alone.",
     )
-    model_device: str = "cpu"
+    model_device: str = Field(
+        default="cpu",
+        description="Torch device of the organization model.",
+    )
     generate_address: str | None = Field(
         default=None,
         description="host:port of the generate service: article summaries then come from "
         "its Summarize (abstractive when an LLM is configured there). None, or a failed "
         "call, keeps the extractive summary.",
     )
-    generate_timeout_seconds: float = Field(default=120.0, gt=0)
+    generate_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Deadline of each Summarize call to the generate service.",
+    )
 
 
 class EmbedSettings(StrictModel):
     """The embedding model of the pipeline; it must be the semantic service's model."""
 
-    model: str = PACKAGED_MINILM
-    device: str = "cpu"
-    batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
+    model: str = Field(
+        default=PACKAGED_MINILM,
+        description="A sentence-transformers directory, or the packaged all-MiniLM-L6-v2; the "
+        "semantic service's model.",
+    )
+    device: str = Field(
+        default="cpu",
+        description="Torch device of the embedding model (cpu, cuda, cuda:N).",
+    )
+    batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        description="Texts per embedding forward pass.",
+    )
     backend: Backend = Field(
         default=DEFAULT_BACKEND,
         description="auto, torch, onnx or onnx-int8: the semantic service's embedding_backend "
@@ -64,19 +92,49 @@ class EmbedSettings(StrictModel):
 
 
 class IngestLimits(StrictModel):
-    max_items_per_message: int = Field(default=1000, ge=1)
-    max_items_per_stream: int = Field(default=1_000_000, ge=1)
-    max_origin_chars: int = Field(default=1024, ge=0)
-    max_failures_page: int = Field(default=10_000, ge=1)
-    max_delete_ids: int = Field(default=1000, ge=1)
+    max_items_per_message: int = Field(
+        default=1000,
+        ge=1,
+        description="Items in one Ingest request or stream message.",
+    )
+    max_items_per_stream: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="Items in one IngestStream call.",
+    )
+    max_origin_chars: int = Field(
+        default=1024,
+        ge=0,
+        description="Characters in an item's origin (where it came from, e.g. its file path).",
+    )
+    max_failures_page: int = Field(
+        default=10_000,
+        ge=1,
+        description="Failed items one GetJob response may list.",
+    )
+    max_delete_ids: int = Field(
+        default=1000,
+        ge=1,
+        description="Document ids in one Delete request.",
+    )
 
 
 class IngestServerSettings(ServerSettings):
     # A 50 MB body must reach the service to be reported per document, so
     # requests may be larger than the other services'. (A subclass, not a
     # default instance: ATTEST_INGEST_SERVER__PORT alone must keep this limit.)
-    port: int = Field(default=50054, ge=0, le=65535)
-    max_message_bytes: int = Field(default=64 * MiB, ge=1024)
+    port: int = Field(
+        default=50054,
+        ge=0,
+        le=65535,
+        description="Listen port; 0 picks a free one.",
+    )
+    max_message_bytes: int = Field(
+        default=64 * MiB,
+        ge=1024,
+        description="Largest request a handler accepts: more than other services', so a large body "
+        "reaches the service and is reported per document.",
+    )
 
 
 class IngestSettings(ServiceSettings):
@@ -93,10 +151,16 @@ class IngestSettings(ServiceSettings):
         description="Redis URL of job state and the document registry; required in celery "
         "mode. None keeps them in this process (saved under data_dir when state_on_disk).",
     )
-    state_on_disk: bool = True
+    state_on_disk: bool = Field(
+        default=True,
+        description="Keep job state and the registry in SQLite under data_dir; false keeps them in "
+        "memory.",
+    )
     data_dir: Path = Field(
         default=Path(".attest"),
         validation_alias=AliasChoices("ATTEST_DATA_DIR", "data_dir"),
+        description="Root of embedded state (ATTEST_DATA_DIR): the registry and job state in "
+        "ingest/state.sqlite3, and the in-process stores.",
     )
     lexical_address: str | None = Field(
         default=None,
@@ -118,7 +182,11 @@ class IngestSettings(ServiceSettings):
     enrich: EnrichSettings = EnrichSettings()
     embed: EmbedSettings = EmbedSettings()
     limits: IngestLimits = IngestLimits()
-    watch_interval_seconds: float = Field(default=0.5, gt=0)
+    watch_interval_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        description="How often WatchJob reads a job's state for news.",
+    )
     doctor_interval_seconds: float = Field(
         default=900.0,
         ge=0,

@@ -103,8 +103,20 @@ def format_explain(response: Any) -> list[str]:
     show_default=True,
     help="Article attributes: the headline only, or headline, summary and organizations.",
 )
-@click.option("--max-paths", type=click.IntRange(1, 100), default=10, show_default=True)
-@click.option("--timeout", type=click.FloatRange(0.1, 600), default=60, show_default=True)
+@click.option(
+    "--max-paths",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Paths from the article to the root shown at most.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1, 600),
+    default=60,
+    show_default=True,
+    help="Deadline of the call in seconds.",
+)
 def explain(
     question: str, doc_id: str, address: str, variant: str, max_paths: int, timeout: float
 ) -> None:

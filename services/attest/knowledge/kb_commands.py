@@ -123,9 +123,13 @@ def _run(address: str | None, timeout: float, body: Callable[[_Client], Awaitabl
 
 
 def _address_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    fn = click.option("--timeout", type=click.FloatRange(0.1, 600), default=30, show_default=True)(
-        fn
-    )
+    fn = click.option(
+        "--timeout",
+        type=click.FloatRange(0.1, 600),
+        default=30,
+        show_default=True,
+        help="Deadline of each call in seconds.",
+    )(fn)
     return click.option(
         "--address",
         default=None,
@@ -211,7 +215,13 @@ def kb() -> None:
 @kb.command()
 @click.argument("mentions", nargs=-1, required=True)
 @click.option("--context", default="", help="Text the mentions come from.")
-@click.option("--top-k", type=click.IntRange(1, 50), default=5, show_default=True)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 50),
+    default=5,
+    show_default=True,
+    help="Candidate entities per mention.",
+)
 @_address_options
 def link(
     mentions: tuple[str, ...], context: str, top_k: int, address: str | None, timeout: float
@@ -228,7 +238,13 @@ def link(
 
 @kb.command()
 @click.argument("entity")
-@click.option("--max-facts", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option(
+    "--max-facts",
+    type=click.IntRange(1, 1000),
+    default=100,
+    show_default=True,
+    help="Facts listed at most.",
+)
 @_address_options
 def info(entity: str, max_facts: int, address: str | None, timeout: float) -> None:
     """Everything known about ENTITY (an id, name or alias): definition and triples."""
@@ -254,7 +270,13 @@ def info(entity: str, max_facts: int, address: str | None, timeout: float) -> No
 @kb.command()
 @click.argument("entity")
 @click.argument("relation")
-@click.option("--top-k", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Entities or values returned at most.",
+)
 @_address_options
 def find(entity: str, relation: str, top_k: int, address: str | None, timeout: float) -> None:
     """The entities or values related to ENTITY by RELATION (free text, e.g. "measures")."""
@@ -276,8 +298,20 @@ def find(entity: str, relation: str, top_k: int, address: str | None, timeout: f
 @kb.command()
 @click.argument("first")
 @click.argument("second")
-@click.option("--max-hops", type=click.IntRange(1, 3), default=3, show_default=True)
-@click.option("--max-paths", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option(
+    "--max-hops",
+    type=click.IntRange(1, 3),
+    default=3,
+    show_default=True,
+    help="Longest path between the two entities, in edges.",
+)
+@click.option(
+    "--max-paths",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Paths returned at most.",
+)
 @_address_options
 def rel(
     first: str, second: str, max_hops: int, max_paths: int, address: str | None, timeout: float
@@ -344,7 +378,13 @@ def facts(doc_id: str, address: str | None, timeout: float) -> None:
     default="",
     help='A program to run instead of planning one: JSON ({"steps": [...]}) or @FILE.',
 )
-@click.option("--top-k", type=click.IntRange(1, 100), default=10, show_default=True)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Results returned at most.",
+)
 @_address_options
 def search(question: str, program: str, top_k: int, address: str | None, timeout: float) -> None:
     """Answer QUESTION from the knowledge base: print the program, each step and the facts."""

@@ -26,7 +26,7 @@ failure half-way is repaired by repeating it. ``TenantFacts`` is this
 process's view of one tenant's facts, loaded from the vector store on first
 use and updated by every write made through this process: a second process
 writing the same tenant is seen after a restart (one knowledge replica
-serves the personal base, see the README).
+serves the personal base, see docs/explanation/knowledge.md).
 
 ``PersonalKnowledgeBase`` is the ``KnowledgeBase`` over one tenant's view.
 Entities are the names the facts mention; an entity's id is derived from its

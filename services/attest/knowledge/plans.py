@@ -67,15 +67,28 @@ class PlanLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_steps: int = Field(default=8, ge=1, le=16)
+    max_steps: int = Field(
+        default=8,
+        ge=1,
+        le=16,
+        description="Steps in one program.",
+    )
     max_fan_out: int = Field(
         default=8, ge=1, le=64, description="Calls one step may make (mentions, entity ids)."
     )
     max_arg_chars: int = Field(
         default=256, ge=1, description="Longest mention, entity id or relation."
     )
-    max_context_chars: int = Field(default=4096, ge=1)
-    max_program_chars: int = Field(default=16_384, ge=2)
+    max_context_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters of context a program may carry.",
+    )
+    max_program_chars: int = Field(
+        default=16_384,
+        ge=2,
+        description="Characters in one program.",
+    )
     max_seconds: float = Field(
         default=5.0, gt=0, description="Time for the whole program; steps after it are skipped."
     )

@@ -19,12 +19,32 @@ from attest.semantic.embedding import DEFAULT_BATCH_SIZE, PACKAGED_MINILM
 class KnowledgeLimits(StrictModel):
     """Bounds on one request (the proto documents the same numbers)."""
 
-    max_mentions: int = Field(default=64, ge=1)
-    max_mention_chars: int = Field(default=256, ge=1)
-    max_context_chars: int = Field(default=4096, ge=0)
-    max_query_chars: int = Field(default=4096, ge=1)
+    max_mentions: int = Field(
+        default=64,
+        ge=1,
+        description="Mentions in one LinkEntities request.",
+    )
+    max_mention_chars: int = Field(
+        default=256,
+        ge=1,
+        description="Characters in one mention.",
+    )
+    max_context_chars: int = Field(
+        default=4096,
+        ge=0,
+        description="Characters of context given with mentions.",
+    )
+    max_query_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters in one query.",
+    )
     max_top_k: int = Field(default=50, ge=1, description="Candidates per mention.")
-    max_facts: int = Field(default=1000, ge=1)
+    max_facts: int = Field(
+        default=1000,
+        ge=1,
+        description="Facts in one Store request.",
+    )
     max_results: int = Field(default=100, ge=1, description="Facts or paths per response.")
 
 
@@ -35,20 +55,39 @@ class PersonalSettings(StrictModel):
     enabled: bool = Field(
         default=True, description="Serve the personal base (Store, and facts in every lookup)."
     )
-    lexical_backend: Literal["tantivy", "opensearch"] = "tantivy"
+    lexical_backend: Literal["tantivy", "opensearch"] = Field(
+        default="tantivy",
+        description="Where the personal base's facts are searched by BM25: tantivy under data_dir, "
+        "or OpenSearch.",
+    )
     index_name: str = Field(
         default="attest-knowledge",
         pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$",
         description="OpenSearch index prefix, or tantivy directory under <data_dir>/lexical.",
     )
     opensearch: OpenSearchSettings = OpenSearchSettings()
-    vector_store: Literal["edge", "qdrant"] = "edge"
-    collection_prefix: str = Field(
-        default="attest-knowledge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,100}$"
+    vector_store: Literal["edge", "qdrant"] = Field(
+        default="edge",
+        description="edge: Qdrant's embedded engine under data_dir; qdrant: a Qdrant server.",
     )
-    qdrant_url: str | None = None
-    qdrant_api_key: SecretStr | None = None
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    collection_prefix: str = Field(
+        default="attest-knowledge",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,100}$",
+        description="Prefix of the personal base's vector collections.",
+    )
+    qdrant_url: str | None = Field(
+        default=None,
+        description="Qdrant server URL, with vector_store qdrant.",
+    )
+    qdrant_api_key: SecretStr | None = Field(
+        default=None,
+        description="API key of the Qdrant server.",
+    )
+    timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Deadline of each call to the personal base's stores.",
+    )
     link_threshold: float = Field(
         default=PERSONAL_LINK_THRESHOLD,
         ge=-1,
@@ -62,7 +101,12 @@ class PersonalSettings(StrictModel):
         description="Similarity of a free-text relation to a stored triple's relation; below "
         "it the entity's aspect facts that mention the relation answer.",
     )
-    max_facts_per_document: int = Field(default=10_000, ge=1, le=10_000)
+    max_facts_per_document: int = Field(
+        default=10_000,
+        ge=1,
+        le=10_000,
+        description="Facts kept per document.",
+    )
 
 
 class KnowledgeSettings(ServiceSettings):
@@ -76,8 +120,15 @@ class KnowledgeSettings(ServiceSettings):
         default=PACKAGED_MINILM,
         description="A sentence-transformers directory, or the packaged all-MiniLM-L6-v2.",
     )
-    embedding_device: str = "cpu"
-    embedding_batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
+    embedding_device: str = Field(
+        default="cpu",
+        description="Torch device of the embedding model (cpu, cuda, cuda:N).",
+    )
+    embedding_batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        description="Texts per embedding forward pass.",
+    )
     link_threshold: float = Field(
         default=LINK_THRESHOLD,
         ge=-1,

@@ -18,30 +18,68 @@ from attest.core.settings import (
 
 
 class OpenSearchSettings(StrictModel):
-    hosts: tuple[str, ...] = ("http://localhost:9200",)
+    hosts: tuple[str, ...] = Field(
+        default=("http://localhost:9200",),
+        description="Node URLs.",
+    )
     pool_size: int = Field(
         default=64, ge=1, description="HTTP connections per host; size it to peak concurrency."
     )
-    username: str | None = None
-    password: SecretStr | None = None
-    verify_certs: bool = True
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    username: str | None = Field(
+        default=None,
+        description="Basic-auth user.",
+    )
+    password: SecretStr | None = Field(
+        default=None,
+        description="Basic-auth password.",
+    )
+    verify_certs: bool = Field(
+        default=True,
+        description="Verify the nodes' TLS certificates.",
+    )
+    timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Deadline of one request to the cluster.",
+    )
 
 
 class ElasticsearchSettings(StrictModel):
-    hosts: tuple[str, ...] = ("http://localhost:9200",)
-    api_key: SecretStr | None = None
-    username: str | None = None
-    password: SecretStr | None = None
-    verify_certs: bool = True
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    hosts: tuple[str, ...] = Field(
+        default=("http://localhost:9200",),
+        description="Node URLs.",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Elasticsearch API key.",
+    )
+    username: str | None = Field(
+        default=None,
+        description="Basic-auth user.",
+    )
+    password: SecretStr | None = Field(
+        default=None,
+        description="Basic-auth password.",
+    )
+    verify_certs: bool = Field(
+        default=True,
+        description="Verify the nodes' TLS certificates.",
+    )
+    timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Deadline of one request to the cluster.",
+    )
 
 
 class LexicalSettings(ServiceSettings):
     model_config = service_config("ATTEST_LEXICAL_")
 
     server: ServerSettings = ServerSettings(port=50052)
-    backend: Literal["tantivy", "opensearch", "elasticsearch"] = "tantivy"
+    backend: Literal["tantivy", "opensearch", "elasticsearch"] = Field(
+        default="tantivy",
+        description="tantivy: embedded, under data_dir; opensearch or elasticsearch: a cluster.",
+    )
     index_name: str = Field(
         default="attest-lexical",
         pattern=r"^[a-z0-9][a-z0-9_.-]{0,200}$",
@@ -61,7 +99,11 @@ class LexicalSettings(ServiceSettings):
     opensearch: OpenSearchSettings = OpenSearchSettings()
     elasticsearch: ElasticsearchSettings = ElasticsearchSettings()
     limits: RequestLimits = RequestLimits()
-    writer_heap_bytes: int = Field(default=128 * 1024 * 1024, ge=16 * 1024 * 1024)
+    writer_heap_bytes: int = Field(
+        default=128 * 1024 * 1024,
+        ge=16 * 1024 * 1024,
+        description="tantivy: memory of the index writer.",
+    )
     inline_search_ms: float = Field(
         default=DEFAULT_BUDGET_SECONDS * 1e3,
         ge=0,

@@ -15,15 +15,26 @@ class PipelineSettings(ServiceSettings):
         default=SecretStr("redis://localhost:6379/0"),
         description="Redis URL of the broker; may hold a password, so it is a secret.",
     )
-    result_backend_url: SecretStr = SecretStr("redis://localhost:6379/1")
-    result_expires_seconds: int = Field(default=24 * 3600, ge=60)
+    result_backend_url: SecretStr = Field(
+        default=SecretStr("redis://localhost:6379/1"),
+        description="Redis URL of Celery's task results.",
+    )
+    result_expires_seconds: int = Field(
+        default=24 * 3600,
+        ge=60,
+        description="How long task results are kept.",
+    )
     visibility_timeout_seconds: int = Field(
         default=3600,
         ge=5,
         description="Redis redelivers an unacknowledged task after this long; keep it above "
         "the longest task.",
     )
-    max_retries: int = Field(default=5, ge=0)
+    max_retries: int = Field(
+        default=5,
+        ge=0,
+        description="Retries of a task after a transient failure, at least.",
+    )
     retry_backoff_max_seconds: int = Field(
         default=60, ge=1, description="Longest wait between retries of a transient failure."
     )
@@ -53,8 +64,14 @@ class PipelineSettings(ServiceSettings):
         gt=0,
         description="How long sending a task waits for the broker (e.g. through a Redis restart).",
     )
-    lexical_address: str = "localhost:50052"
-    semantic_address: str = "localhost:50053"
+    lexical_address: str = Field(
+        default="localhost:50052",
+        description="host:port of the lexical service the index stage writes to.",
+    )
+    semantic_address: str = Field(
+        default="localhost:50053",
+        description="host:port of the semantic service the index stage writes to.",
+    )
     state_url: SecretStr = Field(
         default=SecretStr("redis://localhost:6379/2"),
         description="Redis URL of ingestion job state; the ingest service uses the same one.",

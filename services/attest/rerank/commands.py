@@ -65,17 +65,81 @@ def pfid() -> None:
 )
 @click.option("--tiny", is_flag=True, help="Random-init d_model 64 T5 with a byte tokenizer.")
 @click.option("--qrels-split", default="test", show_default=True, help="qrels/<split>.tsv")
-@click.option("--epochs", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--batch-documents", type=click.IntRange(1), default=8, show_default=True)
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=1e-4, show_default=True)
-@click.option("--warmup", type=click.FloatRange(0, 1), default=0.1, show_default=True)
-@click.option("--negatives", type=click.IntRange(0), default=7, show_default=True)
-@click.option("--candidates", type=click.IntRange(1), default=100, show_default=True)
-@click.option("--max-queries", type=click.IntRange(1), default=None)
-@click.option("--max-length", type=click.IntRange(8), default=200, show_default=True)
-@click.option("--max-passages", type=click.IntRange(1), default=8, show_default=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--seed", type=int, default=13, show_default=True)
+@click.option(
+    "--epochs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Passes over the training examples.",
+)
+@click.option(
+    "--batch-documents",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Documents per training step.",
+)
+@click.option(
+    "--lr",
+    type=click.FloatRange(0, min_open=True),
+    default=1e-4,
+    show_default=True,
+    help="Peak learning rate (AdamW).",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(0, 1),
+    default=0.1,
+    show_default=True,
+    help="Share of the steps spent warming the learning rate up.",
+)
+@click.option(
+    "--negatives",
+    type=click.IntRange(0),
+    default=7,
+    show_default=True,
+    help="BM25 hard negatives per query (non-relevant candidates).",
+)
+@click.option(
+    "--candidates",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="BM25 candidates per query that negatives are drawn from.",
+)
+@click.option(
+    "--max-queries",
+    type=click.IntRange(1),
+    default=None,
+    help="Use at most this many queries (default: all).",
+)
+@click.option(
+    "--max-length",
+    type=click.IntRange(8),
+    default=200,
+    show_default=True,
+    help="Tokens per query-and-passage input.",
+)
+@click.option(
+    "--max-passages",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Passages per document.",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="auto (cuda when present), cpu, cuda or cuda:N.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=13,
+    show_default=True,
+    help="Random seed of initialisation and shuffling.",
+)
 def train(
     data: Path,
     out: Path,
@@ -169,14 +233,18 @@ def train(
 
 @pfid.command(name="eval")
 @click.option(
-    "--data", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True
+    "--data",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    required=True,
+    help="The BEIR or MIRACL-style folder the checkpoint was trained on.",
 )
 @click.option(
     "--checkpoint",
     type=click.Path(path_type=Path, exists=True, file_okay=False),
     required=True,
+    help="A checkpoint directory written by `attest pfid train`.",
 )
-@click.option("--qrels-split", default="test", show_default=True)
+@click.option("--qrels-split", default="test", show_default=True, help="qrels/<split>.tsv")
 @click.option(
     "--split",
     type=click.Choice(["heldout", "train", "all"]),
@@ -184,12 +252,45 @@ def train(
     show_default=True,
     help="Which queries: the 20 % held out of training (default), the rest, or all.",
 )
-@click.option("--candidates", type=click.IntRange(1), default=100, show_default=True)
-@click.option("--max-queries", type=click.IntRange(1), default=None)
-@click.option("--max-passages", type=click.IntRange(1), default=8, show_default=True)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--batch-documents", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--json-out", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--candidates",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="BM25 candidates reranked per query.",
+)
+@click.option(
+    "--max-queries",
+    type=click.IntRange(1),
+    default=None,
+    help="Evaluate at most this many queries (default: all).",
+)
+@click.option(
+    "--max-passages",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Passages per document.",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="auto (cuda when present), cpu, cuda or cuda:N.",
+)
+@click.option(
+    "--batch-documents",
+    type=click.IntRange(1),
+    default=32,
+    show_default=True,
+    help="Documents scored per forward pass.",
+)
+@click.option(
+    "--json-out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write the metrics to this JSON file.",
+)
 def evaluate(
     data: Path,
     checkpoint: Path,

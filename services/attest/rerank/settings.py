@@ -14,8 +14,16 @@ from attest.semantic.embedding import DEFAULT_BACKEND, PACKAGED_MINILM, Backend
 class RerankLimits(StrictModel):
     """Bounds on one Rerank request; larger requests fail with INVALID_ARGUMENT."""
 
-    max_query_chars: int = Field(default=4096, ge=1)
-    max_documents: int = Field(default=100, ge=1)
+    max_query_chars: int = Field(
+        default=4096,
+        ge=1,
+        description="Characters in the query.",
+    )
+    max_documents: int = Field(
+        default=100,
+        ge=1,
+        description="Documents in one request.",
+    )
     max_passages: int = Field(default=8, ge=1, description="Passages per document.")
     max_passage_chars: int = Field(
         default=20_000,
@@ -23,8 +31,16 @@ class RerankLimits(StrictModel):
         description="Characters per passage; longer text is refused, shorter text "
         "that is over max_length tokens is truncated and flagged.",
     )
-    max_id_chars: int = Field(default=256, ge=1)
-    max_top_k: int = Field(default=1000, ge=1)
+    max_id_chars: int = Field(
+        default=256,
+        ge=1,
+        description="Characters in one id.",
+    )
+    max_top_k: int = Field(
+        default=1000,
+        ge=1,
+        description="Largest top_k a request may ask for.",
+    )
 
 
 class BatchingSettings(StrictModel):
@@ -37,7 +53,11 @@ class BatchingSettings(StrictModel):
     max_passages_per_forward: int = Field(
         default=512, ge=1, description="Passage slots in one forward pass (bounds memory)."
     )
-    max_queued_requests: int = Field(default=1024, ge=1)
+    max_queued_requests: int = Field(
+        default=1024,
+        ge=1,
+        description="Requests waiting for a batch; more are refused with RESOURCE_EXHAUSTED.",
+    )
 
 
 class RerankSettings(ServiceSettings):

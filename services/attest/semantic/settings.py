@@ -24,9 +24,19 @@ from attest.semantic.embedding import (
 
 
 class QdrantSettings(StrictModel):
-    url: str = "http://localhost:6333"
-    api_key: SecretStr | None = None
-    timeout_seconds: float = Field(default=10.0, gt=0)
+    url: str = Field(
+        default="http://localhost:6333",
+        description="Qdrant server URL (store qdrant).",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="API key of the Qdrant server.",
+    )
+    timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Deadline of one request to Qdrant.",
+    )
 
 
 class SemanticLimits(RequestLimits):
@@ -47,17 +57,30 @@ class SemanticSettings(ServiceSettings):
         description="edge: Qdrant's embedded engine under data_dir; qdrant: a Qdrant server.",
     )
     qdrant: QdrantSettings = QdrantSettings()
-    collection_prefix: str = Field(default="attest", pattern=r"^[a-z0-9][a-z0-9_-]{0,100}$")
+    collection_prefix: str = Field(
+        default="attest",
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,100}$",
+        description="Prefix of the vector collections' names.",
+    )
     data_dir: Path = Field(
         default=Path(".attest"),
         validation_alias=AliasChoices("ATTEST_DATA_DIR", "data_dir"),
+        description="Root of embedded state (ATTEST_DATA_DIR); the embedded engine lives in "
+        "<data_dir>/vectors.",
     )
     embedding_model: str = Field(
         default=PACKAGED_MINILM,
         description="A sentence-transformers directory, or the packaged all-MiniLM-L6-v2.",
     )
-    embedding_device: str = "cpu"
-    embedding_batch_size: int = Field(default=DEFAULT_BATCH_SIZE, ge=1)
+    embedding_device: str = Field(
+        default="cpu",
+        description="Torch device of the embedding model (cpu, cuda, cuda:N).",
+    )
+    embedding_batch_size: int = Field(
+        default=DEFAULT_BATCH_SIZE,
+        ge=1,
+        description="Texts per embedding forward pass.",
+    )
     query_batch_size: int = Field(
         default=DEFAULT_BATCH_SIZE,
         ge=1,
