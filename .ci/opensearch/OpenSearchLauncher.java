@@ -34,7 +34,10 @@ public class OpenSearchLauncher {
                 .putList("node.roles", "cluster_manager", "data", "ingest")
                 // CI disks can be fuller than the 85%/90% watermarks; don't refuse shards
                 .put("cluster.routing.allocation.disk.threshold_enabled", false)
-                .put("action.destructive_requires_name", false));
+                .put("action.destructive_requires_name", false)
+                // fs snapshot repositories (tests of the backup procedure) live here;
+                // a relative repository location resolves against it
+                .putList("path.repo", baseDir + "/snapshots"));
         try {
             runner.build("-basePath", baseDir, "-numOfNode", "1", "-clusterName", "attest-ci");
         } catch (final Throwable t) {

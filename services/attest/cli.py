@@ -652,6 +652,11 @@ def _register_ingest() -> None:
     main.add_command(ingest)
     main.add_command(doctor_command)
 
+    from attest.ingest.backup_commands import backup_command, restore_command
+
+    main.add_command(backup_command)
+    main.add_command(restore_command)
+
 
 _register_ingest()
 

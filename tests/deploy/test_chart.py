@@ -670,3 +670,81 @@ def test_threads_follow_the_cpu_limit_then_the_request_then_the_override() -> No
     )
     assert _threads(r, sem) == "2"
     assert _cpus(r, sem) is None  # a CPU it cannot read sizes nothing
+
+
+def test_backups_are_off_by_default() -> None:
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in rendered("default").docs}
+    assert ("ConfigMap", full("redis-persistence")) not in kinds
+    assert ("CronJob", full("opensearch-snapshot")) not in kinds
+
+
+def test_redis_persistence_renders_aof_and_rdb_settings() -> None:
+    chart = rendered("default", "backup.redis.enabled=true", "backup.redis.appendfsync=always")
+    conf = chart.get("ConfigMap", full("redis-persistence"))["data"]["redis.conf"]
+    assert conf.splitlines() == [
+        "appendonly yes",
+        "appendfsync always",
+        'save "900 1 300 10 60 10000"',
+    ]
+
+
+def test_opensearch_snapshots_go_to_an_fs_or_s3_repository_on_a_schedule() -> None:
+    chart = rendered(
+        "default",
+        "endpoints.lexical.backend=opensearch",
+        "endpoints.lexical.hosts={https://opensearch:9200}",
+        "endpoints.lexical.existingSecret=os-creds",
+        "endpoints.lexical.usernameKey=username",
+        "endpoints.lexical.passwordKey=password",
+        "backup.opensearch.enabled=true",
+    )
+    job = chart.get("CronJob", full("opensearch-snapshot"))
+    assert job["spec"]["schedule"] == "0 3 * * *"
+    pod = job["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["OPENSEARCH_URL"]["value"] == "https://opensearch:9200"
+    assert json.loads(env["REPOSITORY_BODY"]["value"]) == {
+        "type": "fs",
+        "settings": {"location": "/mnt/snapshots/attest"},
+    }
+    assert json.loads(env["SNAPSHOT_BODY"]["value"]) == {
+        "indices": "attest-lexical-*",
+        "include_global_state": False,
+    }
+    assert env["OPENSEARCH_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "os-creds",
+        "key": "password",
+    }
+    script = container["args"][0]
+    assert '"$OPENSEARCH_URL/_snapshot/$REPOSITORY"' in script
+    assert "wait_for_completion=true" in script
+
+    s3 = rendered(
+        "default",
+        "endpoints.lexical.backend=opensearch",
+        "backup.opensearch.enabled=true",
+        "backup.opensearch.type=s3",
+        "backup.opensearch.s3.bucket=attest-snapshots",
+    )
+    pod = s3.get("CronJob", full("opensearch-snapshot"))["spec"]["jobTemplate"]["spec"]
+    env = {e["name"]: e for e in pod["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["REPOSITORY_BODY"]["value"]) == {
+        "type": "s3",
+        "settings": {"bucket": "attest-snapshots", "base_path": "attest", "client": "default"},
+    }
+    with pytest.raises(RenderError, match=r"needs backup\.opensearch\.s3\.bucket"):
+        render(
+            "default",
+            "endpoints.lexical.backend=opensearch",
+            "backup.opensearch.enabled=true",
+            "backup.opensearch.type=s3",
+        )
+    with pytest.raises(RenderError, match=r"needs endpoints\.lexical\.backend opensearch"):
+        render(
+            "default",
+            "endpoints.lexical.backend=tantivy",
+            "services.lexical.replicas=1",
+            "services.lexical.autoscaling.enabled=false",
+            "backup.opensearch.enabled=true",
+        )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from attest.core.errors import FailedPrecondition
+from attest.core.write_barrier import WriteBarrier
 from attest.ingest.jobs import Dispatcher, IngestCore, InlineDispatcher, StageRunner
 from attest.ingest.settings import IngestSettings
 from attest.ingest.stages import Embedding, Sinks
@@ -111,7 +112,14 @@ async def assemble(
     # The embedded state keeps each document's source, so that `attest doctor` can
     # index it again (also under `serve all --embedded`, whose ingest reaches the
     # embedded stores through the in-process services).
-    store = JobStore(kv, keep_sources=isinstance(kv, SqliteKeyValue))
+    embedded_state = isinstance(kv, SqliteKeyValue)
+    store = JobStore(
+        kv,
+        keep_sources=embedded_state,
+        # The embedded stores under the data directory are backed up beside a
+        # running process (attest.ingest.backup): its writes honour the barrier.
+        barrier=WriteBarrier(settings.data_dir) if embedded_state else None,
+    )
     closers: list[Callable[[], Awaitable[None]]] = []
 
     from attest.ingest.sinks import LocalSinks

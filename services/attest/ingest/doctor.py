@@ -45,6 +45,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from attest.core.context import DEFAULT_TENANT
+from attest.core.write_barrier import awriting
 from attest.ingest.jobs import StageRunner, registry_entries
 from attest.ingest.listing import EmbeddedListing, StoreListing, StoreShapes, StoreUnreachable
 from attest.ingest.sinks import LocalSinks
@@ -344,7 +345,8 @@ async def repair(
     stale_kept = [d for d in findings.stale_pending if d in registry_ids]
     to_delete = sorted({*orphans, *stale_gone})
     if to_delete:
-        await sinks.delete(tenant, to_delete)
+        async with awriting(store.barrier):
+            await sinks.delete(tenant, to_delete)
         REPAIRED.labels(tenant, "deleted").inc(len(to_delete))
     missing = sorted({d for s in findings.stores for d in s.missing} | set(stale_kept))
     sources = await asyncio.to_thread(store.sources, tenant, missing)
@@ -357,13 +359,15 @@ async def repair(
         records = await asyncio.to_thread(runner.rebuild, tenant, chunk)
         unrepairable += sorted(set(chunk) - {r["article"]["id"] for r in records})
         if records:
-            await sinks.index(tenant, records)
-            entries = registry_entries(records)
-            await asyncio.to_thread(store.registry_put, tenant, entries)
+            async with awriting(store.barrier):
+                await sinks.index(tenant, records)
+                entries = registry_entries(records)
+                await asyncio.to_thread(store.registry_put, tenant, entries)
             reindexed += len(records)
     if reindexed:
         REPAIRED.labels(tenant, "reindexed").inc(reindexed)
-    await asyncio.to_thread(store.settle_pending, tenant, findings.stale_pending)
+    async with awriting(store.barrier):
+        await asyncio.to_thread(store.settle_pending, tenant, findings.stale_pending)
     return Repairs(tenant, reindexed, len(to_delete), tuple(sorted(set(unrepairable))))
 
 

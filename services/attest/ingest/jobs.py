@@ -36,6 +36,7 @@ from attest.core.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from attest.core.write_barrier import awriting
 from attest.ingest.documents import (
     Article,
     FailureCode,
@@ -401,8 +402,6 @@ class StageRunner:
     async def _index_batch(self, job_id: str, tenant: str, records: Sequence[Record]) -> None:
         began = time.perf_counter()
         ids = [r["article"]["id"] for r in records]
-        await asyncio.to_thread(self.store.registry_begin, job_id, tenant, ids)
-        await self.sinks.index(tenant, records)
         entries = registry_entries(records)
         sources = {
             r["article"]["id"]: json.dumps(
@@ -411,7 +410,14 @@ class StageRunner:
             for r in records
         }
         items = {int(r["item"]): (str(r["kind"]), len(r["passages"])) for r in records}
-        await asyncio.to_thread(self.store.registry_commit, job_id, tenant, entries, sources, items)
+        # From the pending note to the commit, as one write: a backup sees the
+        # batch in every store and the registry, or in none.
+        async with awriting(self.store.barrier):
+            await asyncio.to_thread(self.store.registry_begin, job_id, tenant, ids)
+            await self.sinks.index(tenant, records)
+            await asyncio.to_thread(
+                self.store.registry_commit, job_id, tenant, entries, sources, items
+            )
         _stage_done("index", began, len(records), 0)
 
 
@@ -714,8 +720,9 @@ class IngestCore:
         # delete can be repeated, never a stored document nobody knows about.
         # Ids the registry does not know are deleted from the stores too.
         targets = list(dict.fromkeys([*matched, *doc_ids]))
-        await self.sinks.delete(tenant, targets)
-        deleted = await asyncio.to_thread(self.store.registry_delete, tenant, matched)
+        async with awriting(self.store.barrier):
+            await self.sinks.delete(tenant, targets)
+            deleted = await asyncio.to_thread(self.store.registry_delete, tenant, matched)
         return DeleteResult(len(matched), deleted, tuple(matched[:1000]))
 
 

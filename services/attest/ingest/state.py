@@ -56,6 +56,7 @@ from typing import Any, Protocol
 
 from attest.core.document import HasKeywords, Keywords, keywords_from_stored
 from attest.core.errors import FailedPrecondition
+from attest.core.write_barrier import WriteBarrier
 
 log = logging.getLogger(__name__)
 
@@ -687,11 +688,19 @@ class JobStore:
     source, so that ``attest doctor --repair`` can index a document again into
     a store that lost it. On by default, so the Celery workers keep them in
     Redis too (about the size of the corpus's normalized text).
+
+    ``barrier``: in embedded mode, the write barrier of the data directory
+    that ``attest backup`` pauses writes with; None elsewhere.
     """
 
-    def __init__(self, kv: KeyValue, *, keep_sources: bool = True) -> None:
+    def __init__(
+        self, kv: KeyValue, *, keep_sources: bool = True, barrier: WriteBarrier | None = None
+    ) -> None:
         self.kv = kv
         self.keep_sources = keep_sources
+        # Embedded mode: the data directory's write barrier, held by every write
+        # that spans the registry and the stores (attest.core.write_barrier).
+        self.barrier = barrier
 
     # keys
     @staticmethod

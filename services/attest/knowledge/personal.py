@@ -48,6 +48,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
+from attest.core.write_barrier import WriteBarrier, awriting
 from attest.knowledge.kb import (
     LINK_THRESHOLD,
     MAX_HOPS,
@@ -397,12 +398,16 @@ class PersonalStore:
         encode: Encode,
         *,
         lock: StoreLock | None = None,
+        barrier: WriteBarrier | None = None,
     ) -> None:
         self.lexical = lexical
         self.vectors = vectors
         self._encode = encode
         # Held from before the stores open until they close (embedded stores only).
         self._lock = lock
+        # Embedded stores: every write holds the data directory's write barrier,
+        # so that `attest backup` copies no half-written document.
+        self._barrier = barrier
         self._views: dict[str, TenantFacts] = {}
         self._loading: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # One writer per tenant: two Store calls for one tenant's document must
@@ -481,7 +486,7 @@ class PersonalStore:
         texts = [fact_text(f) for f in stored]
         vectors = await asyncio.to_thread(self.encode, texts) if texts else None
         key = (tenant, doc_id)
-        async with self._writing[tenant]:
+        async with self._writing[tenant], awriting(self._barrier):
             removed = len(view.document_facts(doc_id))
             # A document this process has not seen holds nothing in either engine
             # (the view is loaded from the vector store, and a write that failed
@@ -532,7 +537,7 @@ class PersonalStore:
         """Remove every fact of the documents from both engines; returns how many facts went."""
         view = await self.view(tenant)
         removed = 0
-        async with self._writing[tenant]:
+        async with self._writing[tenant], awriting(self._barrier):
             await self.lexical.delete(tenant, list(doc_ids))
             await self.vectors.delete_documents(tenant, list(doc_ids))
             for doc_id in doc_ids:

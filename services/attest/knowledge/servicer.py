@@ -505,6 +505,7 @@ class _StoreRequest:
 
 def build_personal_store(settings: KnowledgeSettings, encode: Any) -> PersonalStore:
     """The personal store the settings describe (cheap: nothing opens before warm_up)."""
+    from attest.core.write_barrier import WriteBarrier
     from attest.knowledge.store_lock import personal_store_lock
     from attest.lexical.backends import create_backend
     from attest.lexical.settings import LexicalSettings
@@ -529,7 +530,10 @@ def build_personal_store(settings: KnowledgeSettings, encode: Any) -> PersonalSt
         dimension=dimension,
         timeout_seconds=p.timeout_seconds,
     )
-    return PersonalStore(lexical, vectors, encode, lock=personal_store_lock(settings))
+    lock = personal_store_lock(settings)
+    # Embedded (a lock of its own): its writes honour the data directory's backup barrier.
+    barrier = WriteBarrier(settings.data_dir) if lock is not None else None
+    return PersonalStore(lexical, vectors, encode, lock=lock, barrier=barrier)
 
 
 def service() -> tuple[KnowledgeServicer, ServerSettings, LoggingSettings]:
