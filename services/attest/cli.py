@@ -614,6 +614,7 @@ _register_pfid()
 def _register_generate() -> None:
     from attest.evaluation.commands import (
         convert_demo_command,
+        convert_qa_command,
         convert_rgb_command,
         eval_demo,
         eval_qa,
@@ -625,6 +626,7 @@ def _register_generate() -> None:
     eval_group.add_command(eval_demo)
     eval_group.add_command(convert_rgb_command)
     eval_group.add_command(convert_demo_command)
+    eval_group.add_command(convert_qa_command)
     eval_group.add_command(fit_judge_command)
     eval_group.add_command(tune_fusion_command)
 

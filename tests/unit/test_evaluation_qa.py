@@ -668,3 +668,53 @@ def test_a_yes_or_no_answer_is_its_first_word() -> None:
     assert answer_right(item, "No: B is a fungus.")
     assert not answer_right(item, "Yes: Engine No. 1 won a seat.")
     assert not answer_right(item, "")
+
+
+def test_convert_qa_pools_passages_into_a_retrieval_set(tmp_path: Path) -> None:
+    from attest.evaluation.ir import load_dataset
+
+    rows = [
+        {
+            "id": "q1",
+            "question": "Who built the bridge?",
+            "answers": ["Ada"],
+            "passages": [
+                {"id": "p1", "title": "Bridge", "text": "Ada built the bridge.", "gold": True},
+                {"id": "p2", "title": "River", "text": "The river is wide.", "gold": False},
+            ],
+        },
+        {
+            "id": "q2",
+            "question": "How wide is the river?",
+            "answers": ["wide"],
+            "passages": [
+                {"id": "p2", "title": "River", "text": "The river is wide.", "gold": True},
+                {"id": "p3", "title": "Town", "text": "The town is small.", "gold": False},
+            ],
+        },
+        # No gold passage: its passages join the corpus, the question is no query.
+        {
+            "id": "q3",
+            "question": "Who is mayor?",
+            "answers": ["Bo"],
+            "passages": [{"id": "p4", "title": "", "text": "A mayor.", "gold": False}],
+        },
+    ]
+    source = tmp_path / "qa.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    target = tmp_path / "beir"
+    out = CliRunner().invoke(main, ["eval", "convert-qa", str(source), str(target)])
+    assert out.exit_code == 0, out.output
+    assert "wrote 4 documents and 2 judged queries" in out.output
+    data = load_dataset(target)
+    assert sorted(doc.id for doc in data.corpus()) == ["p1", "p2", "p3", "p4"]
+    assert {q: dict(r) for q, r in data.qrels.items()} == {"q1": {"p1": 1}, "q2": {"p2": 1}}
+    again = CliRunner().invoke(main, ["eval", "convert-qa", str(source), str(target)])
+    assert again.exit_code == 1
+    assert "already there: give --overwrite" in again.output
+    # One id naming two texts is refused, not silently merged.
+    rows[1]["passages"][0]["text"] = "Another text."  # type: ignore[index]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clash = CliRunner().invoke(main, ["eval", "convert-qa", str(source), str(tmp_path / "b2")])
+    assert clash.exit_code == 1
+    assert "passage id 'p2' names two different texts" in clash.output

@@ -494,3 +494,23 @@ def test_one_set_has_no_leave_one_set_out():
     _, report = tune([("toy", lists, qrels)])
     assert report["leave_one_set_out"] is None
     assert report["chosen_family"] == "within_sets"
+
+
+def test_unseen_sets_are_scored_and_never_fitted_on():
+    sets = [
+        ("one", *_two_views(31, bm25_noise=0.8, dense_noise=1.2)),
+        ("two", *_two_views(32, bm25_noise=0.9, dense_noise=1.1)),
+    ]
+    unseen = ("other", *_two_views(33, bm25_noise=2.0, dense_noise=0.5))
+    settings, report = tune(sets, unseen=[unseen])
+    row = report["unseen"]["other"]
+    assert {"rrf", "linear", "grid", "within_sets"} <= set(row)
+    prepared = prepare(unseen[1], unseen[2])
+    assert row["rrf"] == round(
+        ndcg10(prepared, plain_fusions()["hybrid"], list(prepared.queries)), 4
+    )
+    # The unseen set changes nothing that was fitted or chosen.
+    same, without = tune(sets)
+    assert same == settings
+    assert without["chosen_family"] == report["chosen_family"]
+    assert without["unseen"] == {}

@@ -409,6 +409,40 @@ def convert_demo_command(target: Path, overwrite: bool) -> None:
     click.echo(f"wrote {docs} documents and {queries} judged queries to {target}")
 
 
+@click.command(name="convert-qa")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("target", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--overwrite", is_flag=True, help="Replace the BEIR files TARGET already holds.")
+def convert_qa_command(source: Path, target: Path, overwrite: bool) -> None:
+    """Pool a QA JSONL's passages into a BEIR folder TARGET.
+
+    Every distinct passage becomes a document, every question with a gold passage a
+    query and its gold passages the relevant documents, so `attest eval ir` and
+    `attest eval tune-fusion` measure retrieval in that set's domain (HotpotQA's
+    Wikipedia paragraphs, RGB's news).
+    """
+    from attest.evaluation.qa import QADatasetError, load_qa, write_beir
+
+    present = [
+        str(target / name)
+        for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+        if (target / name).exists()
+    ]
+    if present and not overwrite:
+        raise click.ClickException(
+            f"{', '.join(present)} already there: give --overwrite to replace them, "
+            "or another folder"
+        )
+    try:
+        items = load_qa(source)
+        docs, queries = write_beir(items, target)
+    except QADatasetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {target}: {exc}") from exc
+    click.echo(f"wrote {docs} documents and {queries} judged queries to {target}")
+
+
 @click.command(name="tune-fusion")
 @click.option(
     "--dataset",
@@ -417,6 +451,14 @@ def convert_demo_command(target: Path, overwrite: bool) -> None:
     required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="BEIR folder (attest eval ir's format); repeat to fit one setting on several sets.",
+)
+@click.option(
+    "--unseen",
+    "unseen_sets",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="BEIR folder scored with every family fitted on the --dataset sets, and never "
+    "fitted on or chosen by: how the fusions carry to a corpus nobody tuned on. Repeatable.",
 )
 @click.option(
     "--output",
@@ -451,7 +493,12 @@ def convert_demo_command(target: Path, overwrite: bool) -> None:
     "about as much as the first fit).",
 )
 def tune_fusion_command(
-    datasets: tuple[Path, ...], output: Path | None, backend: str, reuse_lists: bool, repeats: int
+    datasets: tuple[Path, ...],
+    unseen_sets: tuple[Path, ...],
+    output: Path | None,
+    backend: str,
+    reuse_lists: bool,
+    repeats: int,
 ) -> None:
     """Fit the fusion method and weights on development sets, cross-validated by halves.
 
@@ -479,8 +526,10 @@ def tune_fusion_command(
         # What would fail the fit is checked before anything is indexed.
         check_output(_output(output, "fusion"))
         loaded = [load_dataset(root) for root in datasets]
-        _check_tuning_sets(loaded)
-        for data in loaded:
+        unseen_loaded = [load_dataset(root) for root in unseen_sets]
+        _check_tuning_sets([*loaded, *unseen_loaded])
+        unseen = []
+        for data in [*loaded, *unseen_loaded]:
             with tempfile.TemporaryDirectory(prefix="attest-eval-") as tmp:
                 lists, _ = asyncio.run(
                     signal_lists(
@@ -492,12 +541,15 @@ def tune_fusion_command(
                         reuse_lists=reuse_lists,
                     )
                 )
+            if any(data is u for u in unseen_loaded):
+                unseen.append((data.name, lists, data.qrels))
+                continue
             inputs.append((data.name, lists, data.qrels))
             linked[data.name] = linked_documents(default_cache_dir(data))
     except DatasetError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        settings, report = tune(inputs, repeats=repeats, progress=repeats > 1)
+        settings, report = tune(inputs, repeats=repeats, progress=repeats > 1, unseen=unseen)
     except (ValueError, DatasetError) as exc:
         raise click.ClickException(str(exc)) from exc
     for name, by_half in report["cross_validated"].items():  # type: ignore[attr-defined]
@@ -561,6 +613,12 @@ def tune_fusion_command(
                 f"from {r['low']:+.4f} to {r['high']:+.4f}, positive on {r['positive']} of them"
             )
     _echo_leave_one_set_out(report)
+    for name, row in report["unseen"].items():  # type: ignore[attr-defined]
+        rrf = row.get("rrf", 0.0)
+        click.echo(
+            f"{name} unseen (every family fitted on all the tuning sets): "
+            + "  ".join(f"{family} {v:.4f} ({v - rrf:+.4f})" for family, v in row.items())
+        )
     click.echo(f"fitted on all ({report['chosen_family']}): {_short(settings.describe())}")
     output = _output(output, "fusion")
     record = {
@@ -568,6 +626,7 @@ def tune_fusion_command(
         "chosen_family": report["chosen_family"],
         "leave_one_set_out": report["leave_one_set_out"],
         "nested_leave_one_set_out": report["nested_leave_one_set_out"],
+        **({"unseen": report["unseen"]} if report["unseen"] else {}),
         "cross_validated": report["cross_validated"],
         "paired": report["paired"],
         **({"repeated": report["repeated"]} if "repeated" in report else {}),

@@ -32,6 +32,7 @@ candidate fusion is one matrix-vector product.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -518,6 +519,7 @@ def tune(
     *,
     repeats: int = 1,
     progress: bool = False,
+    unseen: Sequence[tuple[str, SignalLists, Qrels]] = (),
 ) -> tuple[FusionSettings, dict[str, object]]:
     """Cross-validated figures per data set and half, and the settings fitted on all.
 
@@ -528,6 +530,11 @@ def tune(
     ``tuned_with_kg`` the best fit that must weigh one (the grid's points
     with a KG weight, and the linear model with the KG as re-scoring or as a
     retriever of its own), so a reader sees what the graph adds.
+
+    The shipped family is chosen by leave-one-set-out (``leave_one_set_out``,
+    ``choose_family``); ``unseen`` sets are only scored, each family fitted on
+    all the tuning queries (``report["unseen"]``): figures on corpora that no
+    fit and no choice saw.
 
     Without a KG signal that found anything, ``tuned_with_kg`` is None and
     its comparisons are left out.
@@ -686,6 +693,19 @@ def tune(
     everything = [list(p.queries) for p in prepared]
     final = ship(everything)
     final_score = objective(prepared, everything, final)
+    # Sets no choice or fit saw: every family fitted on all the tuning queries.
+    report["unseen"] = {}
+    if unseen:
+        fitted_all = {}
+        for family, fit_family in families.items():
+            with contextlib.suppress(ValueError):
+                fitted_all[family] = fit_family(everything)
+        for name, lists, qrels in unseen:
+            p = prepare(lists, qrels)
+            report["unseen"][name] = {  # type: ignore[index]
+                family: round(ndcg10(p, settings, list(p.queries)), 4)
+                for family, settings in fitted_all.items()
+            }
     report["fitted_on_all"] = {
         "settings": final.describe(),
         "family": chosen_family,

@@ -164,6 +164,38 @@ GENERIC_STEMS = frozenset(
 )
 
 
+def write_beir(items: Sequence[QAItem], root: Path) -> tuple[int, int]:
+    """A question set's passages pooled into one retrieval set (a BEIR folder, for
+    ``attest eval ir`` and ``tune-fusion``): every distinct passage a document,
+    every question with a gold passage a query, its gold passages the relevant
+    documents. Returns (documents, queries).
+
+    Each question's passages were chosen for it (gold and distractors alike), so
+    pooled they make a corpus in which most documents are about some other
+    question: a retrieval set in the question set's domain and style."""
+    documents: dict[str, QAPassage] = {}
+    for item in items:
+        for p in item.passages:
+            seen = documents.setdefault(p.id, p)
+            if seen.text != p.text:
+                raise QADatasetError(f"passage id {p.id!r} names two different texts")
+    judged = [item for item in items if item.answerable and any(p.gold for p in item.passages)]
+    (root / "qrels").mkdir(parents=True, exist_ok=True)
+    with (root / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for p in documents.values():
+            f.write(json.dumps({"_id": p.id, "title": p.title, "text": p.text}) + "\n")
+    with (root / "queries.jsonl").open("w", encoding="utf-8") as f:
+        for item in judged:
+            f.write(json.dumps({"_id": item.id, "text": item.question}) + "\n")
+    with (root / "qrels" / "test.tsv").open("w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for item in judged:
+            for p in item.passages:
+                if p.gold:
+                    f.write(f"{item.id}\t{p.id}\t1\n")
+    return len(documents), len(judged)
+
+
 def dataset_name(path: Path) -> str:
     """What a question set is called in output: the file name without its
     extension, preceded by its folder's name when the file name is generic."""
