@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from google.protobuf import json_format, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -67,6 +68,24 @@ _BY_HTTP_STATUS = {
 }
 #: Request headers passed on to the gRPC call as metadata.
 FORWARDED_HEADERS = (AUTHORIZATION_KEY, API_KEY_KEY, REQUEST_ID_KEY)
+
+
+class _MalformedHttpIsNoServerError(logging.Filter):
+    """aiohttp logs a request it cannot parse (a bad header byte, a broken chunk)
+    as an ERROR with a traceback, though the client gets its 400; such a request
+    is the client's mistake, so it becomes one INFO line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and exc.code < 500:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "malformed HTTP request refused (%s): %s"
+            record.args = (exc.code, str(exc.message).strip().splitlines()[0][:200])
+            record.exc_info = record.exc_text = None
+        return True
+
+
+_MALFORMED = _MalformedHttpIsNoServerError()
 
 
 class BadRequest(Exception):
@@ -192,6 +211,9 @@ class Gateway:
                 ("grpc.max_send_message_length", limit),
             ],
         )
+        server_log = logging.getLogger("aiohttp.server")
+        if _MALFORMED not in server_log.filters:
+            server_log.addFilter(_MALFORMED)
         self._runner = web.AppRunner(self.application(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=False)
