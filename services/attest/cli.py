@@ -327,14 +327,13 @@ async def _serve_front_door(
 ) -> None:
     """gRPC with the HTTP gateway beside it (attest.answer.http)."""
     from attest.answer.http import serve as serve_http
+    from attest.answer.http.labels import default_labels_dir
     from attest.answer.settings import AnswerSettings
-    from attest.ingest.settings import IngestSettings
 
     http = AnswerSettings().http
     if http_port is not None:
         http = http.model_copy(update={"port": http_port})
-    labels = http.labels_dir or IngestSettings().data_dir / "labels"
-    await serve_http(servicers, server_settings, http, data_dir=labels)
+    await serve_http(servicers, server_settings, http, data_dir=default_labels_dir())
 
 
 def _embedded_lock() -> DataDirLock | None:
@@ -667,8 +666,10 @@ _register_ingest()
 
 def _register_answer() -> None:
     from attest.answer.commands import ask
+    from attest.answer.http.labels import export_labels
 
     main.add_command(ask)
+    eval_group.add_command(export_labels)
 
 
 _register_answer()
