@@ -18,6 +18,15 @@ if ! command -v uv >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
 fi
 uv --version
+# Debian's Chromium drives the evidence page's browser test
+# (tests/integration/test_web_page.py fails under CI=true without it).
+if ! command -v chromium >/dev/null 2>&1; then
+  as_root=()
+  if [[ $(id -u) != 0 ]]; then as_root=(sudo -n); fi
+  "${as_root[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends chromium
+fi
+chromium --version
 # The LLM server's build (minutes of compiling on a cold machine) overlaps the
 # project's download; it is waited for before anything else needs the cores.
 rm -rf "$work"

@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+# `serve all` and `serve answer` open the HTTP gateway on port 8080 by default;
+# tests start many of them on free ports at once, so the gateway is off unless
+# a test asks for it (with --http-port and ATTEST_ANSWER_HTTP__ENABLED=true).
+os.environ.setdefault("ATTEST_ANSWER_HTTP__ENABLED", "false")
+
 from attest.core.channels import create_channel
 from attest.core.server import Server, running
 from attest.core.settings import ServerSettings

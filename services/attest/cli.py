@@ -214,6 +214,14 @@ def main() -> None:
     "other address is refused. `all` implies it unless authentication is configured.",
 )
 @click.option(
+    "--http-port",
+    type=int,
+    default=None,
+    help="With `all` or `answer`: the HTTP/JSON gateway's port (default "
+    "ATTEST_ANSWER_HTTP__PORT, 8080); 0 picks a free one. ATTEST_ANSWER_HTTP__ENABLED=false "
+    "turns it off.",
+)
+@click.option(
     "--model",
     default="gemma",
     show_default=True,
@@ -229,6 +237,7 @@ def serve(
     embedded: bool,
     with_knowledge: bool,
     insecure_dev: bool,
+    http_port: int | None,
     model: str,
 ) -> None:
     """Run one service, or every service in one process (``all``), or the local LLM.
@@ -249,6 +258,8 @@ def serve(
         raise click.UsageError("--embedded applies to `serve all`")
     if with_knowledge and service != "all":
         raise click.UsageError("--knowledge applies to `serve all`")
+    if http_port is not None and service not in ("all", "answer"):
+        raise click.UsageError("--http-port applies to `serve all` and `serve answer`")
     from attest.core import tracing
 
     # Before the servicers exist: a Celery app they create is traced too.
@@ -300,12 +311,29 @@ def serve(
     try:
         if lock is not None:
             lock.acquire()
-        asyncio.run(serve_forever(servicers, server_settings))
+        if "answer" in names:
+            asyncio.run(_serve_front_door(servicers, server_settings, http_port))
+        else:
+            asyncio.run(serve_forever(servicers, server_settings))
     except (StartupRefused, LockHeld) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         if lock is not None:
             lock.release()
+
+
+async def _serve_front_door(
+    servicers: list[Servicer], server_settings: ServerSettings, http_port: int | None
+) -> None:
+    """gRPC with the HTTP gateway beside it (attest.answer.http)."""
+    from attest.answer.http import serve as serve_http
+    from attest.answer.http.labels import default_labels_dir
+    from attest.answer.settings import AnswerSettings
+
+    http = AnswerSettings().http
+    if http_port is not None:
+        http = http.model_copy(update={"port": http_port})
+    await serve_http(servicers, server_settings, http, data_dir=default_labels_dir())
 
 
 def _embedded_lock() -> DataDirLock | None:
@@ -665,8 +693,10 @@ _register_ingest()
 
 def _register_answer() -> None:
     from attest.answer.commands import ask
+    from attest.answer.http.labels import export_labels
 
     main.add_command(ask)
+    eval_group.add_command(export_labels)
 
 
 _register_answer()

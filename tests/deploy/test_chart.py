@@ -265,7 +265,34 @@ def test_services_are_headless_so_clients_balance_per_call(service: str) -> None
             "protocol": "TCP",
             "appProtocol": "grpc",
         }
-    ]
+    ] + ([HTTP_PORT] if service == "answer" else [])
+
+
+HTTP_PORT = {
+    "name": "http",
+    "port": 8080,
+    "targetPort": "http",
+    "protocol": "TCP",
+    "appProtocol": "http",
+}
+
+
+def test_answer_serves_http_beside_grpc_unless_turned_off() -> None:
+    out = rendered("default")
+    name = full("answer")
+    assert out.env(name)["ATTEST_ANSWER_HTTP__PORT"]["value"] == "8080"
+    ports = {p["name"]: p["containerPort"] for p in out.container(name)["ports"]}
+    assert ports["http"] == 8080
+    public = out.get("Service", f"{name}-public")
+    assert HTTP_PORT in public["spec"]["ports"]
+    policy = out.get("NetworkPolicy", name)
+    assert {"port": "http", "protocol": "TCP"} in policy["spec"]["ingress"][0]["ports"]
+
+    off = rendered("default", "services.answer.http.enabled=false")
+    assert off.env(name)["ATTEST_ANSWER_HTTP__ENABLED"]["value"] == "false"
+    assert "ATTEST_ANSWER_HTTP__PORT" not in off.env(name)
+    assert [p["name"] for p in off.container(name)["ports"]] == ["grpc", "metrics"]
+    assert [p["name"] for p in off.get("Service", name)["spec"]["ports"]] == ["grpc"]
 
 
 def test_peers_are_addressed_through_dns_of_the_headless_services() -> None:

@@ -311,6 +311,12 @@ spec:
             - name: grpc
               containerPort: {{ $cfg.port }}
               protocol: TCP
+            {{- if and $cfg.http $cfg.http.enabled }}
+            # The HTTP/JSON gateway in the same process (docs/http-api.md).
+            - name: http
+              containerPort: {{ $cfg.http.port }}
+              protocol: TCP
+            {{- end }}
             {{- if $root.Values.metrics.enabled }}
             - name: metrics
               containerPort: {{ $root.Values.metrics.port }}
@@ -321,6 +327,15 @@ spec:
             {{- include "attest.threadsEnv" (dict "cfg" $cfg "processes" 1) | nindent 12 }}
             - name: {{ $prefix }}SERVER__PORT
               value: {{ $cfg.port | quote }}
+            {{- with $cfg.http }}
+            {{- if .enabled }}
+            - name: {{ $prefix }}HTTP__PORT
+              value: {{ .port | quote }}
+            {{- else }}
+            - name: {{ $prefix }}HTTP__ENABLED
+              value: "false"
+            {{- end }}
+            {{- end }}
             {{- if $root.Values.metrics.enabled }}
             - name: {{ $prefix }}SERVER__METRICS_PORT
               value: {{ $root.Values.metrics.port | quote }}
@@ -421,6 +436,13 @@ spec:
       targetPort: grpc
       protocol: TCP
       appProtocol: grpc
+    {{- if and $cfg.http $cfg.http.enabled }}
+    - name: http
+      port: {{ $cfg.http.port }}
+      targetPort: http
+      protocol: TCP
+      appProtocol: http
+    {{- end }}
 {{- if $cfg.externalService.enabled }}
 ---
 apiVersion: v1
@@ -443,6 +465,13 @@ spec:
       targetPort: grpc
       protocol: TCP
       appProtocol: grpc
+    {{- if and $cfg.http $cfg.http.enabled }}
+    - name: http
+      port: {{ $cfg.externalService.httpPort | default $cfg.http.port }}
+      targetPort: http
+      protocol: TCP
+      appProtocol: http
+    {{- end }}
 {{- end }}
 {{- if and $cfg.persistence.enabled (not $cfg.persistence.existingClaim) }}
 ---
@@ -530,6 +559,10 @@ spec:
     - ports:
         - port: grpc
           protocol: TCP
+        {{- if and $cfg.http $cfg.http.enabled }}
+        - port: http
+          protocol: TCP
+        {{- end }}
       from:
         {{- range $callers }}
         - podSelector:

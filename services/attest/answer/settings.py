@@ -23,6 +23,31 @@ from attest.core.settings import (
 from attest.retrieval.fusion import FusionSettings, FusionSettingsError, load_fusion_settings
 
 
+class HttpSettings(StrictModel):
+    """The HTTP/JSON front door served beside the gRPC listener (attest.answer.http):
+    the annotated RPCs as JSON, AskStream as server-sent events, OpenAI-compatible
+    chat completions, the OpenAPI document and the evidence page."""
+
+    enabled: bool = Field(
+        default=True, description="Serve HTTP beside gRPC; false turns the gateway off."
+    )
+    port: int = Field(
+        default=8080, ge=0, le=65535, description="HTTP port (on the gRPC host); 0 picks one."
+    )
+    request_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        le=600,
+        description="gRPC deadline of a call the gateway forwards (Ask's time budget when the "
+        "request sets none).",
+    )
+    labels_dir: Path | None = Field(
+        default=None,
+        description="Where reviewers' citation labels from the page are kept (one JSONL file "
+        "per tenant); None: labels/ under ATTEST_DATA_DIR (default ./.attest).",
+    )
+
+
 class StageTimeouts(StrictModel):
     """Longest time one stage may take, in seconds, before it is skipped or fails."""
 
@@ -272,6 +297,7 @@ class AnswerSettings(ServiceSettings):
         description="Passages of the company's documents each line-item search adds.",
     )
     client: ClientSettings = ClientSettings(max_attempts=2)
+    http: HttpSettings = HttpSettings()
     timeouts: StageTimeouts = StageTimeouts()
     defaults: AnswerDefaults = AnswerDefaults()
     limits: AnswerLimits = AnswerLimits()

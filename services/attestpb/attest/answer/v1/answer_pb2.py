@@ -24,55 +24,60 @@ _sym_db = _symbol_database.Default()
 
 from attest.common.v1 import common_pb2 as attest_dot_common_dot_v1_dot_common__pb2
 from attest.generate.v1 import generate_pb2 as attest_dot_generate_dot_v1_dot_generate__pb2
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/answer/v1/answer.proto\x12\x10\x61ttest.answer.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a!attest/generate/v1/generate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x03\n\nAskOptions\x12\x35\n\tretrieval\x18\x01 \x01(\x0b\x32\".attest.common.v1.RetrievalOptions\x12\x13\n\x0b\x66used_top_k\x18\x02 \x01(\x05\x12\x13\n\x0bskip_rerank\x18\x03 \x01(\x08\x12\x14\n\x0crerank_top_k\x18\x04 \x01(\x05\x12\x1d\n\x15passages_per_document\x18\x05 \x01(\x05\x12!\n\x14\x63onfidence_threshold\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x1b\n\x0emax_researches\x18\x07 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\x0eresearch_top_k\x18\x08 \x01(\x05\x12.\n\x0btime_budget\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x65xplain\x18\n \x01(\x08\x12;\n\x0fgeneration_mode\x18\x0b \x01(\x0e\x32\".attest.generate.v1.GenerationModeB\x17\n\x15_confidence_thresholdB\x11\n\x0f_max_researches\"\xf9\x02\n\x0c\x41nswerSource\x12(\n\x06source\x18\x01 \x01(\x0b\x32\x18.attest.common.v1.Source\x12\x17\n\nbm25_score\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\x18\n\x0b\x64\x65nse_score\x18\x03 \x01(\x02H\x01\x88\x01\x01\x12\x15\n\x08kg_score\x18\x04 \x01(\x02H\x02\x88\x01\x01\x12\x18\n\x0b\x66used_score\x18\x05 \x01(\x02H\x03\x88\x01\x01\x12\x19\n\x0crerank_score\x18\x06 \x01(\x02H\x04\x88\x01\x01\x12\x1a\n\rpassage_score\x18\x07 \x01(\x02H\x05\x88\x01\x01\x12\x1a\n\x12\x61\x64\x64\x65\x64_for_sentence\x18\x08 \x01(\x05\x12)\n\x07kg_path\x18\t \x01(\x0b\x32\x18.attest.common.v1.KgPathB\r\n\x0b_bm25_scoreB\x0e\n\x0c_dense_scoreB\x0b\n\t_kg_scoreB\x0e\n\x0c_fused_scoreB\x0f\n\r_rerank_scoreB\x10\n\x0e_passage_score\"b\n\x0bStageTiming\x12&\n\x05stage\x18\x01 \x01(\x0e\x32\x17.attest.answer.v1.Stage\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"E\n\x0b\x44\x65gradation\x12&\n\x05stage\x18\x01 \x01(\x0e\x32\x17.attest.answer.v1.Stage\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xa9\x03\n\x06\x41nswer\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x33\n\tsentences\x18\x02 \x03(\x0b\x32 .attest.common.v1.AnswerSentence\x12/\n\x07sources\x18\x03 \x03(\x0b\x32\x1e.attest.answer.v1.AnswerSource\x12 \n\x18insufficient_information\x18\x04 \x01(\x08\x12\x12\n\nresearches\x18\x05 \x01(\x05\x12.\n\x07timings\x18\x06 \x03(\x0b\x32\x1d.attest.answer.v1.StageTiming\x12(\n\x05total\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x0c\x64\x65gradations\x18\x08 \x03(\x0b\x32\x1d.attest.answer.v1.Degradation\x12\x11\n\tllm_calls\x18\t \x01(\x05\x12\x1b\n\x13\x64iscarded_citations\x18\n \x01(\x05\x12\x1b\n\x13judge_disagreements\x18\x0b \x01(\x05\x12\x19\n\x11removed_sentences\x18\x0c \x01(\x05\"M\n\nAskRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12-\n\x07options\x18\x02 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\"7\n\x0b\x41skResponse\x12(\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x18.attest.answer.v1.Answer\"S\n\x10\x41skStreamRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12-\n\x07options\x18\x02 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\"\x89\x01\n\rRetrievalDone\x12/\n\x07sources\x18\x01 \x03(\x0b\x32\x1e.attest.answer.v1.AnswerSource\x12\x12\n\ncandidates\x18\x02 \x01(\x05\x12\x33\n\x0c\x64\x65gradations\x18\x03 \x03(\x0b\x32\x1d.attest.answer.v1.Degradation\"\x9d\x02\n\x11\x41skStreamResponse\x12\x34\n\tretrieval\x18\x01 \x01(\x0b\x32\x1f.attest.answer.v1.RetrievalDoneH\x00\x12\x34\n\x08sentence\x18\x02 \x01(\x0b\x32 .attest.common.v1.AnswerSentenceH\x00\x12\x36\n\x08revision\x18\x03 \x01(\x0b\x32\".attest.common.v1.SentenceRevisionH\x00\x12)\n\x05\x66inal\x18\x04 \x01(\x0b\x32\x18.attest.answer.v1.AnswerH\x00\x12\x30\n\x05\x64raft\x18\x05 \x01(\x0b\x32\x1f.attest.common.v1.SentenceDraftH\x00\x42\x07\n\x05\x65vent\"\xa1\x03\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.attest.answer.v1.JobState\x12\x10\n\x08question\x18\x03 \x01(\t\x12-\n\x07options\x18\x04 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\x12(\n\x06\x61nswer\x18\x05 \x01(\x0b\x32\x18.attest.answer.v1.Answer\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"i\n\rSubmitRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12-\n\x07options\x18\x02 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"4\n\x0eSubmitResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.answer.v1.Job\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"1\n\x0bGetResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.answer.v1.Job\"\x1e\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\rWatchResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.answer.v1.Job*\xe9\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTAGE_QUEUED\x10\x01\x12\x17\n\x13STAGE_RETRIEVE_BM25\x10\x02\x12\x18\n\x14STAGE_RETRIEVE_DENSE\x10\x03\x12\x15\n\x11STAGE_RETRIEVE_KG\x10\x04\x12\x0e\n\nSTAGE_FUSE\x10\x05\x12\x10\n\x0cSTAGE_RERANK\x10\x06\x12\x13\n\x0fSTAGE_SUMMARIZE\x10\x07\x12\x12\n\x0eSTAGE_GENERATE\x10\x08\x12\x0e\n\nSTAGE_CITE\x10\t\x12\x12\n\x0eSTAGE_RESEARCH\x10\n*|\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x12\n\x0eJOB_STATE_DONE\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x32\x88\x03\n\rAnswerService\x12\x42\n\x03\x41sk\x12\x1c.attest.answer.v1.AskRequest\x1a\x1d.attest.answer.v1.AskResponse\x12V\n\tAskStream\x12\".attest.answer.v1.AskStreamRequest\x1a#.attest.answer.v1.AskStreamResponse0\x01\x12K\n\x06Submit\x12\x1f.attest.answer.v1.SubmitRequest\x1a .attest.answer.v1.SubmitResponse\x12\x42\n\x03Get\x12\x1c.attest.answer.v1.GetRequest\x1a\x1d.attest.answer.v1.GetResponse\x12J\n\x05Watch\x12\x1e.attest.answer.v1.WatchRequest\x1a\x1f.attest.answer.v1.WatchResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/answer/v1/answer.proto\x12\x10\x61ttest.answer.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a!attest/generate/v1/generate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x03\n\nAskOptions\x12\x35\n\tretrieval\x18\x01 \x01(\x0b\x32\".attest.common.v1.RetrievalOptions\x12\x13\n\x0b\x66used_top_k\x18\x02 \x01(\x05\x12\x13\n\x0bskip_rerank\x18\x03 \x01(\x08\x12\x14\n\x0crerank_top_k\x18\x04 \x01(\x05\x12\x1d\n\x15passages_per_document\x18\x05 \x01(\x05\x12!\n\x14\x63onfidence_threshold\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x1b\n\x0emax_researches\x18\x07 \x01(\x05H\x01\x88\x01\x01\x12\x16\n\x0eresearch_top_k\x18\x08 \x01(\x05\x12.\n\x0btime_budget\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07\x65xplain\x18\n \x01(\x08\x12;\n\x0fgeneration_mode\x18\x0b \x01(\x0e\x32\".attest.generate.v1.GenerationModeB\x17\n\x15_confidence_thresholdB\x11\n\x0f_max_researches\"\xf9\x02\n\x0c\x41nswerSource\x12(\n\x06source\x18\x01 \x01(\x0b\x32\x18.attest.common.v1.Source\x12\x17\n\nbm25_score\x18\x02 \x01(\x02H\x00\x88\x01\x01\x12\x18\n\x0b\x64\x65nse_score\x18\x03 \x01(\x02H\x01\x88\x01\x01\x12\x15\n\x08kg_score\x18\x04 \x01(\x02H\x02\x88\x01\x01\x12\x18\n\x0b\x66used_score\x18\x05 \x01(\x02H\x03\x88\x01\x01\x12\x19\n\x0crerank_score\x18\x06 \x01(\x02H\x04\x88\x01\x01\x12\x1a\n\rpassage_score\x18\x07 \x01(\x02H\x05\x88\x01\x01\x12\x1a\n\x12\x61\x64\x64\x65\x64_for_sentence\x18\x08 \x01(\x05\x12)\n\x07kg_path\x18\t \x01(\x0b\x32\x18.attest.common.v1.KgPathB\r\n\x0b_bm25_scoreB\x0e\n\x0c_dense_scoreB\x0b\n\t_kg_scoreB\x0e\n\x0c_fused_scoreB\x0f\n\r_rerank_scoreB\x10\n\x0e_passage_score\"b\n\x0bStageTiming\x12&\n\x05stage\x18\x01 \x01(\x0e\x32\x17.attest.answer.v1.Stage\x12+\n\x08\x64uration\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"E\n\x0b\x44\x65gradation\x12&\n\x05stage\x18\x01 \x01(\x0e\x32\x17.attest.answer.v1.Stage\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\xa9\x03\n\x06\x41nswer\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x33\n\tsentences\x18\x02 \x03(\x0b\x32 .attest.common.v1.AnswerSentence\x12/\n\x07sources\x18\x03 \x03(\x0b\x32\x1e.attest.answer.v1.AnswerSource\x12 \n\x18insufficient_information\x18\x04 \x01(\x08\x12\x12\n\nresearches\x18\x05 \x01(\x05\x12.\n\x07timings\x18\x06 \x03(\x0b\x32\x1d.attest.answer.v1.StageTiming\x12(\n\x05total\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x33\n\x0c\x64\x65gradations\x18\x08 \x03(\x0b\x32\x1d.attest.answer.v1.Degradation\x12\x11\n\tllm_calls\x18\t \x01(\x05\x12\x1b\n\x13\x64iscarded_citations\x18\n \x01(\x05\x12\x1b\n\x13judge_disagreements\x18\x0b \x01(\x05\x12\x19\n\x11removed_sentences\x18\x0c \x01(\x05\"M\n\nAskRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12-\n\x07options\x18\x02 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\"7\n\x0b\x41skResponse\x12(\n\x06\x61nswer\x18\x01 \x01(\x0b\x32\x18.attest.answer.v1.Answer\"S\n\x10\x41skStreamRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12-\n\x07options\x18\x02 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\"\x89\x01\n\rRetrievalDone\x12/\n\x07sources\x18\x01 \x03(\x0b\x32\x1e.attest.answer.v1.AnswerSource\x12\x12\n\ncandidates\x18\x02 \x01(\x05\x12\x33\n\x0c\x64\x65gradations\x18\x03 \x03(\x0b\x32\x1d.attest.answer.v1.Degradation\"\x9d\x02\n\x11\x41skStreamResponse\x12\x34\n\tretrieval\x18\x01 \x01(\x0b\x32\x1f.attest.answer.v1.RetrievalDoneH\x00\x12\x34\n\x08sentence\x18\x02 \x01(\x0b\x32 .attest.common.v1.AnswerSentenceH\x00\x12\x36\n\x08revision\x18\x03 \x01(\x0b\x32\".attest.common.v1.SentenceRevisionH\x00\x12)\n\x05\x66inal\x18\x04 \x01(\x0b\x32\x18.attest.answer.v1.AnswerH\x00\x12\x30\n\x05\x64raft\x18\x05 \x01(\x0b\x32\x1f.attest.common.v1.SentenceDraftH\x00\x42\x07\n\x05\x65vent\"\xa1\x03\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.attest.answer.v1.JobState\x12\x10\n\x08question\x18\x03 \x01(\t\x12-\n\x07options\x18\x04 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\x12(\n\x06\x61nswer\x18\x05 \x01(\x0b\x32\x18.attest.answer.v1.Answer\x12\x12\n\nerror_code\x18\x06 \x01(\x05\x12\r\n\x05\x65rror\x18\x07 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x08 \x01(\x05\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"i\n\rSubmitRequest\x12\x10\n\x08question\x18\x01 \x01(\t\x12-\n\x07options\x18\x02 \x01(\x0b\x32\x1c.attest.answer.v1.AskOptions\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"4\n\x0eSubmitResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.answer.v1.Job\"\x1c\n\nGetRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"1\n\x0bGetResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.answer.v1.Job\"\x1e\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\rWatchResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.answer.v1.Job*\xe9\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x10\n\x0cSTAGE_QUEUED\x10\x01\x12\x17\n\x13STAGE_RETRIEVE_BM25\x10\x02\x12\x18\n\x14STAGE_RETRIEVE_DENSE\x10\x03\x12\x15\n\x11STAGE_RETRIEVE_KG\x10\x04\x12\x0e\n\nSTAGE_FUSE\x10\x05\x12\x10\n\x0cSTAGE_RERANK\x10\x06\x12\x13\n\x0fSTAGE_SUMMARIZE\x10\x07\x12\x12\n\x0eSTAGE_GENERATE\x10\x08\x12\x0e\n\nSTAGE_CITE\x10\t\x12\x12\n\x0eSTAGE_RESEARCH\x10\n*|\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x12\n\x0eJOB_STATE_DONE\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x32\xb7\x03\n\rAnswerService\x12V\n\x03\x41sk\x12\x1c.attest.answer.v1.AskRequest\x1a\x1d.attest.answer.v1.AskResponse\"\x12\x82\xd3\xe4\x93\x02\x0c\"\x07/v1/ask:\x01*\x12q\n\tAskStream\x12\".attest.answer.v1.AskStreamRequest\x1a#.attest.answer.v1.AskStreamResponse\"\x19\x82\xd3\xe4\x93\x02\x13\"\x0e/v1/ask:stream:\x01*0\x01\x12K\n\x06Submit\x12\x1f.attest.answer.v1.SubmitRequest\x1a .attest.answer.v1.SubmitResponse\x12\x42\n\x03Get\x12\x1c.attest.answer.v1.GetRequest\x1a\x1d.attest.answer.v1.GetResponse\x12J\n\x05Watch\x12\x1e.attest.answer.v1.WatchRequest\x1a\x1f.attest.answer.v1.WatchResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'attest.answer.v1.answer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STAGE']._serialized_start=2981
-  _globals['_STAGE']._serialized_end=3214
-  _globals['_JOBSTATE']._serialized_start=3216
-  _globals['_JOBSTATE']._serialized_end=3340
-  _globals['_ASKOPTIONS']._serialized_start=183
-  _globals['_ASKOPTIONS']._serialized_end=603
-  _globals['_ANSWERSOURCE']._serialized_start=606
-  _globals['_ANSWERSOURCE']._serialized_end=983
-  _globals['_STAGETIMING']._serialized_start=985
-  _globals['_STAGETIMING']._serialized_end=1083
-  _globals['_DEGRADATION']._serialized_start=1085
-  _globals['_DEGRADATION']._serialized_end=1154
-  _globals['_ANSWER']._serialized_start=1157
-  _globals['_ANSWER']._serialized_end=1582
-  _globals['_ASKREQUEST']._serialized_start=1584
-  _globals['_ASKREQUEST']._serialized_end=1661
-  _globals['_ASKRESPONSE']._serialized_start=1663
-  _globals['_ASKRESPONSE']._serialized_end=1718
-  _globals['_ASKSTREAMREQUEST']._serialized_start=1720
-  _globals['_ASKSTREAMREQUEST']._serialized_end=1803
-  _globals['_RETRIEVALDONE']._serialized_start=1806
-  _globals['_RETRIEVALDONE']._serialized_end=1943
-  _globals['_ASKSTREAMRESPONSE']._serialized_start=1946
-  _globals['_ASKSTREAMRESPONSE']._serialized_end=2231
-  _globals['_JOB']._serialized_start=2234
-  _globals['_JOB']._serialized_end=2651
-  _globals['_SUBMITREQUEST']._serialized_start=2653
-  _globals['_SUBMITREQUEST']._serialized_end=2758
-  _globals['_SUBMITRESPONSE']._serialized_start=2760
-  _globals['_SUBMITRESPONSE']._serialized_end=2812
-  _globals['_GETREQUEST']._serialized_start=2814
-  _globals['_GETREQUEST']._serialized_end=2842
-  _globals['_GETRESPONSE']._serialized_start=2844
-  _globals['_GETRESPONSE']._serialized_end=2893
-  _globals['_WATCHREQUEST']._serialized_start=2895
-  _globals['_WATCHREQUEST']._serialized_end=2925
-  _globals['_WATCHRESPONSE']._serialized_start=2927
-  _globals['_WATCHRESPONSE']._serialized_end=2978
-  _globals['_ANSWERSERVICE']._serialized_start=3343
-  _globals['_ANSWERSERVICE']._serialized_end=3735
+  _globals['_ANSWERSERVICE'].methods_by_name['Ask']._loaded_options = None
+  _globals['_ANSWERSERVICE'].methods_by_name['Ask']._serialized_options = b'\202\323\344\223\002\014\"\007/v1/ask:\001*'
+  _globals['_ANSWERSERVICE'].methods_by_name['AskStream']._loaded_options = None
+  _globals['_ANSWERSERVICE'].methods_by_name['AskStream']._serialized_options = b'\202\323\344\223\002\023\"\016/v1/ask:stream:\001*'
+  _globals['_STAGE']._serialized_start=3011
+  _globals['_STAGE']._serialized_end=3244
+  _globals['_JOBSTATE']._serialized_start=3246
+  _globals['_JOBSTATE']._serialized_end=3370
+  _globals['_ASKOPTIONS']._serialized_start=213
+  _globals['_ASKOPTIONS']._serialized_end=633
+  _globals['_ANSWERSOURCE']._serialized_start=636
+  _globals['_ANSWERSOURCE']._serialized_end=1013
+  _globals['_STAGETIMING']._serialized_start=1015
+  _globals['_STAGETIMING']._serialized_end=1113
+  _globals['_DEGRADATION']._serialized_start=1115
+  _globals['_DEGRADATION']._serialized_end=1184
+  _globals['_ANSWER']._serialized_start=1187
+  _globals['_ANSWER']._serialized_end=1612
+  _globals['_ASKREQUEST']._serialized_start=1614
+  _globals['_ASKREQUEST']._serialized_end=1691
+  _globals['_ASKRESPONSE']._serialized_start=1693
+  _globals['_ASKRESPONSE']._serialized_end=1748
+  _globals['_ASKSTREAMREQUEST']._serialized_start=1750
+  _globals['_ASKSTREAMREQUEST']._serialized_end=1833
+  _globals['_RETRIEVALDONE']._serialized_start=1836
+  _globals['_RETRIEVALDONE']._serialized_end=1973
+  _globals['_ASKSTREAMRESPONSE']._serialized_start=1976
+  _globals['_ASKSTREAMRESPONSE']._serialized_end=2261
+  _globals['_JOB']._serialized_start=2264
+  _globals['_JOB']._serialized_end=2681
+  _globals['_SUBMITREQUEST']._serialized_start=2683
+  _globals['_SUBMITREQUEST']._serialized_end=2788
+  _globals['_SUBMITRESPONSE']._serialized_start=2790
+  _globals['_SUBMITRESPONSE']._serialized_end=2842
+  _globals['_GETREQUEST']._serialized_start=2844
+  _globals['_GETREQUEST']._serialized_end=2872
+  _globals['_GETRESPONSE']._serialized_start=2874
+  _globals['_GETRESPONSE']._serialized_end=2923
+  _globals['_WATCHREQUEST']._serialized_start=2925
+  _globals['_WATCHREQUEST']._serialized_end=2955
+  _globals['_WATCHRESPONSE']._serialized_start=2957
+  _globals['_WATCHRESPONSE']._serialized_end=3008
+  _globals['_ANSWERSERVICE']._serialized_start=3373
+  _globals['_ANSWERSERVICE']._serialized_end=3812
 # @@protoc_insertion_point(module_scope)

@@ -84,6 +84,7 @@ class AnswerServiceServicer:
 
     def Ask(self, request, context):
         """Answers a question and returns the complete answer.
+        HTTP: POST /v1/ask with the request as JSON; the answer as JSON.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -93,6 +94,8 @@ class AnswerServiceServicer:
         """Answers a question and streams it as it is produced: the retrieved
         sources, each sentence once its citations are verified, revisions after
         re-search, and the final answer, in that order.
+        HTTP: POST /v1/ask:stream with the request as JSON; the events as
+        server-sent events (text/event-stream), one per message.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -45,11 +45,15 @@ class AnswerServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AnswerServiceAsyncStub: ...
     Ask: _grpc.UnaryUnaryMultiCallable[_answer_pb2.AskRequest, _answer_pb2.AskResponse]
-    """Answers a question and returns the complete answer."""
+    """Answers a question and returns the complete answer.
+    HTTP: POST /v1/ask with the request as JSON; the answer as JSON.
+    """
     AskStream: _grpc.UnaryStreamMultiCallable[_answer_pb2.AskStreamRequest, _answer_pb2.AskStreamResponse]
     """Answers a question and streams it as it is produced: the retrieved
     sources, each sentence once its citations are verified, revisions after
     re-search, and the final answer, in that order.
+    HTTP: POST /v1/ask:stream with the request as JSON; the events as
+    server-sent events (text/event-stream), one per message.
     """
     Submit: _grpc.UnaryUnaryMultiCallable[_answer_pb2.SubmitRequest, _answer_pb2.SubmitResponse]
     """Queues a question as a durable job and returns at once."""
@@ -75,11 +79,15 @@ class AnswerServiceAsyncStub(AnswerServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Ask: _aio.UnaryUnaryMultiCallable[_answer_pb2.AskRequest, _answer_pb2.AskResponse]  # type: ignore[assignment]
-    """Answers a question and returns the complete answer."""
+    """Answers a question and returns the complete answer.
+    HTTP: POST /v1/ask with the request as JSON; the answer as JSON.
+    """
     AskStream: _aio.UnaryStreamMultiCallable[_answer_pb2.AskStreamRequest, _answer_pb2.AskStreamResponse]  # type: ignore[assignment]
     """Answers a question and streams it as it is produced: the retrieved
     sources, each sentence once its citations are verified, revisions after
     re-search, and the final answer, in that order.
+    HTTP: POST /v1/ask:stream with the request as JSON; the events as
+    server-sent events (text/event-stream), one per message.
     """
     Submit: _aio.UnaryUnaryMultiCallable[_answer_pb2.SubmitRequest, _answer_pb2.SubmitResponse]  # type: ignore[assignment]
     """Queues a question as a durable job and returns at once."""
@@ -108,7 +116,9 @@ class AnswerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _answer_pb2.AskRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_answer_pb2.AskResponse, _abc.Awaitable[_answer_pb2.AskResponse]]:
-        """Answers a question and returns the complete answer."""
+        """Answers a question and returns the complete answer.
+        HTTP: POST /v1/ask with the request as JSON; the answer as JSON.
+        """
 
     @_abc_1.abstractmethod
     def AskStream(
@@ -119,6 +129,8 @@ class AnswerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Answers a question and streams it as it is produced: the retrieved
         sources, each sentence once its citations are verified, revisions after
         re-search, and the final answer, in that order.
+        HTTP: POST /v1/ask:stream with the request as JSON; the events as
+        server-sent events (text/event-stream), one per message.
         """
 
     @_abc_1.abstractmethod

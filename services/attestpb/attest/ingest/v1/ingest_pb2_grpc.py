@@ -80,6 +80,7 @@ class IngestServiceServicer:
         """Creates a job from one batch of items. Returns once every item is durably
         recorded; the processing continues in the background. Invalid items do not
         fail the call: each is reported as a failure in the job.
+        HTTP: POST /v1/documents:ingest with the request as JSON.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,6 +96,7 @@ class IngestServiceServicer:
 
     def GetJob(self, request, context):
         """Returns the current state and counts of a job, with a page of its failures.
+        HTTP: GET /v1/ingest/jobs/{job_id}, paging by query parameters.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,6 +114,7 @@ class IngestServiceServicer:
         """Removes documents from every store (BM25, vectors, KG links, personal-KB
         facts derived from them), by id or by filter. Idempotent; returns once
         every store has removed them.
+        HTTP: POST /v1/documents:delete with the request as JSON.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -45,13 +45,16 @@ class IngestServiceStub:
     """Creates a job from one batch of items. Returns once every item is durably
     recorded; the processing continues in the background. Invalid items do not
     fail the call: each is reported as a failure in the job.
+    HTTP: POST /v1/documents:ingest with the request as JSON.
     """
     IngestStream: _grpc.StreamUnaryMultiCallable[_ingest_pb2.IngestStreamRequest, _ingest_pb2.IngestStreamResponse]
     """Creates a job from a client stream of batches, for large loads. Returns
     once the client has closed the stream and every item is durably recorded.
     """
     GetJob: _grpc.UnaryUnaryMultiCallable[_ingest_pb2.GetJobRequest, _ingest_pb2.GetJobResponse]
-    """Returns the current state and counts of a job, with a page of its failures."""
+    """Returns the current state and counts of a job, with a page of its failures.
+    HTTP: GET /v1/ingest/jobs/{job_id}, paging by query parameters.
+    """
     WatchJob: _grpc.UnaryStreamMultiCallable[_ingest_pb2.WatchJobRequest, _ingest_pb2.WatchJobResponse]
     """Streams a job's progress until it reaches a final state (DONE or FAILED),
     then ends the stream.
@@ -60,6 +63,7 @@ class IngestServiceStub:
     """Removes documents from every store (BM25, vectors, KG links, personal-KB
     facts derived from them), by id or by filter. Idempotent; returns once
     every store has removed them.
+    HTTP: POST /v1/documents:delete with the request as JSON.
     """
 
 @_typing.type_check_only
@@ -77,13 +81,16 @@ class IngestServiceAsyncStub(IngestServiceStub):
     """Creates a job from one batch of items. Returns once every item is durably
     recorded; the processing continues in the background. Invalid items do not
     fail the call: each is reported as a failure in the job.
+    HTTP: POST /v1/documents:ingest with the request as JSON.
     """
     IngestStream: _aio.StreamUnaryMultiCallable[_ingest_pb2.IngestStreamRequest, _ingest_pb2.IngestStreamResponse]  # type: ignore[assignment]
     """Creates a job from a client stream of batches, for large loads. Returns
     once the client has closed the stream and every item is durably recorded.
     """
     GetJob: _aio.UnaryUnaryMultiCallable[_ingest_pb2.GetJobRequest, _ingest_pb2.GetJobResponse]  # type: ignore[assignment]
-    """Returns the current state and counts of a job, with a page of its failures."""
+    """Returns the current state and counts of a job, with a page of its failures.
+    HTTP: GET /v1/ingest/jobs/{job_id}, paging by query parameters.
+    """
     WatchJob: _aio.UnaryStreamMultiCallable[_ingest_pb2.WatchJobRequest, _ingest_pb2.WatchJobResponse]  # type: ignore[assignment]
     """Streams a job's progress until it reaches a final state (DONE or FAILED),
     then ends the stream.
@@ -92,6 +99,7 @@ class IngestServiceAsyncStub(IngestServiceStub):
     """Removes documents from every store (BM25, vectors, KG links, personal-KB
     facts derived from them), by id or by filter. Idempotent; returns once
     every store has removed them.
+    HTTP: POST /v1/documents:delete with the request as JSON.
     """
 
 class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -112,6 +120,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         """Creates a job from one batch of items. Returns once every item is durably
         recorded; the processing continues in the background. Invalid items do not
         fail the call: each is reported as a failure in the job.
+        HTTP: POST /v1/documents:ingest with the request as JSON.
         """
 
     @_abc_1.abstractmethod
@@ -130,7 +139,9 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _ingest_pb2.GetJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_ingest_pb2.GetJobResponse, _abc.Awaitable[_ingest_pb2.GetJobResponse]]:
-        """Returns the current state and counts of a job, with a page of its failures."""
+        """Returns the current state and counts of a job, with a page of its failures.
+        HTTP: GET /v1/ingest/jobs/{job_id}, paging by query parameters.
+        """
 
     @_abc_1.abstractmethod
     def WatchJob(
@@ -151,6 +162,7 @@ class IngestServiceServicer(metaclass=_abc_1.ABCMeta):
         """Removes documents from every store (BM25, vectors, KG links, personal-KB
         facts derived from them), by id or by filter. Idempotent; returns once
         every store has removed them.
+        HTTP: POST /v1/documents:delete with the request as JSON.
         """
 
 def add_IngestServiceServicer_to_server(servicer: IngestServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
