@@ -556,7 +556,7 @@ def http_reference(openapi: Path = OPENAPI) -> Reference:
     if schemas:
         out += ["## Schemas", ""]
         for name, schema in sorted(schemas.items()):
-            out += [f"### {name}", ""]
+            out += [f"### {name} {{ #{_schema_anchor(name)} }}", ""]
             if schema.get("description"):
                 out += [" ".join(schema["description"].split()), ""]
             props = schema.get("properties", {})
@@ -568,6 +568,11 @@ def http_reference(openapi: Path = OPENAPI) -> Reference:
                     out.append(f"| `{prop}` | {_schema_type(body)} | {prop in required} | {text} |")
                 out.append("")
     return Reference("reference/http.md", "\n".join(out))
+
+
+def _schema_anchor(name: str) -> str:
+    """A schema's anchor: its full name in lower case, dots as dashes."""
+    return "schema-" + name.lower().replace(".", "-")
 
 
 def _resolve(spec: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
@@ -584,7 +589,7 @@ def _schema_type(schema: dict[str, Any]) -> str:
     ref = schema.get("$ref")
     if isinstance(ref, str):
         name = ref.rsplit("/", 1)[-1]
-        return f"[{name}](#{name.lower()})"
+        return f"[{name.rsplit('.', 1)[-1]}](#{_schema_anchor(name)})"
     if schema.get("type") == "array":
         return "array of " + _schema_type(schema.get("items", {}))
     for key in ("anyOf", "oneOf", "allOf"):
