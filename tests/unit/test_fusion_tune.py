@@ -504,7 +504,7 @@ def test_unseen_sets_are_scored_and_never_fitted_on():
     unseen = ("other", *_two_views(33, bm25_noise=2.0, dense_noise=0.5))
     settings, report = tune(sets, unseen=[unseen])
     row = report["unseen"]["other"]
-    assert {"rrf", "linear", "grid", "within_sets"} <= set(row)
+    assert {"rrf", "linear", "linear_rank", "grid"} <= set(row)
     prepared = prepare(unseen[1], unseen[2])
     assert row["rrf"] == round(
         ndcg10(prepared, plain_fusions()["hybrid"], list(prepared.queries)), 4

@@ -612,8 +612,6 @@ def tune(
         families[f"linear_shrunk_{keep:g}"] = shrunk_family(keep)
     if kg:
         families["linear_kg"] = lambda part: fit_linear(prepared, part, base + kg, kg)
-    # The within-set procedure: a family chosen on halves of each set's queries.
-    families["within_sets"] = lambda part: fitted(part, "may")[0]
     if len(prepared) > 1:
         loso = leave_one_set_out(prepared, names, families)
         chosen_family = choose_family(loso, list(families), "rrf")
@@ -622,7 +620,9 @@ def tune(
             prepared, names, families, "rrf"
         )
     else:
-        # One set: no corpus to leave out; the within-set choice is all there is.
+        # One set: no corpus to leave out; the within-set choice (a family chosen on
+        # halves of its queries) is all there is.
+        families["within_sets"] = lambda part: fitted(part, "may")[0]
         chosen_family = "within_sets"
         report["leave_one_set_out"] = None
         report["nested_leave_one_set_out"] = {}
