@@ -551,10 +551,10 @@ def delete(
     configure_logging(LoggingSettings(level="WARNING", json=False))
     ids = list(dict.fromkeys(doc_ids))
     if address:
-        matched, deleted = _run_remote(_remote_delete(address, ids, dry_run))
+        matched, deleted, refused = _run_remote(_remote_delete(address, ids, dry_run))
     else:
-        matched, deleted = _held(_embedded_delete(_data_dir(data_dir), ids, dry_run))
-    found = set(matched)
+        matched, deleted, refused = _held(_embedded_delete(_data_dir(data_dir), ids, dry_run))
+    found = set(matched) | {doc_id for doc_id, _ in refused}
     missing = [d for d in ids if d not in found]
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(matched) if dry_run else deleted:,} of {len(ids):,} documents")
@@ -562,13 +562,23 @@ def delete(
         click.echo(f"  {doc_id}")
     if missing:
         click.echo(f"not found ({len(missing):,}): {', '.join(missing[:20])}", err=True)
+    if refused:
+        click.echo(f"refused ({len(refused):,}):", err=True)
+        for doc_id, reason in refused[:20]:
+            click.echo(f"  {doc_id!r}: {reason}", err=True)
+        raise SystemExit(1)
 
 
 #: Ids per Delete call (the service's limit).
 _DELETE_BATCH = 1000
 
 
-async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[list[str], int]:
+Refused = list[tuple[str, str]]  # id, why
+
+
+async def _remote_delete(
+    address: str, ids: list[str], dry_run: bool
+) -> tuple[list[str], int, Refused]:
     from attest.core.channels import create_channel
     from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -577,6 +587,7 @@ async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[l
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
         matched: list[str] = []
         deleted = 0
+        refused: Refused = []
         for start in range(0, len(ids), _DELETE_BATCH):
             reply = await stub.Delete(
                 ingest_pb2.DeleteRequest(
@@ -586,23 +597,29 @@ async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[l
             )
             matched.extend(reply.doc_ids)
             deleted += reply.deleted
-        return matched, deleted
+            refused.extend((f.doc_id, f.reason) for f in reply.failures)
+        return matched, deleted, refused
     finally:
         await channel.close()
 
 
-async def _embedded_delete(data_dir: Path, ids: list[str], dry_run: bool) -> tuple[list[str], int]:
+async def _embedded_delete(
+    data_dir: Path, ids: list[str], dry_run: bool
+) -> tuple[list[str], int, Refused]:
     from attest.core.errors import InvalidArgument
     from attest.core.process_lock import data_dir_lock
     from attest.core.validation import check_id
     from attest.ingest.assembly import assemble
     from attest.ingest.settings import IngestSettings
 
+    refused: Refused = []
+    valid: list[str] = []
     for i, doc_id in enumerate(ids):
         try:
-            check_id(doc_id, f"doc_ids[{i}]")
+            valid.append(check_id(doc_id, f"doc_ids[{i}]"))
         except InvalidArgument as err:
-            raise click.BadParameter(err.details, param_hint="DOC_IDS") from err
+            refused.append((doc_id, err.details))
+    ids = valid
     if not (data_dir / "ingest").is_dir():
         raise click.ClickException(f"no ingest state under {data_dir}")
     with data_dir_lock(data_dir):
@@ -616,7 +633,7 @@ async def _embedded_delete(data_dir: Path, ids: list[str], dry_run: bool) -> tup
                 )
                 matched.extend(result.doc_ids)
                 deleted += result.deleted
-            return matched, deleted
+            return matched, deleted, refused
         finally:
             await assembly.close()
 
