@@ -272,8 +272,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         max_message_bytes: int,
         guard: Guard | None = None,
         shedders: Mapping[str, Shedder] | None = None,
+        service_message_bytes: Mapping[str, int] | None = None,
     ) -> None:
         self._max_message_bytes = max_message_bytes
+        # Full service name -> its own request-size limit (the others: the default).
+        self._service_message_bytes = dict(service_message_bytes or {})
         self._guard = guard or Guard(surface="public", authenticator=None)
         self._failures = ThrottledFailureLog()
         self._shedders = dict(shedders or {})
@@ -281,6 +284,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped: dict[
             str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]
         ] = {}
+
+    def _limit(self, method: str) -> int:
+        """The request-size limit of ``/package.Service/Method``."""
+        service = method.split("/")[1] if method.count("/") >= 2 else ""
+        return self._service_message_bytes.get(service, self._max_message_bytes)
 
     async def intercept_service(
         self,
@@ -395,7 +403,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     release = await self._guard.admit(method, context)
                     if unary_request:
-                        request = _checked(request, self._max_message_bytes)
+                        request = _checked(request, self._limit(method))
                     else:
                         request = _decoded(request)
                     result = await inner(request, context)
@@ -417,7 +425,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     release = await self._guard.admit(method, context)
                     if unary_request:
-                        request = _checked(request, self._max_message_bytes)
+                        request = _checked(request, self._limit(method))
                     else:
                         request = _decoded(request)
                     responses = inner(request, context)

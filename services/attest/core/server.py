@@ -50,7 +50,11 @@ class Servicer(Protocol):
 
     A servicer with admission control may also define ``shedders()``: a map
     from full method names to a check that returns the refusal a call of that
-    method gets now, or None (see ``ServerInterceptor``).
+    method gets now, or None (see ``ServerInterceptor``). One whose requests
+    may be larger than the server's ``max_message_bytes`` (ingest, whose 50 MB
+    body is reported per item) defines ``max_message_bytes`` from its own
+    settings: the limit of its methods wherever it is hosted, ``serve all``
+    included.
     """
 
     #: Fully qualified gRPC service name, e.g. ``attest.lexical.v1.LexicalService``.
@@ -193,7 +197,16 @@ class _Listener:
         self.requested_port = port
         self.tls = tls
         self.port = 0
-        transport_limit = settings.max_message_bytes * 2
+        # Each service keeps its own request-size limit in a shared process;
+        # the transport admits twice the largest, so that a request over a
+        # limit reaches the handler check and is refused naming its field.
+        limits: dict[str, int] = {}
+        for servicer in servicers:
+            own = getattr(servicer, "max_message_bytes", None)
+            if isinstance(own, int):
+                limits[servicer.service_name] = own
+        self.message_limits = limits
+        transport_limit = max([settings.max_message_bytes, *limits.values()]) * 2
         shedders: dict[str, Shedder] = {}
         for servicer in servicers:
             # Optional: a servicer with admission control names the methods a
@@ -207,7 +220,10 @@ class _Listener:
         self.server = grpc.aio.server(
             interceptors=[
                 ServerInterceptor(
-                    max_message_bytes=settings.max_message_bytes, guard=guard, shedders=shedders
+                    max_message_bytes=settings.max_message_bytes,
+                    guard=guard,
+                    shedders=shedders,
+                    service_message_bytes=limits,
                 )
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,

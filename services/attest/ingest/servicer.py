@@ -33,6 +33,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         self._settings = settings
         self._pipeline = pipeline
         self._limits = settings.limits
+        # Its own request-size limit, kept where it shares a server (serve all).
+        self.max_message_bytes = settings.server.max_message_bytes
         self._assembly: Assembly | None = None
         self._doctor: PeriodicCheck | None = None
 
