@@ -40,6 +40,7 @@ from attest.core.auth import (
     Identity,
     Surface,
     authorize,
+    check_one_credential,
     required_scope,
     tenant_for,
 )
@@ -179,7 +180,8 @@ class Guard:
         self, method: str, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Callable[[], None]:
         """Set the caller and tenant of this call; returns the quota release."""
-        metadata = dict(context.invocation_metadata() or ())
+        pairs = tuple(context.invocation_metadata() or ())
+        metadata = dict(pairs)
         scope = required_scope(method)
         if scope is None:
             identity = _ANONYMOUS
@@ -187,6 +189,7 @@ class Guard:
             identity = DEV_IDENTITY
         else:
             peers = _peer_names(context) if self._verified_peers else None
+            check_one_credential(pairs)
             identity = await self._authenticator.identify(metadata, peers)
             authorize(identity, method)
         tenant = tenant_for(identity, metadata)
