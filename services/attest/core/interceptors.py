@@ -47,6 +47,7 @@ from attest.core.auth import (
 from attest.core.context import (
     DEFAULT_TENANT,
     deadline_var,
+    granted_var,
     identity_var,
     new_request_id,
     request_id_var,
@@ -464,6 +465,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             tenant_var.set(DEFAULT_TENANT),
             identity_var.set(None),
             deadline_var.set(None if remaining is None else time.monotonic() + remaining),
+            granted_var.set(remaining),
         )
         context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
         outcome = ["OK"]
@@ -493,6 +495,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 (tenant_var, tokens[1]),
                 (identity_var, tokens[2]),
                 (deadline_var, tokens[3]),
+                (granted_var, tokens[4]),
             )
 
     async def _abort(
