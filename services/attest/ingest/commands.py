@@ -260,12 +260,26 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                 time.monotonic() - started,
             )
 
+        call: Any = None
+
         async def stream() -> AsyncIterator[ingest_pb2.IngestStreamRequest]:
             yield first
             async for message in pending:
+                # A call the service ended (refused the credential, failed)
+                # takes nothing more: stop reading, the bar stops where it is.
+                if call is not None and call.done():
+                    return
                 yield message
 
-        response = await stub.IngestStream(stream())
+        call = stub.IngestStream(stream())
+        try:
+            response = await call
+        except BaseException:
+            # What was read is not what was ingested: the bar goes, the error
+            # is the last word.
+            bar.leave = False
+            bar.close()
+            raise
         bar.close()
         job_id = response.job.job_id
         failures: list[tuple[str, str, str, str]] = list(local_failures)
@@ -307,7 +321,22 @@ def _run_remote(call: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(call)
     except grpc.aio.AioRpcError as err:
         error = from_rpc(err)
-        raise click.ClickException(f"{error.code}: {error.details}") from err
+        hint = _REMEDIES.get(error.code, "")
+        raise click.ClickException(
+            f"{error.code}: {error.details}" + (f"\n{hint}" if hint else "")
+        ) from err
+
+
+#: What to do about a call a service refused, by status.
+_REMEDIES = {
+    "UNAUTHENTICATED": "Nothing was ingested. Give this client a credential the service "
+    "accepts: ATTEST_CLIENT_TOKEN=<API key or JWT> (or ATTEST_CLIENT_TOKEN_FILE=<file>), "
+    "a key with the ingest scope.",
+    "PERMISSION_DENIED": "Nothing was changed. Use a credential with the scope the message "
+    "names (ingest for ingest and delete; admin holds every scope).",
+    "UNAVAILABLE": "Nothing was changed. Is the service running at that address? Start one "
+    "with `attest serve all` (or `attest serve ingest`), or pass the right --address.",
+}
 
 
 def _held(call: Coroutine[Any, Any, T]) -> T:
