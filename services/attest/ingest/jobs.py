@@ -149,10 +149,10 @@ class StageRunner:
     def _enricher(self, tenant: str) -> Enricher:
         enricher = self._enrichers.get(tenant)
         if enricher is None:
+            # Its gazetteer collects what documents teach, for the store (and
+            # the jobs that start later); documents are read with their job's.
             enricher = Enricher(self._enrich_settings, Gazetteer())
             self._enrichers[tenant] = enricher
-        # Other workers grow the same gazetteer; take what they learned.
-        enricher.gazetteer.add(self.store.gazetteer(tenant))
         return enricher
 
     def fail_items(
@@ -186,12 +186,14 @@ class StageRunner:
         outside any job: what ``attest doctor`` indexes again into a store that
         lost a document. A source that fails is left out (and logged)."""
         enricher = self._enricher(tenant)
+        # Outside any job: what the tenant's gazetteer holds now.
+        known = Gazetteer(self.store.gazetteer(tenant))
         records: list[Record] = []
         for n, (doc_id, text) in enumerate(sources.items()):
             try:
                 data = json.loads(text)
                 article = Article.from_json(data["article"])
-                records.append(enricher.enrich(-1 - n, "updated", data["hash"], article))
+                records.append(enricher.enrich(-1 - n, "updated", data["hash"], article, known))
             except Exception:
                 log.exception("the stored source of %r cannot be enriched", doc_id)
         embedding = self.embedding
@@ -229,6 +231,7 @@ class StageRunner:
         kinds = {int(i): str(k) for i, k in batch}
         texts = self.store.items(job_id, indexes)
         enricher = self._enricher(tenant)
+        known = Gazetteer(self.store.job_gazetteer(job_id))
         before = len(enricher.gazetteer)
         out: list[Record] = []
         for index, text in zip(indexes, texts, strict=True):
@@ -250,7 +253,7 @@ class StageRunner:
             data = json.loads(text)
             article = Article.from_json(data["article"])
             try:
-                out.append(enricher.enrich(index, kinds[index], data["hash"], article))
+                out.append(enricher.enrich(index, kinds[index], data["hash"], article, known))
             except Exception as exc:
                 log.exception("enrichment of %r failed", article.id)
                 self.store.fail(

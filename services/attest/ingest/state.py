@@ -710,6 +710,7 @@ class JobStore:
             f"{base}:fail",
             f"{base}:failz",
             f"{base}:tasks",
+            f"{base}:gazetteer",
             *(self._set(job_id, s) for s in STAGE_SETS),
         ]
 
@@ -745,6 +746,13 @@ class JobStore:
             )
             self.kv.sadd(self.OPEN_JOBS, [job_id])
             self.kv.sadd(self.TENANTS, [tenant])
+            # The organizations every document of the job is enriched with: the
+            # tenant's gazetteer as the job starts, so that what one of its
+            # documents teaches cannot reach another in whatever order a
+            # concurrent pipeline takes them (attest.ingest.organizations).
+            known = self.kv.smembers(f"{PREFIX}gazetteer:{tenant}")
+            if known:
+                self.kv.sadd(f"{self._job(job_id)}:gazetteer", sorted(known))
 
     def open_jobs(self) -> list[str]:
         """Jobs created and not yet seen DONE or FAILED."""
@@ -960,6 +968,10 @@ class JobStore:
     # organization gazetteer
     def gazetteer(self, tenant: str) -> set[str]:
         return self.kv.smembers(f"{PREFIX}gazetteer:{tenant}")
+
+    def job_gazetteer(self, job_id: str) -> set[str]:
+        """The tenant's gazetteer as the job started (``create_job``)."""
+        return self.kv.smembers(f"{self._job(job_id)}:gazetteer")
 
     def gazetteer_add(self, tenant: str, names: Sequence[str]) -> None:
         self.kv.sadd(f"{PREFIX}gazetteer:{tenant}", list(names))
