@@ -4,7 +4,13 @@ For each tenant the registry (what ingest acknowledged) is compared with
 the lexical store (BM25 documents and passages), the vector store (article
 and passage points) and the KG links the vector store keeps for each
 article: counts, and a checksum of ``doc id:passages`` lines, so that two
-stores with equal counts but different documents still differ.
+stores with equal counts but different documents still differ. Content too,
+where the store reads its texts while listing (tantivy, both vector stores;
+not Elasticsearch or OpenSearch): each document's passages digest
+(``attest.core.document.passages_digest`` of its passages' indexes and
+texts) against the one the registry kept when the document was indexed; a
+document whose passages differ is **changed** and is missing from that store
+as far as repair goes.
 
 * **missing**: a registry document a store lacks, or holds with another
   number of passages or other KG links; repair indexes it again, in every
@@ -108,6 +114,10 @@ class StoreFindings:
     checksum: str
     missing: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    # Of ``missing``: held with the right number of passages but other texts.
+    changed: list[str] = field(default_factory=list)
+    # Documents whose content was compared (both sides have a digest).
+    compared: int = 0
 
 
 @dataclass
@@ -136,8 +146,18 @@ class TenantFindings:
             out.append(
                 f"  {s.store:<8} {s.documents:>7,} documents {s.units:>8,} {unit[s.store]:<8} "
                 f"checksum {s.checksum}  missing {len(s.missing):,}  orphans {len(s.orphans):,}"
+                + (
+                    f"  content compared {s.compared:,}, changed {len(s.changed):,}"
+                    if s.store != "kg_links"
+                    else ""
+                )
             )
-            for kind, ids in (("missing", s.missing), ("orphan", s.orphans)):
+            changed = set(s.changed)
+            for kind, ids in (
+                ("changed", s.changed),
+                ("missing", [d for d in s.missing if d not in changed]),
+                ("orphan", s.orphans),
+            ):
                 for doc_id in ids[:show]:
                     out.append(f"    {kind} {doc_id}")
                 if len(ids) > show:
@@ -167,6 +187,8 @@ class TenantFindings:
                     "checksum": s.checksum,
                     "missing": len(s.missing),
                     "orphans": len(s.orphans),
+                    "changed": len(s.changed),
+                    "content_compared": s.compared,
                 }
                 for s in self.stores
             },
@@ -271,6 +293,10 @@ def compare(
     for name, have in found.by_store().items():
         want = expected[name]
         partial = found.partial[name]
+        held = found.digests.get(name, {}) if name != "kg_links" else {}
+        digests = {d: e.passages_sha256 for d, e in registry.items() if e.passages_sha256}
+        comparable = [d for d in want if d in held and d in digests and d not in excused]
+        changed = sorted(d for d in comparable if held[d] != digests[d])
         units = (
             sum(have.values())
             if name != "kg_links"
@@ -283,11 +309,16 @@ def compare(
                 units=units,
                 checksum=checksum(have),
                 missing=sorted(
-                    d
-                    for d, v in want.items()
-                    if (have.get(d) != v or d in partial) and d not in excused
+                    {
+                        d
+                        for d, v in want.items()
+                        if (have.get(d) != v or d in partial) and d not in excused
+                    }
+                    | set(changed)
                 ),
                 orphans=sorted(d for d in have if d not in want and d not in excused),
+                changed=changed,
+                compared=len(comparable),
             )
         )
     return TenantFindings(
@@ -313,6 +344,7 @@ def _look_again(store: JobStore, findings: TenantFindings) -> None:
     for s in findings.stores:
         s.orphans = [d for d in s.orphans if d not in registered and d not in pending]
         s.missing = [d for d in s.missing if d in still and d not in pending]
+        s.changed = [d for d in s.changed if d in still and d not in pending]
 
 
 def _export(f: TenantFindings) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Histogram
 
 from attest.core.common import Filters
-from attest.core.document import BY_NAME
+from attest.core.document import BY_NAME, passages_digest
 from attest.core.errors import (
     AttestError,
     DeadlineExceeded,
@@ -730,6 +730,7 @@ def registry_entries(records: Sequence[Record]) -> dict[str, RegistryEntry]:
             passages=len(r["passages"]),
             keywords=record_keywords(r),
             published_at=r["article"].get("published_at"),
+            passages_sha256=passages_digest((int(p[0]), str(p[1])) for p in r["passages"]),
         )
         for r in records
     }

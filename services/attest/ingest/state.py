@@ -642,15 +642,21 @@ class RegistryEntry(HasKeywords):
     # The keyword fields (attest.core.document) by name, for deletes by filter.
     keywords: Keywords = field(default_factory=dict)
     published_at: str | None = None
+    # passages_digest of the passages indexed; "" for entries written before
+    # the registry kept it (their content is not compared by attest doctor).
+    passages_sha256: str = ""
 
     def to_json(self) -> str:
         # [hash, passages, organizations, entity_ids, published_at] as first
-        # written, then the other keyword fields that have values.
-        others = {
+        # written, then the other keyword fields that have values and the
+        # passages' digest (in that object, so earlier readers ignore it).
+        others: dict[str, Any] = {
             name: list(values)
             for name, values in self.keywords.items()
             if name not in _REGISTRY_POSITIONS and values
         }
+        if self.passages_sha256:
+            others[_DIGEST_KEY] = self.passages_sha256
         return json.dumps(
             [
                 self.content_hash,
@@ -669,11 +675,13 @@ class RegistryEntry(HasKeywords):
             **(rest[0] if rest else {}),
             **dict(zip(_REGISTRY_POSITIONS, (o, e), strict=True)),
         }
-        return cls(h, int(p), keywords_from_stored(stored), d)
+        digest = str(stored.get(_DIGEST_KEY) or "")
+        return cls(h, int(p), keywords_from_stored(stored), d, digest)
 
 
 # Keyword fields a registry entry holds by position (its first format).
 _REGISTRY_POSITIONS = ("organizations", "entity_ids")
+_DIGEST_KEY = "passages_sha256"
 
 
 def _ts(value: str | None) -> datetime | None:
