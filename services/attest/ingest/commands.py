@@ -676,9 +676,44 @@ async def _reconcile(
     repair: bool,
     tenants: tuple[str, ...],
     echo: Callable[[str], None],
+    facts: Any = None,
 ) -> dict[str, Any]:
     """Check, print, and repair when asked (``runner()`` gives the StageRunner that
-    indexes missing documents again); what was found and done."""
+    indexes missing documents again); what was found and done. ``facts``: the
+    knowledge service (a FactsHook), whose facts are checked against the registry."""
+    from attest.ingest import doctor
+
+    report = await _reconcile_stores(
+        store, stores, sinks, runner, repair=repair, tenants=tenants, echo=echo
+    )
+    if facts is None:
+        return report
+    found = await doctor.check_facts(store, facts, tenants or None)
+    for f in found:
+        for line in f.lines():
+            echo(line)
+    report["facts"] = [f.to_json() for f in found]
+    if repair and any(not f.consistent for f in found):
+        for f in found:
+            deleted = await doctor.repair_facts(facts, f)
+            if deleted:
+                echo(f"repaired tenant {f.tenant}: facts of {deleted:,} deleted documents removed")
+        found = await doctor.check_facts(store, facts, tenants or None)
+        report["facts_after"] = [f.to_json() for f in found]
+    report["consistent"] = report["consistent"] and all(f.consistent for f in found)
+    return report
+
+
+async def _reconcile_stores(
+    store: JobStore,
+    stores: Any,
+    sinks: Any,
+    runner: Callable[[], Any],
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
     from attest.ingest import doctor
 
     before = await doctor.check(store, stores, tenants or None)
@@ -719,7 +754,12 @@ async def _reconcile(
 
 
 async def run_doctor(
-    data_dir: Path, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+    data_dir: Path,
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+    knowledge_address: str | None = None,
 ) -> dict[str, Any]:
     """Open the embedded stores (which resumes interrupted jobs), wait for those
     jobs, reconcile, and repair when asked. Returns what was found and done."""
@@ -729,11 +769,33 @@ async def run_doctor(
 
     with data_dir_lock(data_dir):
         assembly = await assemble(IngestSettings(data_dir=data_dir), startup_check=False)
-        return await _doctor_embedded(assembly, repair=repair, tenants=tenants, echo=echo)
+        return await _doctor_embedded(
+            assembly,
+            repair=repair,
+            tenants=tenants,
+            echo=echo,
+            knowledge_address=knowledge_address,
+        )
+
+
+def _facts_of(sinks: Any, address: str | None) -> Any:
+    """The knowledge service whose facts are checked: at ``address`` when given,
+    else the one ingestion sends facts to (ATTEST_INGEST_KNOWLEDGE_ADDRESS), if any."""
+    if address:
+        from attest.core.settings import ClientSettings
+        from attest.ingest.knowledge import FactsHook
+
+        return FactsHook(address, ClientSettings())
+    return getattr(sinks, "knowledge", None)
 
 
 async def _doctor_embedded(
-    assembly: Assembly, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+    assembly: Assembly,
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+    knowledge_address: str | None = None,
 ) -> dict[str, Any]:
     try:
         core, inline = assembly.core, assembly.inline
@@ -741,22 +803,33 @@ async def _doctor_embedded(
         if assembly.resumed:
             echo(f"resumed {len(assembly.resumed):,} interrupted jobs: waiting for them")
             await inline.drain()
-        report = await _reconcile(
-            core.store,
-            core.sinks,
-            core.sinks,
-            lambda: inline.runner,
-            repair=repair,
-            tenants=tenants,
-            echo=echo,
-        )
+        facts = _facts_of(core.sinks, knowledge_address)
+        try:
+            report = await _reconcile(
+                core.store,
+                core.sinks,
+                core.sinks,
+                lambda: inline.runner,
+                repair=repair,
+                tenants=tenants,
+                echo=echo,
+                facts=facts,
+            )
+        finally:
+            if knowledge_address and facts is not None:
+                await facts.close()
         return {"resumed": assembly.resumed, **report}
     finally:
         await assembly.close()
 
 
 async def run_doctor_services(
-    settings: IngestSettings, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+    settings: IngestSettings,
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+    knowledge_address: str | None = None,
 ) -> dict[str, Any]:
     """Reconcile the registry in Redis (``settings.state_url``) with the lexical and
     semantic services (``settings.lexical_address``, ``semantic_address``) through
@@ -795,11 +868,14 @@ async def run_doctor_services(
             )
         return runners[0]
 
+    facts = _facts_of(sinks, knowledge_address)
     try:
         return await _reconcile(
-            store, listing, sinks, runner, repair=repair, tenants=tenants, echo=echo
+            store, listing, sinks, runner, repair=repair, tenants=tenants, echo=echo, facts=facts
         )
     finally:
+        if knowledge_address and facts is not None:
+            await facts.close()
         await listing.close()
         await sinks.close()
         kv.close()
@@ -828,6 +904,12 @@ async def run_doctor_services(
     default=None,
     help="Redis URL of the registry when checking services (default ATTEST_INGEST_STATE_URL).",
 )
+@click.option(
+    "--knowledge-address",
+    default=None,
+    help="A knowledge service at HOST:PORT whose personal-base facts are checked against "
+    "the registry (default ATTEST_INGEST_KNOWLEDGE_ADDRESS; neither: facts are not checked).",
+)
 @click.option("--repair", is_flag=True, help="Delete orphans and index missing documents again.")
 @click.option("--tenant", "tenants", multiple=True, help="Only these tenants (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object.")
@@ -836,13 +918,16 @@ def doctor_command(
     lexical_address: str | None,
     semantic_address: str | None,
     state_url: str | None,
+    knowledge_address: str | None,
     repair: bool,
     tenants: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Compare the ingest registry with the BM25 index, the vectors and the KG links,
-    per tenant (counts and an id checksum); report orphans and missing documents, and
-    with --repair fix them. Exits 1 while they disagree.
+    per tenant (counts, an id checksum, and each document's passages digest where the
+    store reads its texts); report orphans and missing or changed documents, and facts
+    of the personal knowledge base whose document is gone; with --repair fix them.
+    Exits 1 while they disagree.
 
     The stores are the embedded ones under --data-dir, or the lexical and semantic
     services (--lexical-address and --semantic-address, or the ingest service's
@@ -854,13 +939,27 @@ def doctor_command(
     settings = _service_settings(data_dir, lexical_address, semantic_address, state_url)
     if settings is not None:
         report = _run_remote(
-            run_doctor_services(settings, repair=repair, tenants=tenants, echo=echo)
+            run_doctor_services(
+                settings,
+                repair=repair,
+                tenants=tenants,
+                echo=echo,
+                knowledge_address=knowledge_address,
+            )
         )
     else:
         root = _data_dir(data_dir)
         if not (root / "ingest").is_dir():
             raise click.ClickException(f"no ingest state under {root}")
-        report = _held(run_doctor(root, repair=repair, tenants=tenants, echo=echo))
+        report = _held(
+            run_doctor(
+                root,
+                repair=repair,
+                tenants=tenants,
+                echo=echo,
+                knowledge_address=knowledge_address,
+            )
+        )
     if as_json:
         click.echo(json.dumps(report))
     if not report["consistent"]:

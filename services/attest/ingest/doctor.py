@@ -44,9 +44,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -93,7 +93,7 @@ LAST_CHECK = Gauge(
 )
 REPAIRED = Counter(
     "attest_ingest_doctor_repaired_total",
-    "Documents repaired, by tenant and action (reindexed, deleted).",
+    "Documents repaired, by tenant and action (reindexed, deleted, facts_deleted).",
     ["tenant", "action"],
 )
 
@@ -354,6 +354,82 @@ def _export(f: TenantFindings) -> None:
         MISSING.labels(f.tenant, s.store).set(len(s.missing))
         ORPHANS.labels(f.tenant, s.store).set(len(s.orphans))
     STALE.labels(f.tenant).set(len(f.stale_pending))
+
+
+# -- the personal knowledge base's facts -------------------------------------------
+
+
+class FactLister(Protocol):
+    """The knowledge service, as ``attest.ingest.knowledge.FactsHook`` reaches it."""
+
+    async def documents(self, tenant: str) -> dict[str, int]: ...
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None: ...
+
+
+@dataclass
+class FactFindings:
+    """One tenant's facts against the registry: facts are extracted from indexed
+    documents and deleted with them, so facts whose document the registry does
+    not hold (and no open job is writing) are orphans."""
+
+    tenant: str
+    documents: int  # documents the personal base holds facts from
+    facts: int
+    orphans: list[str] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return not self.orphans
+
+    def lines(self, show: int = 10) -> list[str]:
+        out = [
+            f"tenant {self.tenant}: knowledge {self.documents:,} documents with "
+            f"{self.facts:,} facts  orphans {len(self.orphans):,} (facts whose document is gone)"
+        ]
+        out += [f"    orphan facts of {d}" for d in self.orphans[:show]]
+        if len(self.orphans) > show:
+            out.append(f"    ... and {len(self.orphans) - show:,} more")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "documents": self.documents,
+            "facts": self.facts,
+            "orphans": len(self.orphans),
+            "consistent": self.consistent,
+        }
+
+
+async def check_facts(
+    store: JobStore, facts: FactLister, tenants: Iterable[str] | None = None
+) -> list[FactFindings]:
+    """Each tenant's fact documents against its registry (and pending writes)."""
+    wanted = list(tenants) if tenants is not None else await asyncio.to_thread(store.tenants)
+    out = []
+    for tenant in wanted:
+        held = await facts.documents(tenant)
+        try:
+            known = (
+                set(await asyncio.to_thread(store.registry_get, tenant, sorted(held)))
+                if held
+                else set()
+            )
+            pending = await asyncio.to_thread(store.pending, tenant)
+        except Exception as err:
+            raise StoreUnreachable("registry", f"{type(err).__name__}: {err}") from err
+        orphans = sorted(d for d in held if d not in known and d not in pending)
+        out.append(FactFindings(tenant, len(held), sum(held.values()), orphans))
+    return out
+
+
+async def repair_facts(facts: FactLister, findings: FactFindings) -> int:
+    """Delete the orphan facts (a Store without facts); returns how many documents."""
+    if findings.orphans:
+        await facts.delete(findings.tenant, findings.orphans)
+        REPAIRED.labels(findings.tenant, "facts_deleted").inc(len(findings.orphans))
+    return len(findings.orphans)
 
 
 @dataclass(frozen=True)
