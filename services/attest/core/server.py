@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from attest.core.audit import AuditLog
 from attest.core.auth import Authenticator, Surface, surface_of
 from attest.core.channels import use_identity
 from attest.core.interceptors import Guard, ServerInterceptor, Shedder
@@ -191,6 +192,7 @@ class _Listener:
         tls: bool,
         guard: Guard,
         health_servicer: health.aio.HealthServicer,
+        audit: AuditLog | None = None,
     ) -> None:
         self.surface = surface
         self.host = host
@@ -224,6 +226,7 @@ class _Listener:
                     guard=guard,
                     shedders=shedders,
                     service_message_bytes=limits,
+                    audit=audit,
                 )
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
@@ -273,6 +276,7 @@ class Server:
         self._servicers = list(servicers)
         self._settings = settings
         self.health = health.aio.HealthServicer()
+        self.audit = AuditLog(settings.audit.path, settings.audit.retention_days)
         self._listeners = self._plan()
         self.port = 0
         self.internal_port: int | None = None
@@ -303,6 +307,7 @@ class Server:
                     tls=tls,
                     guard=guard,
                     health_servicer=self.health,
+                    audit=self.audit,
                 )
             ]
         authenticator = Authenticator(settings.auth)
@@ -343,6 +348,7 @@ class Server:
                     tls=tls and not (split and is_loopback(host)),
                     guard=guard,
                     health_servicer=self.health,
+                    audit=self.audit,
                 )
             )
         if not listeners:
@@ -356,6 +362,7 @@ class Server:
                     tls=tls,
                     guard=Guard(surface="public", authenticator=authenticator, quotas=quotas),
                     health_servicer=self.health,
+                    audit=self.audit,
                 )
             )
         return listeners
@@ -448,6 +455,7 @@ class Server:
                 await servicer.close()
             except Exception:
                 log.exception("closing %s failed", servicer.service_name)
+        self.audit.close()
 
     async def wait(self) -> None:
         await asyncio.gather(*(lis.server.wait_for_termination() for lis in self._listeners))
