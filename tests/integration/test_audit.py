@@ -105,6 +105,7 @@ async def test_writes_and_refused_attempts_are_recorded_per_tenant(tmp_path: Pat
         ("acme", "key:acme", "delete", "OK", ["o1"], True),
         ("ops", "key:ops", "ingest", "OK", ["o1"], False),
     ]
+    assert ops[0]["detail"] == "dry run"
     assert ops[1]["named_tenant"] == "ops"
     assert ops[2]["detail"].startswith("job ")
     everything = audit.read(log_file)

@@ -461,6 +461,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             except Exception:  # noqa: BLE001 - a request the method refused
                 ids = []
             job = getattr(getattr(result, "job", None), "job_id", "")
+            if job:
+                failure = f"job {job}"
+            elif getattr(request, "dry_run", False):
+                failure = f"dry run {failure}".strip()
             return AuditRecord(
                 at=time.time(),
                 tenant=tenant,
@@ -469,7 +473,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 outcome=outcome,
                 ids=tuple(ids[:MAX_IDS]),
                 id_count=len(ids),
-                detail=f"job {job}" if job else failure[:200],
+                detail=failure[:200],
                 named_tenant=str(named) if named and str(named) != tenant else "",
                 request_id=request_id_var.get() or "",
             )
