@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -37,18 +38,34 @@ MAX_IDS = 100
 _SWEEP_EVERY = 500
 
 
+#: A raw JSON record is parsed for its id up to this size; a larger one's id is
+#: looked for near its start (a record is not parsed twice on the event loop).
+_PARSE_BYTES = 64 * 1024
+_JSON_ID = re.compile(rb'"_?id"\s*:\s*"((?:[^"\\]|\\.){0,256})"')
+
+
+def _raw_id(raw: bytes) -> str:
+    if len(raw) <= _PARSE_BYTES:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return ""
+        value = data.get("id", data.get("_id", "")) if isinstance(data, dict) else ""
+        return str(value)
+    match = _JSON_ID.search(raw[:4096])
+    if match is None:
+        return ""
+    try:
+        return str(json.loads(b'"' + match.group(1) + b'"'))
+    except ValueError:
+        return ""
+
+
 def _ingest_ids(request: Any) -> list[str]:
-    out = []
-    for item in getattr(request, "items", ()):
-        if item.HasField("document"):
-            out.append(str(item.document.id))
-        else:
-            try:
-                value = json.loads(item.raw_json).get("id", "")
-            except (ValueError, AttributeError):
-                value = ""
-            out.append(str(value))
-    return out
+    return [
+        str(item.document.id) if item.HasField("document") else _raw_id(item.raw_json)
+        for item in getattr(request, "items", ())
+    ]
 
 
 #: Audited methods: full method name -> (action, the ids a request names).
