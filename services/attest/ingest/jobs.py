@@ -42,7 +42,6 @@ from attest.ingest.documents import (
     ItemError,
     content_hash,
 )
-from attest.ingest.organizations import Gazetteer
 from attest.ingest.settings import EnrichSettings
 from attest.ingest.stages import (
     Embedding,
@@ -149,9 +148,9 @@ class StageRunner:
     def _enricher(self, tenant: str) -> Enricher:
         enricher = self._enrichers.get(tenant)
         if enricher is None:
-            # Its gazetteer collects what documents teach, for the store (and
-            # the jobs that start later); documents are read with their job's.
-            enricher = Enricher(self._enrich_settings, Gazetteer())
+            # Each document is read with a gazetteer of its own (see
+            # attest.ingest.organizations): nothing learned carries over.
+            enricher = Enricher(self._enrich_settings)
             self._enrichers[tenant] = enricher
         return enricher
 
@@ -186,14 +185,12 @@ class StageRunner:
         outside any job: what ``attest doctor`` indexes again into a store that
         lost a document. A source that fails is left out (and logged)."""
         enricher = self._enricher(tenant)
-        # Outside any job: what the tenant's gazetteer holds now.
-        known = Gazetteer(self.store.gazetteer(tenant))
         records: list[Record] = []
         for n, (doc_id, text) in enumerate(sources.items()):
             try:
                 data = json.loads(text)
                 article = Article.from_json(data["article"])
-                records.append(enricher.enrich(-1 - n, "updated", data["hash"], article, known))
+                records.append(enricher.enrich(-1 - n, "updated", data["hash"], article))
             except Exception:
                 log.exception("the stored source of %r cannot be enriched", doc_id)
         embedding = self.embedding
@@ -231,8 +228,6 @@ class StageRunner:
         kinds = {int(i): str(k) for i, k in batch}
         texts = self.store.items(job_id, indexes)
         enricher = self._enricher(tenant)
-        known = Gazetteer(self.store.job_gazetteer(job_id))
-        before = len(enricher.gazetteer)
         out: list[Record] = []
         for index, text in zip(indexes, texts, strict=True):
             if text is None:
@@ -253,7 +248,7 @@ class StageRunner:
             data = json.loads(text)
             article = Article.from_json(data["article"])
             try:
-                out.append(enricher.enrich(index, kinds[index], data["hash"], article, known))
+                out.append(enricher.enrich(index, kinds[index], data["hash"], article))
             except Exception as exc:
                 log.exception("enrichment of %r failed", article.id)
                 self.store.fail(
@@ -269,8 +264,6 @@ class StageRunner:
                         )
                     ],
                 )
-        if len(enricher.gazetteer) != before:
-            self.store.gazetteer_add(tenant, enricher.gazetteer.names())
         address = self._enrich_settings.generate_address
         if address and out:
             try:

@@ -3,16 +3,18 @@
 ``PatternRecognizer`` finds names by their shape (capitalized words ending in
 a company suffix such as Inc, Corp or Plc; "Bank of ...", "Ministry of ...";
 all-capital acronyms followed by a suffix) and then every mention of a name
-from its ``Gazetteer``, a dictionary that grows with the organizations the
-pipeline has seen (given with documents or recognized by shape), so "Texaco"
-is found in an article once "Texaco Inc" has been seen in another.
+from a ``Gazetteer``, a dictionary of organization names and their stems
+(given with the document or recognized by shape), so "Texaco" is found as
+Texaco Inc where "Texaco Inc" was named.
 
-In the pipeline a document is read with a gazetteer of its own, layered over
-the tenant's as it was when the job started (``Gazetteer(base=...)``): its
-names and stems help it alone, and what it teaches reaches the next jobs,
-never another document of its job. So a document's organizations (and the
-facts extracted with them) do not depend on the order in which a concurrent
-pipeline enriched the job's documents.
+In the pipeline (``attest.ingest.stages.Enricher``) a document is read with
+a gazetteer of its own (its given organizations and the names its text shows
+by their shape): "Texaco" is Texaco Inc in a document that names Texaco Inc,
+and nothing learned from one document reaches another. A gazetteer that grew
+with the documents enriched before made a document's organizations, and the
+facts extracted with them, depend on the order a concurrent pipeline took
+the documents in and on what the store had seen before; the same input gave
+other facts each time.
 
 ``ModelRecognizer`` runs a token-classification model (a transformers
 directory whose labels include ORG) from a local path.

@@ -1,4 +1,4 @@
-"""Job state, the document registry and the organization gazetteer.
+"""Job state and the document registry.
 
 Production keeps them in Redis, next to the Celery queues; embedded mode
 keeps them in SQLite (``SqliteKeyValue``: WAL journal, every write committed
@@ -689,7 +689,7 @@ def _ts(value: str | None) -> datetime | None:
 
 
 class JobStore:
-    """Jobs, the registry and the gazetteer over a ``KeyValue``.
+    """Jobs and the registry over a ``KeyValue``.
 
     ``keep_sources``: the registry also keeps each document's normalized
     source, so that ``attest doctor --repair`` can index a document again into
@@ -718,7 +718,6 @@ class JobStore:
             f"{base}:fail",
             f"{base}:failz",
             f"{base}:tasks",
-            f"{base}:gazetteer",
             *(self._set(job_id, s) for s in STAGE_SETS),
         ]
 
@@ -754,13 +753,6 @@ class JobStore:
             )
             self.kv.sadd(self.OPEN_JOBS, [job_id])
             self.kv.sadd(self.TENANTS, [tenant])
-            # The organizations every document of the job is enriched with: the
-            # tenant's gazetteer as the job starts, so that what one of its
-            # documents teaches cannot reach another in whatever order a
-            # concurrent pipeline takes them (attest.ingest.organizations).
-            known = self.kv.smembers(f"{PREFIX}gazetteer:{tenant}")
-            if known:
-                self.kv.sadd(f"{self._job(job_id)}:gazetteer", sorted(known))
 
     def open_jobs(self) -> list[str]:
         """Jobs created and not yet seen DONE or FAILED."""
@@ -972,17 +964,6 @@ class JobStore:
             d: RegistryEntry.from_json(t)
             for d, t in self.kv.hgetall(self._registry(tenant)).items()
         }
-
-    # organization gazetteer
-    def gazetteer(self, tenant: str) -> set[str]:
-        return self.kv.smembers(f"{PREFIX}gazetteer:{tenant}")
-
-    def job_gazetteer(self, job_id: str) -> set[str]:
-        """The tenant's gazetteer as the job started (``create_job``)."""
-        return self.kv.smembers(f"{self._job(job_id)}:gazetteer")
-
-    def gazetteer_add(self, tenant: str, names: Sequence[str]) -> None:
-        self.kv.sadd(f"{PREFIX}gazetteer:{tenant}", list(names))
 
     # pipeline tasks in flight (for the Celery pipeline's watchdog)
     def track(self, job_id: str, task_id: str, stage: str, items: Sequence[int]) -> None:
