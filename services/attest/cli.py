@@ -288,8 +288,11 @@ def serve(
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
-    if server_settings.audit.path is None and service in ("all", "ingest"):
-        # Where writes are accepted, their audit log is kept by default.
+    if server_settings.audit.path is None and (
+        service == "all" or (service == "ingest" and os.environ.get("ATTEST_DATA_DIR"))
+    ):
+        # Where writes are accepted and a data directory is known (always for
+        # `serve all`), their audit log is kept there by default.
         overrides["audit"] = server_settings.audit.model_copy(update={"path": _audit_path(None)})
     if overrides:
         server_settings = server_settings.model_copy(update=overrides)

@@ -137,3 +137,13 @@ def test_records_past_the_retention_are_deleted(tmp_path: Path) -> None:
     reopened.close()
     assert [r["ids"] for r in audit.read(path)] == [["x"], ["new"]]
     assert [r["ids"] for r in audit.read(path, retention_days=30 / 86_400, now=now + 1)] == [["x"]]
+
+
+def test_an_audit_file_that_cannot_be_opened_leaves_the_log_only(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x", encoding="utf-8")
+    log = audit.AuditLog(blocker / "audit.sqlite3", retention_days=1)
+    record = audit.AuditRecord(time.time(), "acme", "key:acme", "delete", "OK", ("a",), 1)
+    log.record(record)  # said once, not raised
+    log.record(record)
+    assert log.path is None

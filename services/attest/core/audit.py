@@ -142,7 +142,17 @@ class AuditLog:
         if self.path is None:
             return
         with self._lock:
-            db = self._connect()
+            try:
+                db = self._connect()
+            except (OSError, sqlite3.Error) as err:
+                # Said once; the records still reach the attest.audit logger.
+                log.warning(
+                    "the audit file %s cannot be opened (%s): audit records go to the log only",
+                    self.path,
+                    err,
+                )
+                self.path = None
+                return
             db.execute(
                 "INSERT INTO audit VALUES (?, ?, ?, ?)",
                 (record.at, record.tenant, record.named_tenant, json.dumps(record.to_json())),

@@ -173,8 +173,8 @@ class AuditSettings(StrictModel):
     path: Path | None = Field(
         default=None,
         description="SQLite file the records are kept in, read by `attest audit`; unset: "
-        "records go to the attest.audit logger only. `serve all` and `serve ingest` "
-        "default to <data dir>/audit.sqlite3.",
+        "records go to the attest.audit logger only. `serve all` (and `serve ingest` "
+        "with ATTEST_DATA_DIR set) default to <data dir>/audit.sqlite3.",
     )
     retention_days: float = Field(
         default=90.0, gt=0, description="Records older than this are deleted."
