@@ -217,6 +217,7 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
     reading = _Reading()
     try:
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        await _check_access(stub)
         bar = tqdm(total=total, desc="sending", unit="doc")
         reading.bar = bar
 
@@ -309,6 +310,22 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
         return reading.fill(report, time.monotonic() - started)
     finally:
         await channel.close()
+
+
+async def _check_access(stub: Any) -> None:
+    """Raise the refusal an ingest would get (no credential, no ingest scope,
+    nothing serving ingest there) before any file is read or any progress shown:
+    a job that does not exist is asked for, NOT_FOUND says the call got through."""
+    import grpc
+
+    from attest.ingest.v1 import ingest_pb2
+
+    try:
+        await stub.GetJob(ingest_pb2.GetJobRequest(job_id="0" * 32), timeout=30)
+    except grpc.aio.AioRpcError as err:
+        if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+            return
+        raise
 
 
 def _run_remote(call: Coroutine[Any, Any, T]) -> T:
