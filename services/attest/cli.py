@@ -299,6 +299,12 @@ def serve(
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
+    if server_settings.audit.path is None and (
+        service == "all" or (service == "ingest" and os.environ.get("ATTEST_DATA_DIR"))
+    ):
+        # Where writes are accepted and a data directory is known (always for
+        # `serve all`), their audit log is kept there by default.
+        overrides["audit"] = server_settings.audit.model_copy(update={"path": _audit_path(None)})
     if overrides:
         server_settings = server_settings.model_copy(update=overrides)
     configure_logging(log_settings)
@@ -674,6 +680,81 @@ def _register_reader() -> None:
 
 
 _register_reader()
+
+
+def _audit_path(data_dir: Path | None) -> Path:
+    root = data_dir or Path(os.environ.get("ATTEST_DATA_DIR", ".attest"))
+    return root / "audit.sqlite3"
+
+
+@main.command()
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The data directory whose audit.sqlite3 `serve all` / `serve ingest` kept "
+    "(default ATTEST_DATA_DIR, else ./.attest).",
+)
+@click.option(
+    "--path",
+    "path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="An audit file elsewhere (ATTEST_<SERVICE>_SERVER__AUDIT__PATH).",
+)
+@click.option("--tenant", "tenants", multiple=True, help="Only these tenants (repeatable).")
+@click.option(
+    "--since-hours",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Only records of the last this many hours (default: all the file keeps).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="At most this many records, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record.")
+def audit(
+    data_dir: Path | None,
+    path: Path | None,
+    tenants: tuple[str, ...],
+    since_hours: float | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Print the audit log, newest first: every ingest, delete and knowledge store,
+    with the tenant, the caller, the ids and the outcome. Attempts refused (no
+    credential, no scope, or naming a tenant the call did not act for) say so. For
+    an administrator: it reads the file directly."""
+    import json
+    import time
+
+    from attest.core import audit as audit_log
+
+    file = path or _audit_path(data_dir)
+    if not file.is_file():
+        raise click.ClickException(f"no audit log at {file}")
+    since = time.time() - since_hours * 3600 if since_hours is not None else None
+    records = audit_log.read(file, tenants=tenants, since=since, limit=limit)
+    for r in records:
+        if as_json:
+            click.echo(json.dumps(r))
+            continue
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r["at"]))
+        ids = ",".join(r["ids"][:5]) + (f" (+{r['id_count'] - 5})" if r["id_count"] > 5 else "")
+        refused = (
+            f"  REFUSED for tenant {r['named_tenant']} (acted for {r['tenant'] or '-'})"
+            if r["named_tenant"]
+            else ("  REFUSED" if r["refused"] else "")
+        )
+        click.echo(
+            f"{when}  {r['tenant'] or '-':<12} {r['identity'] or 'unauthenticated':<20} "
+            f"{r['action']:<15} {r['outcome']:<18} {ids}{refused}"
+            + (f"  {r['detail']}" if r["detail"] else "")
+        )
 
 
 def _register_ingest() -> None:

@@ -775,3 +775,22 @@ def test_opensearch_snapshots_go_to_an_fs_or_s3_repository_on_a_schedule() -> No
             "services.lexical.autoscaling.enabled=false",
             "backup.opensearch.enabled=true",
         )
+
+
+def _ingest_request_limit(out: Rendered, monkeypatch: pytest.MonkeyPatch) -> int:
+    """The request-size limit the ingest pod's settings give, read as the service does."""
+    from attest.ingest.settings import IngestSettings
+
+    container = out.container(full("ingest"))
+    assert container["args"] == ["serve", "ingest"]
+    for name, var in out.env(full("ingest")).items():
+        if "value" in var and name.startswith("ATTEST_INGEST_SERVER__"):
+            monkeypatch.setenv(name, var["value"])
+    return IngestSettings().server.max_message_bytes
+
+
+def test_ingest_pods_take_the_documented_64_mib_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    for values in ("default", "gpu-production"):
+        assert _ingest_request_limit(rendered(values), monkeypatch) == 64 * 1024 * 1024
+    raised = rendered("default", "services.ingest.settings.server.max_message_bytes=134217728")
+    assert _ingest_request_limit(raised, monkeypatch) == 128 * 1024 * 1024

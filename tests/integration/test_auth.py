@@ -213,6 +213,28 @@ async def test_api_keys_revoked_unknown_and_scoped(stack: Stack) -> None:
     assert await get(stack.public, bearer(stack.admin_key)) == (grpc.StatusCode.OK, "ops|ops")
 
 
+async def test_more_than_one_credential_header_is_unauthenticated(stack: Stack) -> None:
+    # Each alone is accepted (above); together, whichever came last used to win.
+    pairs = [
+        (bearer(stack.revoked_key), bearer(stack.admin_key)),
+        (bearer(stack.admin_key), bearer(stack.admin_key)),
+        (bearer(stack.ask_key), ("x-api-key", stack.admin_key)),
+        (("x-api-key", stack.admin_key), bearer(stack.ask_key)),
+        (("x-api-key", stack.ask_key), ("x-api-key", stack.ask_key)),
+    ]
+    for first, second in pairs:
+        code, details = await get(stack.public, first, second)
+        assert code == grpc.StatusCode.UNAUTHENTICATED, (first[0], second[0])
+        assert details.startswith(f"more than one credential header ({first[0]}, {second[0]})")
+        assert "send exactly one" in details
+    # The internal listener follows the same rule.
+    code, details = await stats(
+        stack.internal, bearer(stack.service_key), bearer(stack.service_key)
+    )
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    assert "more than one credential header" in details
+
+
 async def test_internal_rpcs_are_not_on_the_public_listener(stack: Stack) -> None:
     # Whatever the credential, the public listener does not serve LexicalService.
     for metadata in ((), (bearer(stack.admin_key),), (bearer(stack.service_key),)):

@@ -322,7 +322,11 @@ def test_out_of_range_values_are_invalid_argument_naming_the_field(stack: Stack)
         semantic_pb2.IndexRequest(documents=[semantic_pb2.IndexDocument(document=nul)]),
         "documents[0].document.id",
     )
-    expect_invalid(ingest.Delete, ingest_pb2.DeleteRequest(doc_ids=["a\x00b"]), "doc_ids[0]")
+    # Ingest's Delete refuses a bad id alone, as Ingest refuses a bad item.
+    reply = ingest.Delete(ingest_pb2.DeleteRequest(doc_ids=["a\x00b"]), timeout=30)
+    [failure] = reply.failures
+    assert failure.code == ingest_pb2.FAILURE_CODE_INVALID_ID
+    assert failure.reason.startswith("doc_ids[0]: ")
     expect_invalid(
         semantic.Search, semantic_pb2.SearchRequest(query="water", top_k=3, fusion=99), "fusion"
     )

@@ -173,7 +173,9 @@ async def test_a_wait_estimated_past_the_cap_is_refused_at_once() -> None:
             pass
 
     clock.now += 13.0  # both answers overdue: still not "any moment now"
-    assert limiter.retry_after() == pytest.approx(5.0)
+    assert limiter.estimated_wait(0) == pytest.approx(5.0)
+    # A refused caller is told to come back once the queued one has its slot too.
+    assert limiter.retry_after() == pytest.approx(10.0)
     release.set()
     gate.set()
     await asyncio.gather(*running, queued)
@@ -193,7 +195,8 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
     assert refused is not None
     # The door says no more than that: the caller may not be identified yet.
     assert refused.details == "the answer service is at capacity; retry later"
-    assert refused.retry_after == 1.0
+    # Nothing measured: a default second per round, the holder's and the waiter's.
+    assert refused.retry_after == 2.0
     assert door._value.get() == before + 1
     release.set()
     await asyncio.gather(first, queued)
@@ -214,7 +217,7 @@ async def test_refusal_says_at_arrival_what_slot_would_refuse_whatever_the_budge
     assert limiter.estimated_wait(1) == pytest.approx(14.0)
     refused = limiter.refusal()
     assert refused is not None
-    assert refused.retry_after == pytest.approx(7.0)
+    assert refused.retry_after == pytest.approx(14.0)
     release.set()
     await asyncio.gather(first, queued)
 
@@ -275,3 +278,35 @@ def test_settings_out_of_range_are_refused() -> None:
         Limiter("x", 1, 1, 1.0, budget_share=0)
     with pytest.raises(ValueError, match="wait_grace"):
         Limiter("x", 1, 1, 1.0, wait_grace=0.5)
+
+
+async def test_retry_after_grows_with_the_queue() -> None:
+    clock = Clock()
+    limiter = Limiter("answer", 2, 8, 60.0, clock=clock)
+    await teach(limiter, clock, 4.0)  # slots are held 4 s: one frees every 2 s
+    release = asyncio.Event()
+
+    async def patient() -> None:
+        async with limiter.slot(100.0):
+            await release.wait()
+
+    async def arrive() -> asyncio.Task[None]:
+        task = asyncio.create_task(patient())
+        await asyncio.sleep(0)
+        return task
+
+    tasks = [await arrive(), await arrive()]
+    hints = [limiter.retry_after()]
+    for _ in range(6):
+        tasks.append(await arrive())
+        hints.append(limiter.retry_after())
+    assert limiter.waiting == 6
+    # Both holders free their slots in 4 s, then each pair of waiters holds the
+    # two slots 4 s more: the hint steps up by 4 s per 2 waiters ahead.
+    assert hints == pytest.approx([4.0, 4.0, 8.0, 8.0, 12.0, 12.0, 16.0])
+    limiter.max_waiting = 6
+    refused = limiter.refusal()
+    assert refused is not None
+    assert refused.retry_after == pytest.approx(16.0)
+    release.set()
+    await asyncio.gather(*tasks)

@@ -94,6 +94,22 @@ def test_bad_options_name_their_field(question: str, options: dict[str, Any], fi
     assert err.value.field == field
 
 
+@pytest.mark.parametrize(
+    "question",
+    ["\x00", "\x00" * 50, "\u200b\u200c\u200d", "\ufeff\u2060 \u00ad", "\x00 \u200b\t\n"],
+)
+def test_a_question_of_invisible_characters_is_refused_like_white_space(question: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        plan(question)
+    assert err.value.field == "question"
+    assert "no visible characters" in err.value.details
+
+
+@pytest.mark.parametrize("question", ["a\x00", "\u200bwater use", "\u0301", "\u4e2d"])
+def test_a_question_with_one_visible_character_is_admitted(question: str) -> None:
+    assert plan(question).budget_seconds > 0
+
+
 def test_a_deadline_below_the_minimum_is_deadline_exceeded() -> None:
     with pytest.raises(DeadlineExceeded, match="leaves 50 ms, too short"):
         plan(deadline=0.05)

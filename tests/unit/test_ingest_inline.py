@@ -307,5 +307,6 @@ def test_cli_deletes_documents_by_id(tmp_path: Path):
     out = CliRunner().invoke(ingest_command, [str(folder), "--data-dir", state])
     assert "received 2  ingested 1  updated 0  unchanged 1" in out.output
     out = runner.invoke(main, ["ingest", "delete", "bad id\n", "--data-dir", state])
-    assert out.exit_code == 2
-    assert "DOC_IDS" in out.output
+    assert out.exit_code == 1
+    assert "refused (1):" in out.stderr
+    assert "doc_ids[0]: contains control characters" in out.stderr

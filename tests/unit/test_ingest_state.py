@@ -86,12 +86,10 @@ def test_registry_and_state_survive_on_disk(tmp_path: Path):
         "2024-01-01T00:00:00+00:00",
     )
     store.registry_put("t", {"a": entry})
-    store.gazetteer_add("t", ["Acme Corp"])
     kv.save()
     again = JobStore(MemoryKeyValue(path))
     assert again.registry_get("t", ["a", "b"]) == {"a": entry}
     assert again.registry_all("u") == {}
-    assert again.gazetteer("t") == {"Acme Corp"}
     assert again.registry_delete("t", ["a", "b"]) == 1
 
 

@@ -7,6 +7,7 @@ anything is DEADLINE_EXCEEDED. The same plan drives Ask, AskStream and jobs.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from attest.answer.settings import AnswerSettings
@@ -68,6 +69,17 @@ def _range(value: int, low: int, high: int, field: str) -> None:
         raise InvalidArgument(f"must be between {low} and {high}, got {value}", field=field)
 
 
+# Control (Cc), format (Cf: zero-width space and joiners, BOM, soft hyphen),
+# separators (Z*) and lone surrogates (Cs) show nothing: a question made of
+# them alone is as empty as white space.
+_INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Zs", "Zl", "Zp"})
+
+
+def has_visible_text(text: str) -> bool:
+    """Whether ``text`` has a character that shows (not only invisible ones)."""
+    return any(unicodedata.category(c) not in _INVISIBLE for c in text)
+
+
 def _or_default(value: int, default: int) -> int:
     return value if value else default
 
@@ -78,11 +90,20 @@ def validate(
     settings: AnswerSettings,
     *,
     deadline_seconds: float | None,
+    granted_seconds: float | None = None,
 ) -> Plan:
-    """The plan of one request; ``deadline_seconds`` is what the caller's gRPC deadline leaves."""
+    """The plan of one request; ``deadline_seconds`` is what the caller's gRPC deadline
+    leaves now, ``granted_seconds`` what it left when the call arrived (the deadline is
+    admitted on that one)."""
     limits, defaults = settings.limits, settings.defaults
     if not question.strip():
         raise InvalidArgument("must not be empty", field="question")
+    if not has_visible_text(question):
+        raise InvalidArgument(
+            "has no visible characters (only control, zero-width or other invisible "
+            "characters such as NUL or U+200B): ask with words",
+            field="question",
+        )
     if len(question) > limits.max_question_chars:
         raise InvalidArgument(
             f"is {len(question):,} characters long; the limit is {limits.max_question_chars:,}",
@@ -163,7 +184,7 @@ def validate(
         options.generation_mode, generate_pb2.GenerationMode.values(), "options.generation_mode"
     )
 
-    budget = _budget(options, settings, deadline_seconds)
+    budget = _budget(options, settings, deadline_seconds, granted_seconds)
     return Plan(
         question=question,
         retrievers=retrievers,
@@ -184,8 +205,16 @@ def validate(
     )
 
 
+#: What a deadline may have lost on its way to the server and still count as
+#: the minimum: a caller who sets exactly ``min_budget_seconds`` is admitted.
+DEADLINE_TRIP_SECONDS = 0.01
+
+
 def _budget(
-    options: answer_pb2.AskOptions, settings: AnswerSettings, deadline_seconds: float | None
+    options: answer_pb2.AskOptions,
+    settings: AnswerSettings,
+    deadline_seconds: float | None,
+    granted_seconds: float | None = None,
 ) -> float:
     limits = settings.limits
     budget: float | None = None
@@ -206,9 +235,14 @@ def _budget(
                 field="options.time_budget",
             )
     if deadline_seconds is not None:
-        if deadline_seconds < limits.min_budget_seconds:
+        # Admitted on what the deadline left when the call arrived (less a
+        # trip's allowance), not on what is left after the work done here
+        # since: otherwise a deadline at the minimum is admitted or refused by
+        # the microseconds a method spends before this check.
+        left = deadline_seconds if granted_seconds is None else granted_seconds
+        if deadline_seconds <= 0 or left + DEADLINE_TRIP_SECONDS < limits.min_budget_seconds:
             raise DeadlineExceeded(
-                f"the call's deadline leaves {max(deadline_seconds, 0) * 1000:.0f} ms, too short "
+                f"the call's deadline leaves {max(left, 0) * 1000:.0f} ms, too short "
                 f"to answer: the pipeline needs at least {limits.min_budget_seconds * 1000:.0f} ms"
             )
         budget = deadline_seconds if budget is None else min(budget, deadline_seconds)

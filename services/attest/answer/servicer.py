@@ -18,7 +18,7 @@ from attest.answer.pipeline import AnswerPipeline, Backends, collect
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.core.admission import Limiter
-from attest.core.context import remaining_seconds, tenant_var
+from attest.core.context import granted_seconds, remaining_seconds, tenant_var
 from attest.core.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from attest.core.interceptors import Shedder
 
@@ -86,7 +86,13 @@ class AnswerServicer(answer_pb2_grpc.AnswerServiceServicer):
     async def _events(
         self, question: str, options: answer_pb2.AskOptions
     ) -> AsyncIterator[answer_pb2.AskStreamResponse]:
-        plan = validate(question, options, self.settings, deadline_seconds=remaining_seconds())
+        plan = validate(
+            question,
+            options,
+            self.settings,
+            deadline_seconds=remaining_seconds(),
+            granted_seconds=granted_seconds(),
+        )
         async with self.admission.slot(plan.budget_seconds) as waited:
             plan = dataclasses.replace(plan, budget_seconds=plan.budget_seconds - waited)
             async for event in self.pipeline.run(plan):

@@ -16,8 +16,9 @@ left to time out inside:
   caller's budget), DEADLINE_EXCEEDED when it was the caller's whole budget.
 
 Every RESOURCE_EXHAUSTED carries ``retry_after``, the estimated seconds until
-a slot frees (the interceptor sends it as the ``retry-after`` trailer, as
-per-tenant quotas do). A released slot goes straight to the oldest waiter,
+every caller queued now has a slot, which grows with the queue (see
+``Limiter.retry_after``; the interceptor sends it as the ``retry-after``
+trailer, as per-tenant quotas do). A released slot goes straight to the oldest waiter,
 so nobody overtakes a request that waits; a cancelled waiter leaves the
 queue, and a cancelled holder gives its slot back.
 """
@@ -130,10 +131,19 @@ class Limiter:
         return max(left[index] + rounds * self._hold, (position + 1) * self._hold / self.limit)
 
     def retry_after(self) -> float:
-        """When a refused caller may find room: the first slot expected to free up."""
-        estimate = self.estimated_wait(0)
+        """When a refused caller may find room: the wait of a caller at the back
+        of the queue now, ``estimated_wait(waiting)``.
+
+        By then every caller queued now has a slot, so the hint grows with the
+        queue (about one typical hold time per ``limit`` waiters): the first
+        slot to free up would only go to a waiter already queued, and refused
+        callers told to come back then would all be refused again together.
+        Before any hold time was measured, each round of ``limit`` waiters
+        counts ``_DEFAULT_RETRY_AFTER``.
+        """
+        estimate = self.estimated_wait(self.waiting)
         if estimate is None:
-            return _DEFAULT_RETRY_AFTER
+            return _DEFAULT_RETRY_AFTER * (self.waiting // self.limit + 1)
         return max(estimate, _MIN_RETRY_AFTER)
 
     def _refuse(self, reason: str, message: str) -> ResourceExhausted:

@@ -40,7 +40,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
@@ -329,6 +329,26 @@ def _key_from_set(keys: jwt.PyJWKSet, token: str) -> Any:
         return keys[kid]
     except KeyError as exc:
         raise Unauthenticated("token signed by an unknown key") from exc
+
+
+CREDENTIAL_HEADERS = (AUTHORIZATION_KEY, API_KEY_KEY)
+
+
+def check_one_credential(pairs: Iterable[tuple[str, Any]]) -> None:
+    """Refuse a call that carries more than one credential header.
+
+    Metadata read as a mapping keeps the last of repeated headers, so with two
+    the call would be authenticated by whichever came last; no client means
+    to send two, and a proxy that adds one beside the caller's must not
+    decide who the caller is. Needs the call's raw (name, value) pairs.
+    """
+    names = [name for name, _ in pairs if name in CREDENTIAL_HEADERS]
+    if len(names) > 1:
+        raise Unauthenticated(
+            f"more than one credential header ({', '.join(names)}): which one counts would be "
+            "ambiguous, so the call is refused; send exactly one, "
+            "`authorization: Bearer <API key or JWT>`"
+        )
 
 
 def _credential(metadata: Mapping[str, Any]) -> str | None:

@@ -33,7 +33,7 @@ import grpc
 
 from attest.core import tracing
 from attest.core.context import budget, identity_var, request_id_var, tenant_var
-from attest.core.metadata import AUTHORIZATION_KEY, REQUEST_ID_KEY, TENANT_KEY
+from attest.core.metadata import API_KEY_KEY, AUTHORIZATION_KEY, REQUEST_ID_KEY, TENANT_KEY
 from attest.core.settings import ClientIdentity, ClientSecurity, ClientSettings
 
 _process_identity: ClientIdentity | None = None
@@ -112,7 +112,9 @@ def _merge_metadata(metadata: Any, token: str | None) -> grpc.aio.Metadata:
     request_id = request_id_var.get()
     if request_id and not merged.get_all(REQUEST_ID_KEY):
         merged.add(REQUEST_ID_KEY, request_id)
-    if token is not None and not merged.get_all(AUTHORIZATION_KEY):
+    # A call that carries its own credential keeps it alone: a server refuses
+    # a call with two credential headers.
+    if token is not None and not any(merged.get_all(k) for k in (AUTHORIZATION_KEY, API_KEY_KEY)):
         merged.add(AUTHORIZATION_KEY, f"Bearer {token}")
     # Only while serving a request (the interceptor set its caller): a command-line
     # client has no tenant to name, and a callee honours the name from a service only.

@@ -25,6 +25,10 @@ tenant_var: ContextVar[str] = ContextVar("attest_tenant", default=DEFAULT_TENANT
 identity_var: ContextVar[Identity | None] = ContextVar("attest_identity", default=None)
 # Absolute deadline on the time.monotonic() clock, or None for no deadline.
 deadline_var: ContextVar[float | None] = ContextVar("attest_deadline", default=None)
+# Seconds the caller's deadline left when the call arrived, before any work
+# here: what a deadline is admitted on, so that the same deadline gets the same
+# answer whichever method (and however much server work before the check).
+granted_var: ContextVar[float | None] = ContextVar("attest_granted", default=None)
 
 
 def new_request_id() -> str:
@@ -37,6 +41,11 @@ def remaining_seconds() -> float | None:
     if deadline is None:
         return None
     return deadline - time.monotonic()
+
+
+def granted_seconds() -> float | None:
+    """Seconds the current request's deadline left when it arrived, or None if unbounded."""
+    return granted_var.get()
 
 
 def budget(limit: float) -> float:

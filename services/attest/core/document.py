@@ -17,6 +17,7 @@ Nothing here imports grpc.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -177,3 +178,19 @@ def keywords_to_stored(keywords: Keywords, *, fold: bool = False) -> dict[str, l
     return {
         f.name: [f.key(v) if fold else v for v in keywords.get(f.name, ())] for f in KEYWORD_FIELDS
     }
+
+
+def passages_digest(passages: Iterable[tuple[int, str]]) -> str:
+    """SHA-256 (hex) of a document's passages, given as (index, text) in any order.
+
+    The same on every side of ``attest doctor``'s content check: the registry
+    computes it from what ingest indexed, each store from what it holds. Each
+    text is preceded by its index and length, so no two passage lists share
+    a digest by how their texts split.
+    """
+    h = hashlib.sha256()
+    for index, text in sorted(passages):
+        data = text.encode("utf-8", "surrogatepass")
+        h.update(f"{index}:{len(data)}:".encode())
+        h.update(data)
+    return h.hexdigest()

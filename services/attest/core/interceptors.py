@@ -34,25 +34,28 @@ import grpc
 from google.protobuf.message import Message
 
 from attest.core import metrics, tracing
+from attest.core.audit import AUDITED, MAX_IDS, AuditLog, AuditRecord
 from attest.core.auth import (
     DEV_IDENTITY,
     Authenticator,
     Identity,
     Surface,
     authorize,
+    check_one_credential,
     required_scope,
     tenant_for,
 )
 from attest.core.context import (
     DEFAULT_TENANT,
     deadline_var,
+    granted_var,
     identity_var,
     new_request_id,
     request_id_var,
     tenant_var,
 )
 from attest.core.errors import AttestError, InvalidArgument, ResourceExhausted
-from attest.core.metadata import REQUEST_ID_KEY, retry_after_trailer
+from attest.core.metadata import REQUEST_ID_KEY, TENANT_KEY, retry_after_trailer
 from attest.core.quota import UNAUTHENTICATED, WATCH_METHODS, TenantQuotas
 from attest.core.validation import is_valid_request_id
 
@@ -179,7 +182,8 @@ class Guard:
         self, method: str, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Callable[[], None]:
         """Set the caller and tenant of this call; returns the quota release."""
-        metadata = dict(context.invocation_metadata() or ())
+        pairs = tuple(context.invocation_metadata() or ())
+        metadata = dict(pairs)
         scope = required_scope(method)
         if scope is None:
             identity = _ANONYMOUS
@@ -187,7 +191,12 @@ class Guard:
             identity = DEV_IDENTITY
         else:
             peers = _peer_names(context) if self._verified_peers else None
+            check_one_credential(pairs)
             identity = await self._authenticator.identify(metadata, peers)
+            # Known before it is authorized: a refusal is recorded against the
+            # caller (attest.core.audit).
+            identity_var.set(identity)
+            tenant_var.set(identity.tenant)
             authorize(identity, method)
         tenant = tenant_for(identity, metadata)
         identity_var.set(identity)
@@ -272,8 +281,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         max_message_bytes: int,
         guard: Guard | None = None,
         shedders: Mapping[str, Shedder] | None = None,
+        service_message_bytes: Mapping[str, int] | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self._max_message_bytes = max_message_bytes
+        # Writes and deletes are recorded when they end (attest.core.audit).
+        self._audit = audit
+        # Full service name -> its own request-size limit (the others: the default).
+        self._service_message_bytes = dict(service_message_bytes or {})
         self._guard = guard or Guard(surface="public", authenticator=None)
         self._failures = ThrottledFailureLog()
         self._shedders = dict(shedders or {})
@@ -281,6 +296,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped: dict[
             str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]
         ] = {}
+
+    def _limit(self, method: str) -> int:
+        """The request-size limit of ``/package.Service/Method``."""
+        service = method.split("/")[1] if method.count("/") >= 2 else ""
+        return self._service_message_bytes.get(service, self._max_message_bytes)
 
     async def intercept_service(
         self,
@@ -389,24 +409,85 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         )
 
     def _wrap_unary(self, method: str, inner: Handler, *, unary_request: bool) -> Handler:
+        audited = AUDITED.get(method) if self._audit is not None else None
+
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             with self._scope(method, context) as outcome:
                 release = _nothing
+                result: Any = None
+                failure = ""
                 try:
-                    release = await self._guard.admit(method, context)
-                    if unary_request:
-                        request = _checked(request, self._max_message_bytes)
-                    else:
-                        request = _decoded(request)
-                    result = await inner(request, context)
-                except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
-                    await self._abort(method, context, exc, outcome)
+                    try:
+                        release = await self._guard.admit(method, context)
+                        if unary_request:
+                            request = _checked(request, self._limit(method))
+                        else:
+                            request = _decoded(request)
+                        result = await inner(request, context)
+                    except Exception as exc:  # noqa: BLE001 - mapped, never swallowed
+                        failure = str(getattr(exc, "details", "") or "")
+                        await self._abort(method, context, exc, outcome)
+                    finally:
+                        release()
+                    outcome[0] = _final_code(context)
+                    return result
                 finally:
-                    release()
-                outcome[0] = _final_code(context)
-                return result
+                    if audited is not None:
+                        record = self._record(
+                            audited, request, result, outcome[0], failure, context
+                        )
+                        if record is not None:
+                            await self._write(record)
 
         return behavior
+
+    def _record(
+        self,
+        audited: tuple[str, Callable[[Any], list[str]]],
+        request: Any,
+        result: Any,
+        outcome: str,
+        failure: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AuditRecord | None:
+        """The audit record of a call that ended (None, logged, if it cannot be made)."""
+        action, ids_of = audited
+        try:
+            identity = identity_var.get()
+            tenant = tenant_var.get() if identity is not None else ""
+            named = dict(context.invocation_metadata() or ()).get(TENANT_KEY)
+            try:
+                ids = ids_of(request) if isinstance(request, Message) else []
+            except Exception:  # noqa: BLE001 - a request the method refused
+                ids = []
+            job = getattr(getattr(result, "job", None), "job_id", "")
+            if job:
+                failure = f"job {job}"
+            elif getattr(request, "dry_run", False):
+                failure = f"dry run {failure}".strip()
+            return AuditRecord(
+                at=time.time(),
+                tenant=tenant,
+                identity=identity.subject if identity is not None else "",
+                action=action,
+                outcome=outcome,
+                ids=tuple(ids[:MAX_IDS]),
+                id_count=len(ids),
+                detail=failure[:200],
+                named_tenant=str(named) if named and str(named) != tenant else "",
+                request_id=request_id_var.get() or "",
+            )
+        except Exception:
+            log.exception("the audit record of a %s could not be made", action)
+            return None
+
+    async def _write(self, record: AuditRecord) -> None:
+        """Write off the event loop; a failure is logged, never the call's."""
+        assert self._audit is not None
+        try:
+            await asyncio.to_thread(self._audit.record, record)
+        except Exception:
+            log.exception("the audit record of a %s could not be written", record.action)
 
     def _wrap_stream(self, method: str, inner: Handler, *, unary_request: bool) -> Handler:
         async def behavior(
@@ -417,7 +498,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     release = await self._guard.admit(method, context)
                     if unary_request:
-                        request = _checked(request, self._max_message_bytes)
+                        request = _checked(request, self._limit(method))
                     else:
                         request = _decoded(request)
                     responses = inner(request, context)
@@ -453,6 +534,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
             tenant_var.set(DEFAULT_TENANT),
             identity_var.set(None),
             deadline_var.set(None if remaining is None else time.monotonic() + remaining),
+            granted_var.set(remaining),
         )
         context.set_trailing_metadata(((REQUEST_ID_KEY, request_id),))
         outcome = ["OK"]
@@ -482,6 +564,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 (tenant_var, tokens[1]),
                 (identity_var, tokens[2]),
                 (deadline_var, tokens[3]),
+                (granted_var, tokens[4]),
             )
 
     async def _abort(

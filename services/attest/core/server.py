@@ -32,6 +32,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from attest.core.audit import AuditLog
 from attest.core.auth import Authenticator, Surface, surface_of
 from attest.core.channels import use_identity
 from attest.core.interceptors import Guard, ServerInterceptor, Shedder
@@ -50,7 +51,11 @@ class Servicer(Protocol):
 
     A servicer with admission control may also define ``shedders()``: a map
     from full method names to a check that returns the refusal a call of that
-    method gets now, or None (see ``ServerInterceptor``).
+    method gets now, or None (see ``ServerInterceptor``). One whose requests
+    may be larger than the server's ``max_message_bytes`` (ingest, whose 50 MB
+    body is reported per item) defines ``max_message_bytes`` from its own
+    settings: the limit of its methods wherever it is hosted, ``serve all``
+    included.
     """
 
     #: Fully qualified gRPC service name, e.g. ``attest.lexical.v1.LexicalService``.
@@ -187,13 +192,23 @@ class _Listener:
         tls: bool,
         guard: Guard,
         health_servicer: health.aio.HealthServicer,
+        audit: AuditLog | None = None,
     ) -> None:
         self.surface = surface
         self.host = host
         self.requested_port = port
         self.tls = tls
         self.port = 0
-        transport_limit = settings.max_message_bytes * 2
+        # Each service keeps its own request-size limit in a shared process;
+        # the transport admits twice the largest, so that a request over a
+        # limit reaches the handler check and is refused naming its field.
+        limits: dict[str, int] = {}
+        for servicer in servicers:
+            own = getattr(servicer, "max_message_bytes", None)
+            if isinstance(own, int):
+                limits[servicer.service_name] = own
+        self.message_limits = limits
+        transport_limit = max([settings.max_message_bytes, *limits.values()]) * 2
         shedders: dict[str, Shedder] = {}
         for servicer in servicers:
             # Optional: a servicer with admission control names the methods a
@@ -207,7 +222,11 @@ class _Listener:
         self.server = grpc.aio.server(
             interceptors=[
                 ServerInterceptor(
-                    max_message_bytes=settings.max_message_bytes, guard=guard, shedders=shedders
+                    max_message_bytes=settings.max_message_bytes,
+                    guard=guard,
+                    shedders=shedders,
+                    service_message_bytes=limits,
+                    audit=audit,
                 )
             ],
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
@@ -257,6 +276,7 @@ class Server:
         self._servicers = list(servicers)
         self._settings = settings
         self.health = health.aio.HealthServicer()
+        self.audit = AuditLog(settings.audit.path, settings.audit.retention_days)
         self._listeners = self._plan()
         self.port = 0
         self.internal_port: int | None = None
@@ -287,6 +307,7 @@ class Server:
                     tls=tls,
                     guard=guard,
                     health_servicer=self.health,
+                    audit=self.audit,
                 )
             ]
         authenticator = Authenticator(settings.auth)
@@ -327,6 +348,7 @@ class Server:
                     tls=tls and not (split and is_loopback(host)),
                     guard=guard,
                     health_servicer=self.health,
+                    audit=self.audit,
                 )
             )
         if not listeners:
@@ -340,6 +362,7 @@ class Server:
                     tls=tls,
                     guard=Guard(surface="public", authenticator=authenticator, quotas=quotas),
                     health_servicer=self.health,
+                    audit=self.audit,
                 )
             )
         return listeners
@@ -432,6 +455,7 @@ class Server:
                 await servicer.close()
             except Exception:
                 log.exception("closing %s failed", servicer.service_name)
+        self.audit.close()
 
     async def wait(self) -> None:
         await asyncio.gather(*(lis.server.wait_for_termination() for lis in self._listeners))

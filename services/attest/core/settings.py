@@ -181,6 +181,20 @@ class QuotaSettings(StrictModel):
     )
 
 
+class AuditSettings(StrictModel):
+    """The audit log of writes and deletes (attest.core.audit)."""
+
+    path: Path | None = Field(
+        default=None,
+        description="SQLite file the records are kept in, read by `attest audit`; unset: "
+        "records go to the attest.audit logger only. `serve all` (and `serve ingest` "
+        "with ATTEST_DATA_DIR set) default to <data dir>/audit.sqlite3.",
+    )
+    retention_days: float = Field(
+        default=90.0, gt=0, description="Records older than this are deleted."
+    )
+
+
 class ServerSettings(StrictModel):
     """How a gRPC server listens and protects itself."""
 
@@ -229,6 +243,7 @@ class ServerSettings(StrictModel):
     tls: ServerTLSSettings = ServerTLSSettings()
     auth: AuthSettings = AuthSettings()
     quota: QuotaSettings = QuotaSettings()
+    audit: AuditSettings = AuditSettings()
     internal_host: str = Field(
         default="127.0.0.1",
         description="Where a server hosting public and internal services at once (`serve all` "

@@ -49,14 +49,32 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
+def has_forbidden_id_chars(value: str) -> bool:
+    """Whether an id holds characters that are never shown as they are."""
+    return bool(_ID_FORBIDDEN.search(value) or _SURROGATE.search(value))
+
+
 def check_id(value: str, field: str, max_chars: int = MAX_ID_CHARS) -> str:
-    """A document id: 1 to ``max_chars`` characters, not blank, no control characters."""
+    """A document id: 1 to ``max_chars`` characters, not blank, no control
+    characters, no white space at either end.
+
+    An id is stored exactly as given, never rewritten: trimming ``" sp1 "`` to
+    ``sp1`` would silently replace another document, and a delete of the
+    untrimmed id would match nothing. So an id that trimming would change is
+    refused instead.
+    """
     if not value or not value.strip():
         raise InvalidArgument("must not be empty", field=field)
     if len(value) > max_chars:
         raise InvalidArgument(f"is longer than {max_chars} characters", field=field)
     if _ID_FORBIDDEN.search(value):
         raise InvalidArgument("contains control characters", field=field)
+    if value != value.strip():
+        raise InvalidArgument(
+            f"{value[:60]!r} starts or ends with white space; ids are kept exactly as "
+            "given, so remove the white space (or rename the file the id comes from)",
+            field=field,
+        )
     return check_text(value, field)
 
 

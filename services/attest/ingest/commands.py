@@ -217,6 +217,7 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
     reading = _Reading()
     try:
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
+        await _check_access(stub)
         bar = tqdm(total=total, desc="sending", unit="doc")
         reading.bar = bar
 
@@ -260,12 +261,26 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                 time.monotonic() - started,
             )
 
+        call: Any = None
+
         async def stream() -> AsyncIterator[ingest_pb2.IngestStreamRequest]:
             yield first
             async for message in pending:
+                # A call the service ended (refused the credential, failed)
+                # takes nothing more: stop reading, the bar stops where it is.
+                if call is not None and call.done():
+                    return
                 yield message
 
-        response = await stub.IngestStream(stream())
+        call = stub.IngestStream(stream())
+        try:
+            response = await call
+        except BaseException:
+            # What was read is not what was ingested: the bar goes, the error
+            # is the last word.
+            bar.leave = False
+            bar.close()
+            raise
         bar.close()
         job_id = response.job.job_id
         failures: list[tuple[str, str, str, str]] = list(local_failures)
@@ -297,6 +312,22 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
         await channel.close()
 
 
+async def _check_access(stub: Any) -> None:
+    """Raise the refusal an ingest would get (no credential, no ingest scope,
+    nothing serving ingest there) before any file is read or any progress shown:
+    a job that does not exist is asked for, NOT_FOUND says the call got through."""
+    import grpc
+
+    from attest.ingest.v1 import ingest_pb2
+
+    try:
+        await stub.GetJob(ingest_pb2.GetJobRequest(job_id="0" * 32), timeout=30)
+    except grpc.aio.AioRpcError as err:
+        if err.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+            return
+        raise
+
+
 def _run_remote(call: Coroutine[Any, Any, T]) -> T:
     """Runs a client of the services; a failed call is one line, not a traceback."""
     import grpc
@@ -307,7 +338,22 @@ def _run_remote(call: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(call)
     except grpc.aio.AioRpcError as err:
         error = from_rpc(err)
-        raise click.ClickException(f"{error.code}: {error.details}") from err
+        hint = _REMEDIES.get(error.code, "")
+        raise click.ClickException(
+            f"{error.code}: {error.details}" + (f"\n{hint}" if hint else "")
+        ) from err
+
+
+#: What to do about a call a service refused, by status.
+_REMEDIES = {
+    "UNAUTHENTICATED": "Nothing was ingested. Give this client a credential the service "
+    "accepts: ATTEST_CLIENT_TOKEN=<API key or JWT> (or ATTEST_CLIENT_TOKEN_FILE=<file>), "
+    "a key with the ingest scope.",
+    "PERMISSION_DENIED": "Nothing was changed. Use a credential with the scope the message "
+    "names (ingest for ingest and delete; admin holds every scope).",
+    "UNAVAILABLE": "Nothing was changed. Is the service running at that address? Start one "
+    "with `attest serve all` (or `attest serve ingest`), or pass the right --address.",
+}
 
 
 def _held(call: Coroutine[Any, Any, T]) -> T:
@@ -563,10 +609,10 @@ def delete(
     configure_logging(LoggingSettings(level="WARNING", json=False))
     ids = list(dict.fromkeys(doc_ids))
     if address:
-        matched, deleted = _run_remote(_remote_delete(address, ids, dry_run))
+        matched, deleted, refused = _run_remote(_remote_delete(address, ids, dry_run))
     else:
-        matched, deleted = _held(_embedded_delete(_data_dir(data_dir), ids, dry_run))
-    found = set(matched)
+        matched, deleted, refused = _held(_embedded_delete(_data_dir(data_dir), ids, dry_run))
+    found = set(matched) | {doc_id for doc_id, _ in refused}
     missing = [d for d in ids if d not in found]
     verb = "would remove" if dry_run else "removed"
     click.echo(f"{verb} {len(matched) if dry_run else deleted:,} of {len(ids):,} documents")
@@ -574,13 +620,23 @@ def delete(
         click.echo(f"  {doc_id}")
     if missing:
         click.echo(f"not found ({len(missing):,}): {', '.join(missing[:20])}", err=True)
+    if refused:
+        click.echo(f"refused ({len(refused):,}):", err=True)
+        for doc_id, reason in refused[:20]:
+            click.echo(f"  {doc_id!r}: {reason}", err=True)
+        raise SystemExit(1)
 
 
 #: Ids per Delete call (the service's limit).
 _DELETE_BATCH = 1000
 
 
-async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[list[str], int]:
+Refused = list[tuple[str, str]]  # id, why
+
+
+async def _remote_delete(
+    address: str, ids: list[str], dry_run: bool
+) -> tuple[list[str], int, Refused]:
     from attest.core.channels import create_channel
     from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -589,6 +645,7 @@ async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[l
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
         matched: list[str] = []
         deleted = 0
+        refused: Refused = []
         for start in range(0, len(ids), _DELETE_BATCH):
             reply = await stub.Delete(
                 ingest_pb2.DeleteRequest(
@@ -598,23 +655,29 @@ async def _remote_delete(address: str, ids: list[str], dry_run: bool) -> tuple[l
             )
             matched.extend(reply.doc_ids)
             deleted += reply.deleted
-        return matched, deleted
+            refused.extend((f.doc_id, f.reason) for f in reply.failures)
+        return matched, deleted, refused
     finally:
         await channel.close()
 
 
-async def _embedded_delete(data_dir: Path, ids: list[str], dry_run: bool) -> tuple[list[str], int]:
+async def _embedded_delete(
+    data_dir: Path, ids: list[str], dry_run: bool
+) -> tuple[list[str], int, Refused]:
     from attest.core.errors import InvalidArgument
     from attest.core.process_lock import data_dir_lock
     from attest.core.validation import check_id
     from attest.ingest.assembly import assemble
     from attest.ingest.settings import IngestSettings
 
+    refused: Refused = []
+    valid: list[str] = []
     for i, doc_id in enumerate(ids):
         try:
-            check_id(doc_id, f"doc_ids[{i}]")
+            valid.append(check_id(doc_id, f"doc_ids[{i}]"))
         except InvalidArgument as err:
-            raise click.BadParameter(err.details, param_hint="DOC_IDS") from err
+            refused.append((doc_id, err.details))
+    ids = valid
     if not (data_dir / "ingest").is_dir():
         raise click.ClickException(f"no ingest state under {data_dir}")
     with data_dir_lock(data_dir):
@@ -628,7 +691,7 @@ async def _embedded_delete(data_dir: Path, ids: list[str], dry_run: bool) -> tup
                 )
                 matched.extend(result.doc_ids)
                 deleted += result.deleted
-            return matched, deleted
+            return matched, deleted, refused
         finally:
             await assembly.close()
 
@@ -642,9 +705,44 @@ async def _reconcile(
     repair: bool,
     tenants: tuple[str, ...],
     echo: Callable[[str], None],
+    facts: Any = None,
 ) -> dict[str, Any]:
     """Check, print, and repair when asked (``runner()`` gives the StageRunner that
-    indexes missing documents again); what was found and done."""
+    indexes missing documents again); what was found and done. ``facts``: the
+    knowledge service (a FactsHook), whose facts are checked against the registry."""
+    from attest.ingest import doctor
+
+    report = await _reconcile_stores(
+        store, stores, sinks, runner, repair=repair, tenants=tenants, echo=echo
+    )
+    if facts is None:
+        return report
+    found = await doctor.check_facts(store, facts, tenants or None)
+    for f in found:
+        for line in f.lines():
+            echo(line)
+    report["facts"] = [f.to_json() for f in found]
+    if repair and any(not f.consistent for f in found):
+        for f in found:
+            deleted = await doctor.repair_facts(facts, f)
+            if deleted:
+                echo(f"repaired tenant {f.tenant}: facts of {deleted:,} deleted documents removed")
+        found = await doctor.check_facts(store, facts, tenants or None)
+        report["facts_after"] = [f.to_json() for f in found]
+    report["consistent"] = report["consistent"] and all(f.consistent for f in found)
+    return report
+
+
+async def _reconcile_stores(
+    store: JobStore,
+    stores: Any,
+    sinks: Any,
+    runner: Callable[[], Any],
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
     from attest.ingest import doctor
 
     before = await doctor.check(store, stores, tenants or None)
@@ -685,7 +783,12 @@ async def _reconcile(
 
 
 async def run_doctor(
-    data_dir: Path, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+    data_dir: Path,
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+    knowledge_address: str | None = None,
 ) -> dict[str, Any]:
     """Open the embedded stores (which resumes interrupted jobs), wait for those
     jobs, reconcile, and repair when asked. Returns what was found and done."""
@@ -695,11 +798,33 @@ async def run_doctor(
 
     with data_dir_lock(data_dir):
         assembly = await assemble(IngestSettings(data_dir=data_dir), startup_check=False)
-        return await _doctor_embedded(assembly, repair=repair, tenants=tenants, echo=echo)
+        return await _doctor_embedded(
+            assembly,
+            repair=repair,
+            tenants=tenants,
+            echo=echo,
+            knowledge_address=knowledge_address,
+        )
+
+
+def _facts_of(sinks: Any, address: str | None) -> Any:
+    """The knowledge service whose facts are checked: at ``address`` when given,
+    else the one ingestion sends facts to (ATTEST_INGEST_KNOWLEDGE_ADDRESS), if any."""
+    if address:
+        from attest.core.settings import ClientSettings
+        from attest.ingest.knowledge import FactsHook
+
+        return FactsHook(address, ClientSettings())
+    return getattr(sinks, "knowledge", None)
 
 
 async def _doctor_embedded(
-    assembly: Assembly, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+    assembly: Assembly,
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+    knowledge_address: str | None = None,
 ) -> dict[str, Any]:
     try:
         core, inline = assembly.core, assembly.inline
@@ -707,22 +832,33 @@ async def _doctor_embedded(
         if assembly.resumed:
             echo(f"resumed {len(assembly.resumed):,} interrupted jobs: waiting for them")
             await inline.drain()
-        report = await _reconcile(
-            core.store,
-            core.sinks,
-            core.sinks,
-            lambda: inline.runner,
-            repair=repair,
-            tenants=tenants,
-            echo=echo,
-        )
+        facts = _facts_of(core.sinks, knowledge_address)
+        try:
+            report = await _reconcile(
+                core.store,
+                core.sinks,
+                core.sinks,
+                lambda: inline.runner,
+                repair=repair,
+                tenants=tenants,
+                echo=echo,
+                facts=facts,
+            )
+        finally:
+            if knowledge_address and facts is not None:
+                await facts.close()
         return {"resumed": assembly.resumed, **report}
     finally:
         await assembly.close()
 
 
 async def run_doctor_services(
-    settings: IngestSettings, *, repair: bool, tenants: tuple[str, ...], echo: Callable[[str], None]
+    settings: IngestSettings,
+    *,
+    repair: bool,
+    tenants: tuple[str, ...],
+    echo: Callable[[str], None],
+    knowledge_address: str | None = None,
 ) -> dict[str, Any]:
     """Reconcile the registry in Redis (``settings.state_url``) with the lexical and
     semantic services (``settings.lexical_address``, ``semantic_address``) through
@@ -761,11 +897,14 @@ async def run_doctor_services(
             )
         return runners[0]
 
+    facts = _facts_of(sinks, knowledge_address)
     try:
         return await _reconcile(
-            store, listing, sinks, runner, repair=repair, tenants=tenants, echo=echo
+            store, listing, sinks, runner, repair=repair, tenants=tenants, echo=echo, facts=facts
         )
     finally:
+        if knowledge_address and facts is not None:
+            await facts.close()
         await listing.close()
         await sinks.close()
         kv.close()
@@ -794,6 +933,12 @@ async def run_doctor_services(
     default=None,
     help="Redis URL of the registry when checking services (default ATTEST_INGEST_STATE_URL).",
 )
+@click.option(
+    "--knowledge-address",
+    default=None,
+    help="A knowledge service at HOST:PORT whose personal-base facts are checked against "
+    "the registry (default ATTEST_INGEST_KNOWLEDGE_ADDRESS; neither: facts are not checked).",
+)
 @click.option("--repair", is_flag=True, help="Delete orphans and index missing documents again.")
 @click.option("--tenant", "tenants", multiple=True, help="Only these tenants (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as one JSON object.")
@@ -802,13 +947,16 @@ def doctor_command(
     lexical_address: str | None,
     semantic_address: str | None,
     state_url: str | None,
+    knowledge_address: str | None,
     repair: bool,
     tenants: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Compare the ingest registry with the BM25 index, the vectors and the KG links,
-    per tenant (counts and an id checksum); report orphans and missing documents, and
-    with --repair fix them. Exits 1 while they disagree.
+    per tenant (counts, an id checksum, and each document's passages digest where the
+    store reads its texts); report orphans and missing or changed documents, and facts
+    of the personal knowledge base whose document is gone; with --repair fix them.
+    Exits 1 while they disagree.
 
     The stores are the embedded ones under --data-dir, or the lexical and semantic
     services (--lexical-address and --semantic-address, or the ingest service's
@@ -820,13 +968,27 @@ def doctor_command(
     settings = _service_settings(data_dir, lexical_address, semantic_address, state_url)
     if settings is not None:
         report = _run_remote(
-            run_doctor_services(settings, repair=repair, tenants=tenants, echo=echo)
+            run_doctor_services(
+                settings,
+                repair=repair,
+                tenants=tenants,
+                echo=echo,
+                knowledge_address=knowledge_address,
+            )
         )
     else:
         root = _data_dir(data_dir)
         if not (root / "ingest").is_dir():
             raise click.ClickException(f"no ingest state under {root}")
-        report = _held(run_doctor(root, repair=repair, tenants=tenants, echo=echo))
+        report = _held(
+            run_doctor(
+                root,
+                repair=repair,
+                tenants=tenants,
+                echo=echo,
+                knowledge_address=knowledge_address,
+            )
+        )
     if as_json:
         click.echo(json.dumps(report))
     if not report["consistent"]:

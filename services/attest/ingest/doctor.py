@@ -4,7 +4,13 @@ For each tenant the registry (what ingest acknowledged) is compared with
 the lexical store (BM25 documents and passages), the vector store (article
 and passage points) and the KG links the vector store keeps for each
 article: counts, and a checksum of ``doc id:passages`` lines, so that two
-stores with equal counts but different documents still differ.
+stores with equal counts but different documents still differ. Content too,
+where the store reads its texts while listing (tantivy, both vector stores;
+not Elasticsearch or OpenSearch): each document's passages digest
+(``attest.core.document.passages_digest`` of its passages' indexes and
+texts) against the one the registry kept when the document was indexed; a
+document whose passages differ is **changed** and is missing from that store
+as far as repair goes.
 
 * **missing**: a registry document a store lacks, or holds with another
   number of passages or other KG links; repair indexes it again, in every
@@ -38,9 +44,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -88,7 +94,7 @@ LAST_CHECK = Gauge(
 )
 REPAIRED = Counter(
     "attest_ingest_doctor_repaired_total",
-    "Documents repaired, by tenant and action (reindexed, deleted).",
+    "Documents repaired, by tenant and action (reindexed, deleted, facts_deleted).",
     ["tenant", "action"],
 )
 
@@ -109,6 +115,10 @@ class StoreFindings:
     checksum: str
     missing: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    # Of ``missing``: held with the right number of passages but other texts.
+    changed: list[str] = field(default_factory=list)
+    # Documents whose content was compared (both sides have a digest).
+    compared: int = 0
 
 
 @dataclass
@@ -137,8 +147,18 @@ class TenantFindings:
             out.append(
                 f"  {s.store:<8} {s.documents:>7,} documents {s.units:>8,} {unit[s.store]:<8} "
                 f"checksum {s.checksum}  missing {len(s.missing):,}  orphans {len(s.orphans):,}"
+                + (
+                    f"  content compared {s.compared:,}, changed {len(s.changed):,}"
+                    if s.store != "kg_links"
+                    else ""
+                )
             )
-            for kind, ids in (("missing", s.missing), ("orphan", s.orphans)):
+            changed = set(s.changed)
+            for kind, ids in (
+                ("changed", s.changed),
+                ("missing", [d for d in s.missing if d not in changed]),
+                ("orphan", s.orphans),
+            ):
                 for doc_id in ids[:show]:
                     out.append(f"    {kind} {doc_id}")
                 if len(ids) > show:
@@ -168,6 +188,8 @@ class TenantFindings:
                     "checksum": s.checksum,
                     "missing": len(s.missing),
                     "orphans": len(s.orphans),
+                    "changed": len(s.changed),
+                    "content_compared": s.compared,
                 }
                 for s in self.stores
             },
@@ -272,6 +294,10 @@ def compare(
     for name, have in found.by_store().items():
         want = expected[name]
         partial = found.partial[name]
+        held = found.digests.get(name, {}) if name != "kg_links" else {}
+        digests = {d: e.passages_sha256 for d, e in registry.items() if e.passages_sha256}
+        comparable = [d for d in want if d in held and d in digests and d not in excused]
+        changed = sorted(d for d in comparable if held[d] != digests[d])
         units = (
             sum(have.values())
             if name != "kg_links"
@@ -284,11 +310,16 @@ def compare(
                 units=units,
                 checksum=checksum(have),
                 missing=sorted(
-                    d
-                    for d, v in want.items()
-                    if (have.get(d) != v or d in partial) and d not in excused
+                    {
+                        d
+                        for d, v in want.items()
+                        if (have.get(d) != v or d in partial) and d not in excused
+                    }
+                    | set(changed)
                 ),
                 orphans=sorted(d for d in have if d not in want and d not in excused),
+                changed=changed,
+                compared=len(comparable),
             )
         )
     return TenantFindings(
@@ -314,6 +345,7 @@ def _look_again(store: JobStore, findings: TenantFindings) -> None:
     for s in findings.stores:
         s.orphans = [d for d in s.orphans if d not in registered and d not in pending]
         s.missing = [d for d in s.missing if d in still and d not in pending]
+        s.changed = [d for d in s.changed if d in still and d not in pending]
 
 
 def _export(f: TenantFindings) -> None:
@@ -323,6 +355,82 @@ def _export(f: TenantFindings) -> None:
         MISSING.labels(f.tenant, s.store).set(len(s.missing))
         ORPHANS.labels(f.tenant, s.store).set(len(s.orphans))
     STALE.labels(f.tenant).set(len(f.stale_pending))
+
+
+# -- the personal knowledge base's facts -------------------------------------------
+
+
+class FactLister(Protocol):
+    """The knowledge service, as ``attest.ingest.knowledge.FactsHook`` reaches it."""
+
+    async def documents(self, tenant: str) -> dict[str, int]: ...
+
+    async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None: ...
+
+
+@dataclass
+class FactFindings:
+    """One tenant's facts against the registry: facts are extracted from indexed
+    documents and deleted with them, so facts whose document the registry does
+    not hold (and no open job is writing) are orphans."""
+
+    tenant: str
+    documents: int  # documents the personal base holds facts from
+    facts: int
+    orphans: list[str] = field(default_factory=list)
+
+    @property
+    def consistent(self) -> bool:
+        return not self.orphans
+
+    def lines(self, show: int = 10) -> list[str]:
+        out = [
+            f"tenant {self.tenant}: knowledge {self.documents:,} documents with "
+            f"{self.facts:,} facts  orphans {len(self.orphans):,} (facts whose document is gone)"
+        ]
+        out += [f"    orphan facts of {d}" for d in self.orphans[:show]]
+        if len(self.orphans) > show:
+            out.append(f"    ... and {len(self.orphans) - show:,} more")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "documents": self.documents,
+            "facts": self.facts,
+            "orphans": len(self.orphans),
+            "consistent": self.consistent,
+        }
+
+
+async def check_facts(
+    store: JobStore, facts: FactLister, tenants: Iterable[str] | None = None
+) -> list[FactFindings]:
+    """Each tenant's fact documents against its registry (and pending writes)."""
+    wanted = list(tenants) if tenants is not None else await asyncio.to_thread(store.tenants)
+    out = []
+    for tenant in wanted:
+        held = await facts.documents(tenant)
+        try:
+            known = (
+                set(await asyncio.to_thread(store.registry_get, tenant, sorted(held)))
+                if held
+                else set()
+            )
+            pending = await asyncio.to_thread(store.pending, tenant)
+        except Exception as err:
+            raise StoreUnreachable("registry", f"{type(err).__name__}: {err}") from err
+        orphans = sorted(d for d in held if d not in known and d not in pending)
+        out.append(FactFindings(tenant, len(held), sum(held.values()), orphans))
+    return out
+
+
+async def repair_facts(facts: FactLister, findings: FactFindings) -> int:
+    """Delete the orphan facts (a Store without facts); returns how many documents."""
+    if findings.orphans:
+        await facts.delete(findings.tenant, findings.orphans)
+        REPAIRED.labels(findings.tenant, "facts_deleted").inc(len(findings.orphans))
+    return len(findings.orphans)
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,8 @@ def _check_id(value: object) -> str:
         raise ItemError(FailureCode.MISSING_ID, "id: missing or empty")
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ItemError(FailureCode.INVALID_ID, f"id: must be a string, got {type(value).__name__}")
-    doc_id = str(value).strip()
+    # Never trimmed: " sp1 " is not "sp1" (validation.check_id refuses it).
+    doc_id = str(value)
     if len(doc_id) > MAX_ID_CHARS:
         raise ItemError(
             FailureCode.INVALID_ID, f"id: is {len(doc_id):,} characters; at most {MAX_ID_CHARS}"
@@ -202,7 +203,10 @@ def _check_id(value: object) -> str:
     try:
         return validation.check_id(doc_id, "id", MAX_ID_CHARS)
     except InvalidArgument as err:
-        raise ItemError(FailureCode.INVALID_ID, err.details) from None
+        # An id with white space at an end is named as sent, so the caller can
+        # find it; one with control characters only in the reason, escaped.
+        named = doc_id if not validation.has_forbidden_id_chars(doc_id) else ""
+        raise ItemError(FailureCode.INVALID_ID, err.details, named) from None
 
 
 def _check_texts(doc_id: str, **fields: str | Sequence[str] | dict[str, str]) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Histogram
 
 from attest.core.common import Filters
-from attest.core.document import BY_NAME
+from attest.core.document import BY_NAME, passages_digest
 from attest.core.errors import (
     AttestError,
     DeadlineExceeded,
@@ -43,7 +43,6 @@ from attest.ingest.documents import (
     ItemError,
     content_hash,
 )
-from attest.ingest.organizations import Gazetteer
 from attest.ingest.settings import EnrichSettings
 from attest.ingest.stages import (
     Embedding,
@@ -150,10 +149,10 @@ class StageRunner:
     def _enricher(self, tenant: str) -> Enricher:
         enricher = self._enrichers.get(tenant)
         if enricher is None:
-            enricher = Enricher(self._enrich_settings, Gazetteer())
+            # Each document is read with a gazetteer of its own (see
+            # attest.ingest.organizations): nothing learned carries over.
+            enricher = Enricher(self._enrich_settings)
             self._enrichers[tenant] = enricher
-        # Other workers grow the same gazetteer; take what they learned.
-        enricher.gazetteer.add(self.store.gazetteer(tenant))
         return enricher
 
     def fail_items(
@@ -230,7 +229,6 @@ class StageRunner:
         kinds = {int(i): str(k) for i, k in batch}
         texts = self.store.items(job_id, indexes)
         enricher = self._enricher(tenant)
-        before = len(enricher.gazetteer)
         out: list[Record] = []
         for index, text in zip(indexes, texts, strict=True):
             if text is None:
@@ -267,8 +265,6 @@ class StageRunner:
                         )
                     ],
                 )
-        if len(enricher.gazetteer) != before:
-            self.store.gazetteer_add(tenant, enricher.gazetteer.names())
         address = self._enrich_settings.generate_address
         if address and out:
             try:
@@ -734,6 +730,7 @@ def registry_entries(records: Sequence[Record]) -> dict[str, RegistryEntry]:
             passages=len(r["passages"]),
             keywords=record_keywords(r),
             published_at=r["article"].get("published_at"),
+            passages_sha256=passages_digest((int(p[0]), str(p[1])) for p in r["passages"]),
         )
         for r in records
     }

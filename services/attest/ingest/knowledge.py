@@ -58,7 +58,9 @@ class FactsHook:
     def __init__(self, address: str, client: ClientSettings, *, timeout: float = 30.0) -> None:
         from attest.knowledge.v1 import knowledge_pb2_grpc
 
-        self._channel = create_channel(address, client, idempotent=[(KNOWLEDGE, "Store")])
+        self._channel = create_channel(
+            address, client, idempotent=[(KNOWLEDGE, "Store"), (KNOWLEDGE, "ListFactDocuments")]
+        )
         self._stub = knowledge_pb2_grpc.KnowledgeServiceStub(self._channel)
         self._timeout = timeout
         self.extractor = Extractor()
@@ -100,6 +102,29 @@ class FactsHook:
     async def delete(self, tenant: str, doc_ids: Sequence[str]) -> None:
         for doc_id in doc_ids:
             await self._store(tenant, store_request(doc_id, []))
+
+    async def documents(self, tenant: str) -> dict[str, int]:
+        """The documents ``tenant``'s personal base holds facts from, with how many
+        facts each (``ListFactDocuments``, every page)."""
+        from attest.ingest.sinks import _call
+        from attest.knowledge.v1 import knowledge_pb2
+
+        metadata = tenant_metadata(tenant)
+        out: dict[str, int] = {}
+        token = ""
+        while True:
+            request = knowledge_pb2.ListFactDocumentsRequest(page_size=1000, page_token=token)
+
+            async def call(r: Any = request) -> Any:
+                return await self._stub.ListFactDocuments(
+                    r, metadata=metadata, timeout=self._timeout
+                )
+
+            page = await _call("knowledge", call)
+            out.update((d.doc_id, d.facts) for d in page.documents)
+            token = page.next_page_token
+            if not token:
+                return out
 
     async def close(self) -> None:
         await self._channel.close()

@@ -55,6 +55,11 @@ class StoreShapes:
     partial: dict[str, set[str]] = field(
         default_factory=lambda: {"lexical": set(), "vectors": set(), "kg_links": set()}
     )
+    # Per store (lexical, vectors): doc id -> passages_digest of the texts it
+    # holds, for the ids whose store read them (none from the engines' listing).
+    digests: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {"lexical": {}, "vectors": {}}
+    )
 
     def by_store(self) -> dict[str, dict[str, Any]]:
         return {"lexical": self.lexical, "vectors": self.vectors, "kg_links": self.kg_links}
@@ -62,16 +67,25 @@ class StoreShapes:
     def empty(self) -> bool:
         return not (self.lexical or self.vectors)
 
-    def add_lexical(self, doc_id: str, passages: int, has_document: bool) -> None:
+    def add_lexical(self, doc_id: str, passages: int, has_document: bool, digest: str = "") -> None:
         self.lexical[doc_id] = passages
+        if digest:
+            self.digests["lexical"][doc_id] = digest
         if not has_document:
             self.partial["lexical"].add(doc_id)
 
     def add_vectors(
-        self, doc_id: str, passages: int, has_article: bool, entity_ids: list[str] | tuple[str, ...]
+        self,
+        doc_id: str,
+        passages: int,
+        has_article: bool,
+        entity_ids: list[str] | tuple[str, ...],
+        digest: str = "",
     ) -> None:
         # A passage-only id may be listed again on a later page with the same figures.
         self.vectors[doc_id] = passages
+        if digest:
+            self.digests["vectors"][doc_id] = digest
         if has_article:
             self.kg_links[doc_id] = ",".join(sorted(entity_ids))
         else:
@@ -116,7 +130,7 @@ class EmbeddedListing(StoreListing):
                 lambda t=token: lexical.list_documents(tenant, t, PAGE_SIZE),  # type: ignore[misc]
             )
             for d in page.documents:
-                out.add_lexical(d.doc_id, d.passages, d.has_document)
+                out.add_lexical(d.doc_id, d.passages, d.has_document, d.passages_sha256)
             token = page.next_page_token
             if not token:
                 break
@@ -126,7 +140,9 @@ class EmbeddedListing(StoreListing):
                 lambda t=token: semantic.list_documents(tenant, t, PAGE_SIZE),  # type: ignore[misc]
             )
             for v in vpage.documents:
-                out.add_vectors(v.doc_id, v.passages, v.has_article, v.entity_ids)
+                out.add_vectors(
+                    v.doc_id, v.passages, v.has_article, v.entity_ids, v.passages_sha256
+                )
             token = vpage.next_page_token
             if not token:
                 break
@@ -185,7 +201,7 @@ class ServiceListing(StoreListing):
                 ),
             )
             for d in lpage.documents:
-                out.add_lexical(d.doc_id, d.passages, d.has_document)
+                out.add_lexical(d.doc_id, d.passages, d.has_document, d.passages_sha256)
             token = lpage.next_page_token
             if not token:
                 break
@@ -198,7 +214,9 @@ class ServiceListing(StoreListing):
                 ),
             )
             for v in spage.documents:
-                out.add_vectors(v.doc_id, v.passages, v.has_article, list(v.entity_ids))
+                out.add_vectors(
+                    v.doc_id, v.passages, v.has_article, list(v.entity_ids), v.passages_sha256
+                )
             token = spage.next_page_token
             if not token:
                 break

@@ -3,9 +3,18 @@
 ``PatternRecognizer`` finds names by their shape (capitalized words ending in
 a company suffix such as Inc, Corp or Plc; "Bank of ...", "Ministry of ...";
 all-capital acronyms followed by a suffix) and then every mention of a name
-from its ``Gazetteer``, a dictionary that grows with the organizations the
-pipeline has seen (given with documents or recognized by shape), so "Texaco"
-is found in an article once "Texaco Inc" has been seen in another.
+from a ``Gazetteer``, a dictionary of organization names and their stems
+(given with the document or recognized by shape), so "Texaco" is found as
+Texaco Inc where "Texaco Inc" was named.
+
+In the pipeline (``attest.ingest.stages.Enricher``) a document is read with
+a gazetteer of its own (its given organizations and the names its text shows
+by their shape): "Texaco" is Texaco Inc in a document that names Texaco Inc,
+and nothing learned from one document reaches another. A gazetteer that grew
+with the documents enriched before made a document's organizations, and the
+facts extracted with them, depend on the order a concurrent pipeline took
+the documents in and on what the store had seen before; the same input gave
+other facts each time.
 
 ``ModelRecognizer`` runs a token-classification model (a transformers
 directory whose labels include ORG) from a local path.
@@ -24,8 +33,9 @@ from attest.knowledge.linking import ENGLISH_STOPWORDS
 
 
 class Recognizer(Protocol):
-    def recognize(self, title: str, body: str) -> list[str]:
-        """Organization names found in one article, in order of first mention."""
+    def recognize(self, title: str, body: str, gazetteer: Gazetteer | None = None) -> list[str]:
+        """Organization names found in one article, in order of first mention;
+        ``gazetteer`` (where the recognizer uses one) instead of its own."""
 
 
 SUFFIXES = (
@@ -157,10 +167,12 @@ class Gazetteer:
     """Known organization names, matched as whole words (case-sensitive on the
     first letter, so "apple" in a recipe is not Apple)."""
 
-    def __init__(self, names: Iterable[str] = ()) -> None:
+    def __init__(self, names: Iterable[str] = (), *, base: Gazetteer | None = None) -> None:
         self._lock = threading.Lock()
         # key: lower-cased word tuple -> display name
         self._names: dict[tuple[str, ...], str] = {}
+        # Read, never written: names looked up after this gazetteer's own.
+        self._base = base
         self.add(names)
 
     def __len__(self) -> int:
@@ -189,9 +201,16 @@ class Gazetteer:
                         added.append(candidate)
         return added
 
+    def _get(self, key: tuple[str, ...]) -> str | None:
+        name = self._names.get(key)
+        if name is None and self._base is not None:
+            return self._base._get(key)
+        return name
+
     def find(self, text: str) -> list[str]:
-        """Names mentioned in ``text``, in order of first mention."""
-        if not self._names:
+        """Names mentioned in ``text`` (this gazetteer's or its base's), in order of
+        first mention."""
+        if not self._names and (self._base is None or not len(self._base)):
             return []
         tokens = [(m.group(), m.group().casefold()) for m in _WORD.finditer(text)]
         found: dict[str, None] = {}
@@ -201,7 +220,7 @@ class Gazetteer:
             if tokens[i][0][:1].isupper():
                 for n in range(min(MAX_GAZETTEER_WORDS, len(tokens) - i), 0, -1):
                     key = tuple(t[1] for t in tokens[i : i + n])
-                    name = self._names.get(key)
+                    name = self._get(key)
                     if name is not None:
                         found.setdefault(name, None)
                         matched = n
@@ -225,12 +244,13 @@ class PatternRecognizer:
                     found.setdefault(name, None)
         return list(found)
 
-    def recognize(self, title: str, body: str) -> list[str]:
+    def recognize(self, title: str, body: str, gazetteer: Gazetteer | None = None) -> list[str]:
+        known = self.gazetteer if gazetteer is None else gazetteer
         text = f"{title}\n{body}"
         shaped = self.by_shape(text)
-        self.gazetteer.add(shaped)
+        known.add(shaped)
         out: dict[str, None] = dict.fromkeys(shaped)
-        for name in self.gazetteer.find(text):
+        for name in known.find(text):
             # A gazetteer hit on a stem names the full organization; skip it
             # when the full name was already found by shape.
             out.setdefault(name, None)
@@ -264,7 +284,7 @@ class ModelRecognizer:
                     device=self._device,
                 )
 
-    def recognize(self, title: str, body: str) -> list[str]:
+    def recognize(self, title: str, body: str, gazetteer: Gazetteer | None = None) -> list[str]:
         self.warm_up()
         found: dict[str, None] = {}
         for entity in self._pipe(f"{title}\n{body}"[:20_000]):
@@ -283,11 +303,12 @@ class CombinedRecognizer:
         self._model = model
         self._patterns = patterns
 
-    def recognize(self, title: str, body: str) -> list[str]:
+    def recognize(self, title: str, body: str, gazetteer: Gazetteer | None = None) -> list[str]:
         names = self._model.recognize(title, body)
-        self._patterns.gazetteer.add(names)
+        known = self._patterns.gazetteer if gazetteer is None else gazetteer
+        known.add(names)
         out = dict.fromkeys(names)
-        for name in self._patterns.recognize(title, body):
+        for name in self._patterns.recognize(title, body, known):
             out.setdefault(name, None)
         return list(out)
 

@@ -33,6 +33,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
         self._settings = settings
         self._pipeline = pipeline
         self._limits = settings.limits
+        # Its own request-size limit, kept where it shares a server (serve all).
+        self.max_message_bytes = settings.server.max_message_bytes
         self._assembly: Assembly | None = None
         self._doctor: PeriodicCheck | None = None
 
@@ -158,21 +160,40 @@ class IngestServicer(ingest_pb2_grpc.IngestServiceServicer):
             raise InvalidArgument(
                 f"at most {limits.max_delete_ids:,} ids are allowed", field="doc_ids"
             )
+        # An id refused as given fails alone; the others are deleted.
+        valid: list[str] = []
+        failures: list[ingest_pb2.Failure] = []
         for i, doc_id in enumerate(request.doc_ids):
-            check_id(doc_id, f"doc_ids[{i}]")
+            try:
+                valid.append(check_id(doc_id, f"doc_ids[{i}]"))
+            except InvalidArgument as err:
+                failures.append(
+                    ingest_pb2.Failure(
+                        item_index=i,
+                        doc_id=doc_id,
+                        stage=ingest_pb2.STAGE_RECEIVE,
+                        code=ingest_pb2.FAILURE_CODE_INVALID_ID,
+                        reason=err.details,
+                    )
+                )
         filters = (
             common.filters_from_proto(list(request.filters), max_filters=16, max_values=256)
             if request.filters
             else None
         )
+        if request.doc_ids and not valid:
+            return ingest_pb2.DeleteResponse(failures=failures)
         result = await self.core.delete(
             tenant_var.get(),
-            doc_ids=list(request.doc_ids),
+            doc_ids=valid if request.doc_ids else [],
             filters=filters,
             dry_run=request.dry_run,
         )
         return ingest_pb2.DeleteResponse(
-            matched=result.matched, deleted=result.deleted, doc_ids=list(result.doc_ids)
+            matched=result.matched,
+            deleted=result.deleted,
+            doc_ids=list(result.doc_ids),
+            failures=failures,
         )
 
 

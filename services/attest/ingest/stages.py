@@ -99,17 +99,20 @@ class Enricher:
             self.recognizer = CombinedRecognizer(model, self.patterns)
         self.keyphrases = KeyphraseExtractor()
 
-    @property
-    def gazetteer(self) -> Gazetteer:
-        return self.patterns.gazetteer
-
-    def enrich(self, item: int, kind: str, content: str, article: Article) -> Record:
+    def enrich(
+        self, item: int, kind: str, content: str, article: Article, known: Gazetteer | None = None
+    ) -> Record:
         """The article's record; its ``organizations`` (the given ones and those
-        found in the text) replace the article's (see ``record_keywords``)."""
+        found in the text) replace the article's (see ``record_keywords``).
+
+        Names are looked up in a gazetteer of the document's own (its given
+        organizations and the names its text shows by their shape, with their
+        stems) over ``known`` when given, so that the record depends on the
+        document (and ``known``) alone, never on what was enriched before."""
         s = self.settings
         passages = split_passages(article.body, s.passage_tokens)
-        found = self.recognizer.recognize(article.title, article.body)
-        self.gazetteer.add(article.organizations)
+        own = Gazetteer(article.organizations, base=known)
+        found = self.recognizer.recognize(article.title, article.body, own)
         organizations = merge_organizations(article.organizations, found)[: s.max_organizations]
         phrases = self.keyphrases.extract(
             f"{article.title.strip()}\n\n{article.body.strip()}", s.keyphrases

@@ -1,4 +1,4 @@
-"""Job state, the document registry and the organization gazetteer.
+"""Job state and the document registry.
 
 Production keeps them in Redis, next to the Celery queues; embedded mode
 keeps them in SQLite (``SqliteKeyValue``: WAL journal, every write committed
@@ -643,15 +643,21 @@ class RegistryEntry(HasKeywords):
     # The keyword fields (attest.core.document) by name, for deletes by filter.
     keywords: Keywords = field(default_factory=dict)
     published_at: str | None = None
+    # passages_digest of the passages indexed; "" for entries written before
+    # the registry kept it (their content is not compared by attest doctor).
+    passages_sha256: str = ""
 
     def to_json(self) -> str:
         # [hash, passages, organizations, entity_ids, published_at] as first
-        # written, then the other keyword fields that have values.
-        others = {
+        # written, then the other keyword fields that have values and the
+        # passages' digest (in that object, so earlier readers ignore it).
+        others: dict[str, Any] = {
             name: list(values)
             for name, values in self.keywords.items()
             if name not in _REGISTRY_POSITIONS and values
         }
+        if self.passages_sha256:
+            others[_DIGEST_KEY] = self.passages_sha256
         return json.dumps(
             [
                 self.content_hash,
@@ -670,11 +676,13 @@ class RegistryEntry(HasKeywords):
             **(rest[0] if rest else {}),
             **dict(zip(_REGISTRY_POSITIONS, (o, e), strict=True)),
         }
-        return cls(h, int(p), keywords_from_stored(stored), d)
+        digest = str(stored.get(_DIGEST_KEY) or "")
+        return cls(h, int(p), keywords_from_stored(stored), d, digest)
 
 
 # Keyword fields a registry entry holds by position (its first format).
 _REGISTRY_POSITIONS = ("organizations", "entity_ids")
+_DIGEST_KEY = "passages_sha256"
 
 
 def _ts(value: str | None) -> datetime | None:
@@ -682,7 +690,7 @@ def _ts(value: str | None) -> datetime | None:
 
 
 class JobStore:
-    """Jobs, the registry and the gazetteer over a ``KeyValue``.
+    """Jobs and the registry over a ``KeyValue``.
 
     ``keep_sources``: the registry also keeps each document's normalized
     source, so that ``attest doctor --repair`` can index a document again into
@@ -965,13 +973,6 @@ class JobStore:
             d: RegistryEntry.from_json(t)
             for d, t in self.kv.hgetall(self._registry(tenant)).items()
         }
-
-    # organization gazetteer
-    def gazetteer(self, tenant: str) -> set[str]:
-        return self.kv.smembers(f"{PREFIX}gazetteer:{tenant}")
-
-    def gazetteer_add(self, tenant: str, names: Sequence[str]) -> None:
-        self.kv.sadd(f"{PREFIX}gazetteer:{tenant}", list(names))
 
     # pipeline tasks in flight (for the Celery pipeline's watchdog)
     def track(self, job_id: str, task_id: str, stage: str, items: Sequence[int]) -> None:

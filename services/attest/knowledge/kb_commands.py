@@ -87,6 +87,13 @@ class _Client:
                     return await getattr(self._servicer, method)(request, None)
                 return await getattr(self._stub, method)(request, timeout=self.timeout)
             except grpc.aio.AioRpcError as err:
+                if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    raise click.ClickException(_not_served(self.address)) from err
+                if err.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise click.ClickException(
+                        f"UNAVAILABLE: {err.details()}\nNo knowledge service answers at "
+                        f"{self.address}. {_START}"
+                    ) from err
                 raise from_rpc(err) from err
         except AttestError as err:
             # In process or over gRPC, the same words.
@@ -102,6 +109,22 @@ class _Client:
         raise click.ClickException(
             f"no entity matches {text!r}" + (f"; nearest: {near}" if near else "")
         )
+
+
+_START = (
+    "Start one with `attest serve all --knowledge` (every service in one process) or "
+    "`attest serve knowledge`, and pass its address with --address HOST:PORT (or "
+    "ATTEST_KNOWLEDGE_ADDRESS); without --address the command loads the knowledge base "
+    "in this process."
+)
+
+
+def _not_served(address: str | None) -> str:
+    return (
+        f"the knowledge service is not running at {address}: a gRPC server answers there "
+        "but does not serve attest.knowledge.v1.KnowledgeService (a `serve all` started "
+        f"without --knowledge?). {_START}"
+    )
 
 
 def _in_use(data_dir: Path, pid: int | None) -> str:

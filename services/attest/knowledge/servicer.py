@@ -331,6 +331,23 @@ class KnowledgeServicer(knowledge_pb2_grpc.KnowledgeServiceServicer):
             aspect_facts=[convert.aspect_to_proto(f) for f in facts if isinstance(f, AspectFact)],
         )
 
+    async def ListFactDocuments(
+        self, request: knowledge_pb2.ListFactDocumentsRequest, context: Context
+    ) -> knowledge_pb2.ListFactDocumentsResponse:
+        if self._personal is None:
+            raise FailedPrecondition(NO_PERSONAL_BASE)
+        size = self._count(request.page_size, 1000, 10_000, "page_size")
+        view = await self._personal.view(tenant_var.get())
+        ids = sorted(d for d in view.documents if d > request.page_token)
+        page = ids[:size]
+        return knowledge_pb2.ListFactDocumentsResponse(
+            documents=[
+                knowledge_pb2.FactDocument(doc_id=d, facts=len(view.document_facts(d)))
+                for d in page
+            ],
+            next_page_token=page[-1] if len(ids) > size else "",
+        )
+
     async def Search(
         self, request: knowledge_pb2.SearchRequest, context: Context
     ) -> knowledge_pb2.SearchResponse:

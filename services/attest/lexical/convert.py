@@ -193,7 +193,10 @@ def page_to_proto(page: DocumentPage) -> lexical_pb2.ListDocumentsResponse:
     return lexical_pb2.ListDocumentsResponse(
         documents=[
             lexical_pb2.StoredDocument(
-                doc_id=d.doc_id, passages=d.passages, has_document=d.has_document
+                doc_id=d.doc_id,
+                passages=d.passages,
+                has_document=d.has_document,
+                passages_sha256=d.passages_sha256,
             )
             for d in page.documents
         ],

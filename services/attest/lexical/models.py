@@ -87,6 +87,9 @@ class StoredDocument:
     doc_id: str
     passages: int  # passage records with this id
     has_document: bool  # False: passages left without their document record
+    # attest.core.document.passages_digest of the passage records' texts; ""
+    # where the backend does not read texts while listing (the engines).
+    passages_sha256: str = ""
 
 
 @dataclass(frozen=True, slots=True)

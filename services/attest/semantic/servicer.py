@@ -209,6 +209,7 @@ def page_to_proto(page: DocumentPage) -> semantic_pb2.ListDocumentsResponse:
                 passages=d.passages,
                 has_article=d.has_article,
                 entity_ids=list(d.entity_ids),
+                passages_sha256=d.passages_sha256,
             )
             for d in page.documents
         ],

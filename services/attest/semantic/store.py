@@ -51,7 +51,7 @@ from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from attest.core.context import budget, remaining_seconds
-from attest.core.document import BY_NAME, KEYWORD_FIELDS, Keywords
+from attest.core.document import BY_NAME, KEYWORD_FIELDS, Keywords, passages_digest
 from attest.core.errors import (
     AttestError,
     DeadlineExceeded,
@@ -411,6 +411,8 @@ class StoredDocument:
     passages: int  # passage points with this id
     has_article: bool  # False: passages left without their article point
     entity_ids: tuple[str, ...] = ()  # the article's KG links, sorted
+    # attest.core.document.passages_digest of the passage points' texts
+    passages_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -425,8 +427,9 @@ _ORPHAN_PHASE = "p:"
 
 async def _passage_counts(
     store: VectorStore, tenant: str, doc_ids: Sequence[str]
-) -> dict[str, int]:
-    counts = dict.fromkeys(doc_ids, 0)
+) -> dict[str, tuple[int, str]]:
+    """doc id -> (passage points, passages_digest of their texts)."""
+    texts: dict[str, list[tuple[int, str]]] = {d: [] for d in doc_ids}
     offset: str | None = None
     while doc_ids:
         payloads, offset = await store.payload_page(
@@ -434,15 +437,16 @@ async def _passage_counts(
             tenant,
             offset=offset,
             limit=_SCROLL_PAGE,
-            fields=["doc_id"],
+            fields=["doc_id", "passage_index", "text"],
             doc_ids=doc_ids,
         )
         for p in payloads:
-            doc_id = str(p["doc_id"])
-            counts[doc_id] = counts.get(doc_id, 0) + 1
+            texts.setdefault(str(p["doc_id"]), []).append(
+                (int(p.get("passage_index", 0)), str(p.get("text") or ""))
+            )
         if offset is None:
             break
-    return counts
+    return {d: (len(t), passages_digest(t)) for d, t in texts.items()}
 
 
 def _offset(page_token: str, phase: str) -> str | None:
@@ -476,7 +480,10 @@ async def list_documents(
         )
         links = {str(p["doc_id"]): tuple(sorted(p.get("entity_ids") or ())) for p in payloads}
         counts = await _passage_counts(store, tenant, list(links))
-        docs = tuple(StoredDocument(d, counts.get(d, 0), True, e) for d, e in links.items())
+        docs = tuple(
+            StoredDocument(d, counts.get(d, (0, ""))[0], True, e, counts.get(d, (0, ""))[1])
+            for d, e in links.items()
+        )
         token = _ARTICLE_PHASE + after if after is not None else _ORPHAN_PHASE
         return DocumentPage(docs, token)
     if not page_token.startswith(_ORPHAN_PHASE):
@@ -494,7 +501,7 @@ async def list_documents(
         with_article = {str(p["doc_id"]) for p in articles}
     lone = [d for d in seen if d not in with_article]
     counts = await _passage_counts(store, tenant, lone)
-    docs = tuple(StoredDocument(d, counts[d], False) for d in lone)
+    docs = tuple(StoredDocument(d, counts[d][0], False, (), counts[d][1]) for d in lone)
     return DocumentPage(docs, _ORPHAN_PHASE + after if after is not None else "")
 
 

@@ -52,6 +52,7 @@ from attest.core.document import (
     Keywords,
     keywords_from_stored,
     keywords_to_stored,
+    passages_digest,
 )
 from attest.core.errors import Unavailable
 from attest.core.offload import Offloaders
@@ -484,10 +485,12 @@ class TantivyBackend:
     async def stats(self, tenant: str) -> Counts:
         return await asyncio.to_thread(self._stats_sync, tenant)
 
-    def _stored_sync(self, tenant: str) -> dict[str, tuple[int, bool]]:
-        """doc id -> (passage records, whether the document record exists)."""
+    def _stored_sync(self, tenant: str, *, texts: bool = False) -> dict[str, tuple[int, bool, str]]:
+        """doc id -> (passage records, whether the document record exists, the
+        passages' digest when ``texts``, else "")."""
         docs, passages = self._ready()
-        out: dict[str, tuple[int, bool]] = {}
+        out: dict[str, tuple[int, bool, str]] = {}
+        held: dict[str, list[tuple[int, str]]] = {}
         for level, is_passage in ((docs, False), (passages, True)):
             query = level.term("tenant", tenant)
             total = level.count(query)
@@ -495,9 +498,16 @@ class TantivyBackend:
                 continue
             searcher = level.index.searcher()
             for _, address in searcher.search(query, total, count=False).hits:
-                doc_id = str(_first(searcher.doc(address).to_dict(), "doc_id", ""))
-                count, has_document = out.get(doc_id, (0, False))
-                out[doc_id] = (count + int(is_passage), has_document or not is_passage)
+                stored = searcher.doc(address).to_dict()
+                doc_id = str(_first(stored, "doc_id", ""))
+                count, has_document, _ = out.get(doc_id, (0, False, ""))
+                out[doc_id] = (count + int(is_passage), has_document or not is_passage, "")
+                if texts and is_passage:
+                    held.setdefault(doc_id, []).append(
+                        (int(_first(stored, "passage_index", 0)), str(_first(stored, "text", "")))
+                    )
+        if texts:
+            out = {d: (n, has, passages_digest(held.get(d, ()))) for d, (n, has, _) in out.items()}
         return out
 
     async def document_ids(self, tenant: str) -> dict[str, int]:
@@ -505,14 +515,14 @@ class TantivyBackend:
         (for reconciliation with the ingest registry; a passage whose document
         record is gone still shows up under its id)."""
         stored = await asyncio.to_thread(self._stored_sync, tenant)
-        return {d: n for d, (n, _) in stored.items()}
+        return {d: n for d, (n, _, _) in stored.items()}
 
     async def list_documents(self, tenant: str, page_token: str, page_size: int) -> DocumentPage:
         # Every write commits, so nothing needs refreshing. tantivy has no
         # range over a text field that keeps up with the ids, so each page reads
         # the tenant's ids afresh: fine for an embedded index, whose doctor reads
         # all pages at once (``document_ids``) anyway.
-        stored = await asyncio.to_thread(self._stored_sync, tenant)
+        stored = await asyncio.to_thread(functools.partial(self._stored_sync, tenant, texts=True))
         ids = sorted(d for d in stored if d > page_token)
         page = ids[:page_size]
         return DocumentPage(

@@ -635,6 +635,7 @@ class DeleteResponse(_message.Message):
     MATCHED_FIELD_NUMBER: _builtins.int
     DELETED_FIELD_NUMBER: _builtins.int
     DOC_IDS_FIELD_NUMBER: _builtins.int
+    FAILURES_FIELD_NUMBER: _builtins.int
     matched: _builtins.int
     """Number of documents that existed and matched the request."""
     deleted: _builtins.int
@@ -643,16 +644,24 @@ class DeleteResponse(_message.Message):
     def doc_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Ids of the matched documents, at most the first 1,000."""
 
+    @_builtins.property
+    def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___Failure]:
+        """Ids refused as given (code FAILURE_CODE_INVALID_ID, item_index their
+        position in DeleteRequest.doc_ids, stage STAGE_RECEIVE); the other ids
+        are deleted all the same.
+        """
+
     def __init__(
         self,
         *,
         matched: _builtins.int = ...,
         deleted: _builtins.int = ...,
         doc_ids: _abc.Iterable[_builtins.str] | None = ...,
+        failures: _abc.Iterable[Global___Failure] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "doc_ids", b"doc_ids", "matched", b"matched"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "doc_ids", b"doc_ids", "failures", b"failures", "matched", b"matched"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -835,9 +835,85 @@ class StoreRequest(_message.Message):
 Global___StoreRequest: _TypeAlias = StoreRequest  # noqa: Y015
 
 @_typing.final
-class GetDocumentFactsRequest(_message.Message):
+class ListFactDocumentsRequest(_message.Message):
     """Request of KnowledgeService.GetDocumentFacts."""
 
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Documents per page, 1-10,000; 0 means 1,000."""
+    page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFactDocumentsRequest: _TypeAlias = ListFactDocumentsRequest  # noqa: Y015
+
+@_typing.final
+class FactDocument(_message.Message):
+    """One source document of the personal base."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOC_ID_FIELD_NUMBER: _builtins.int
+    FACTS_FIELD_NUMBER: _builtins.int
+    doc_id: _builtins.str
+    """Id of the source document."""
+    facts: _builtins.int
+    """Number of facts stored from it (descriptions, triples and aspect facts)."""
+    def __init__(
+        self,
+        *,
+        doc_id: _builtins.str = ...,
+        facts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "facts", b"facts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FactDocument: _TypeAlias = FactDocument  # noqa: Y015
+
+@_typing.final
+class ListFactDocumentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___FactDocument]:
+        """Documents of the page, in id order."""
+
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[Global___FactDocument] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListFactDocumentsResponse: _TypeAlias = ListFactDocumentsResponse  # noqa: Y015
+
+@_typing.final
+class GetDocumentFactsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SOURCE_DOC_ID_FIELD_NUMBER: _builtins.int

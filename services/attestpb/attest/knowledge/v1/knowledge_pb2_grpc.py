@@ -67,6 +67,11 @@ class KnowledgeServiceStub:
                 request_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsRequest.SerializeToString,
                 response_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsResponse.FromString,
                 _registered_method=True)
+        self.ListFactDocuments = channel.unary_unary(
+                '/attest.knowledge.v1.KnowledgeService/ListFactDocuments',
+                request_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.ListFactDocumentsRequest.SerializeToString,
+                response_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.ListFactDocumentsResponse.FromString,
+                _registered_method=True)
         self.Search = channel.unary_unary(
                 '/attest.knowledge.v1.KnowledgeService/Search',
                 request_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.SearchRequest.SerializeToString,
@@ -129,6 +134,15 @@ class KnowledgeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListFactDocuments(self, request, context):
+        """Lists the source documents the caller's personal base holds facts from,
+        in id order, with how many facts each (for attest doctor, which checks
+        them against the ingest registry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Search(self, request, context):
         """Answers a question from the knowledge bases by running a program of the
         operations above (given by the caller, or planned by the server from the
@@ -170,6 +184,11 @@ def add_KnowledgeServiceServicer_to_server(servicer, server):
                     servicer.GetDocumentFacts,
                     request_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsRequest.FromString,
                     response_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsResponse.SerializeToString,
+            ),
+            'ListFactDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFactDocuments,
+                    request_deserializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.ListFactDocumentsRequest.FromString,
+                    response_serializer=attest_dot_knowledge_dot_v1_dot_knowledge__pb2.ListFactDocumentsResponse.SerializeToString,
             ),
             'Search': grpc.unary_unary_rpc_method_handler(
                     servicer.Search,
@@ -342,6 +361,33 @@ class KnowledgeService:
             '/attest.knowledge.v1.KnowledgeService/GetDocumentFacts',
             attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsRequest.SerializeToString,
             attest_dot_knowledge_dot_v1_dot_knowledge__pb2.GetDocumentFactsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFactDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/attest.knowledge.v1.KnowledgeService/ListFactDocuments',
+            attest_dot_knowledge_dot_v1_dot_knowledge__pb2.ListFactDocumentsRequest.SerializeToString,
+            attest_dot_knowledge_dot_v1_dot_knowledge__pb2.ListFactDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

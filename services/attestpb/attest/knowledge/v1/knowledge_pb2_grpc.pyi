@@ -64,6 +64,11 @@ class KnowledgeServiceStub:
     """Lists the facts the caller's personal base holds from one document, with
     their provenance.
     """
+    ListFactDocuments: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.ListFactDocumentsRequest, _knowledge_pb2.ListFactDocumentsResponse]
+    """Lists the source documents the caller's personal base holds facts from,
+    in id order, with how many facts each (for attest doctor, which checks
+    them against the ingest registry).
+    """
     Search: _grpc.UnaryUnaryMultiCallable[_knowledge_pb2.SearchRequest, _knowledge_pb2.SearchResponse]
     """Answers a question from the knowledge bases by running a program of the
     operations above (given by the caller, or planned by the server from the
@@ -101,6 +106,11 @@ class KnowledgeServiceAsyncStub(KnowledgeServiceStub):
     GetDocumentFacts: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.GetDocumentFactsRequest, _knowledge_pb2.GetDocumentFactsResponse]  # type: ignore[assignment]
     """Lists the facts the caller's personal base holds from one document, with
     their provenance.
+    """
+    ListFactDocuments: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.ListFactDocumentsRequest, _knowledge_pb2.ListFactDocumentsResponse]  # type: ignore[assignment]
+    """Lists the source documents the caller's personal base holds facts from,
+    in id order, with how many facts each (for attest doctor, which checks
+    them against the ingest registry).
     """
     Search: _aio.UnaryUnaryMultiCallable[_knowledge_pb2.SearchRequest, _knowledge_pb2.SearchResponse]  # type: ignore[assignment]
     """Answers a question from the knowledge bases by running a program of the
@@ -172,6 +182,17 @@ class KnowledgeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_knowledge_pb2.GetDocumentFactsResponse, _abc.Awaitable[_knowledge_pb2.GetDocumentFactsResponse]]:
         """Lists the facts the caller's personal base holds from one document, with
         their provenance.
+        """
+
+    @_abc_1.abstractmethod
+    def ListFactDocuments(
+        self,
+        request: _knowledge_pb2.ListFactDocumentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_knowledge_pb2.ListFactDocumentsResponse, _abc.Awaitable[_knowledge_pb2.ListFactDocumentsResponse]]:
+        """Lists the source documents the caller's personal base holds facts from,
+        in id order, with how many facts each (for attest doctor, which checks
+        them against the ingest registry).
         """
 
     @_abc_1.abstractmethod

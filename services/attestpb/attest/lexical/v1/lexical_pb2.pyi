@@ -379,6 +379,7 @@ class StoredDocument(_message.Message):
     DOC_ID_FIELD_NUMBER: _builtins.int
     PASSAGES_FIELD_NUMBER: _builtins.int
     HAS_DOCUMENT_FIELD_NUMBER: _builtins.int
+    PASSAGES_SHA256_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the document."""
     passages: _builtins.int
@@ -387,16 +388,22 @@ class StoredDocument(_message.Message):
     """Whether the document record (title and body) is stored; false for
     passages left without their document.
     """
+    passages_sha256: _builtins.str
+    """SHA-256 (hex) of the passage records' indexes and texts, as
+    attest.core.document.passages_digest computes it; empty where the backend
+    does not read texts while listing (Elasticsearch, OpenSearch).
+    """
     def __init__(
         self,
         *,
         doc_id: _builtins.str = ...,
         passages: _builtins.int = ...,
         has_document: _builtins.bool = ...,
+        passages_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "has_document", b"has_document", "passages", b"passages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "has_document", b"has_document", "passages", b"passages", "passages_sha256", b"passages_sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

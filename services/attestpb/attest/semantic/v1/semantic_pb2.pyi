@@ -835,6 +835,7 @@ class StoredDocument(_message.Message):
     PASSAGES_FIELD_NUMBER: _builtins.int
     HAS_ARTICLE_FIELD_NUMBER: _builtins.int
     ENTITY_IDS_FIELD_NUMBER: _builtins.int
+    PASSAGES_SHA256_FIELD_NUMBER: _builtins.int
     doc_id: _builtins.str
     """Id of the article."""
     passages: _builtins.int
@@ -842,6 +843,10 @@ class StoredDocument(_message.Message):
     has_article: _builtins.bool
     """Whether the article record (its title and summary embedding and its KG
     links) is stored; false for passages left without their article.
+    """
+    passages_sha256: _builtins.str
+    """SHA-256 (hex) of the passage points' indexes and texts, as
+    attest.core.document.passages_digest computes it.
     """
     @_builtins.property
     def entity_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -856,10 +861,11 @@ class StoredDocument(_message.Message):
         passages: _builtins.int = ...,
         has_article: _builtins.bool = ...,
         entity_ids: _abc.Iterable[_builtins.str] | None = ...,
+        passages_sha256: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "has_article", b"has_article", "passages", b"passages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["doc_id", b"doc_id", "entity_ids", b"entity_ids", "has_article", b"has_article", "passages", b"passages", "passages_sha256", b"passages_sha256"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
