@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from attest.retrieval.fusion import Ranked, fuse, reciprocal_rank_fusion, weighted_score_fusion
+from attest.retrieval.fusion import (
+    FusionSettings,
+    Ranked,
+    fuse,
+    reciprocal_rank_fusion,
+    weighted_score_fusion,
+)
 
 
 def test_rrf_matches_the_formula():
@@ -127,3 +133,23 @@ def test_a_broken_settings_file_is_a_settings_error_at_start_up(tmp_path, monkey
         monkeypatch.setenv("ATTEST_ANSWER_FUSION_SETTINGS", str(path))
         with pytest.raises(ValidationError, match=name):
             AnswerSettings()
+
+
+def test_a_retriever_no_fit_considered_counts_as_a_typical_fitted_one() -> None:
+    fitted = FusionSettings(
+        method="weighted",
+        weights={"bm25": 1.0, "dense": 1.0, "kg_enhanced": 0.2, "kg": 4.0},
+        default_weight=0.0,
+        rescore=("kg",),
+    )
+    # The knowledge retriever: the mean over the fusing fitted retrievers (kg re-scores).
+    assert fitted.weight("knowledge") == pytest.approx((1.0 + 1.0 + 0.2) / 3)
+    # A fitted retriever the file leaves out stays out; a named one keeps its weight.
+    assert (
+        FusionSettings(method="rrf", weights={"bm25": 1.0}, default_weight=0.0).weight("dense")
+        == 0.0
+    )
+    named = FusionSettings(method="rrf", weights={"bm25": 1.0, "knowledge": 0.5}, default_weight=0)
+    assert named.weight("knowledge") == 0.5
+    # Settings that weigh unnamed retrievers keep doing so.
+    assert FusionSettings(method="rrf", weights={"bm25": 2.0}).weight("knowledge") == 1.0

@@ -143,10 +143,23 @@ class FusionSettings:
         }
 
     def weight(self, name: str) -> float:
-        """How much a retriever counts; a linear model counts those it has features for."""
+        """How much a retriever counts; a linear model counts those it has features for.
+
+        As with a linear model's features (``features_of``), a retriever no fit
+        considered (not in ``FITTED_RETRIEVERS``: the knowledge retriever) that the
+        settings do not name, under settings that give unnamed retrievers no weight
+        (a fitted file's ``default_weight`` 0), counts as the mean of the fitted
+        retrievers that fuse with a weight: like a typical one, not at all."""
         if self.method == "linear":
             return 1.0 if any(self.features_of(name).values()) else 0.0
-        return float(self.weights.get(name, self.default_weight))
+        if name in self.weights or name in FITTED_RETRIEVERS or self.default_weight > 0:
+            return float(self.weights.get(name, self.default_weight))
+        fitted = [
+            float(w)
+            for n, w in self.weights.items()
+            if n in FITTED_RETRIEVERS and n not in self.rescore and w > 0
+        ]
+        return sum(fitted) / len(fitted) if fitted else float(self.default_weight)
 
     def describe(self) -> dict[str, Any]:
         return {
