@@ -26,8 +26,13 @@ crash at each point leaves:
 Recovery rule (embedded mode, at start-up): every job that was acknowledged
 (sealed) but not finished resumes with its items that are neither indexed,
 unchanged nor failed; their pending documents are written again by step 2
-and committed by step 3. A job that was never sealed was never acknowledged
-and is marked failed. ``attest doctor`` then compares the registry with every
+and committed by step 3. Open jobs are merged first: of their unfinished
+items over one document only the newest job's resumes (the older ones are
+superseded), and an item whose document the registry holds with the same
+content hash is unchanged (``IngestCore.recover``). Step 3 decides whether an
+item created, updated or left its document unchanged against the registry
+inside its transaction, so jobs that overlap count each document once. A job
+that was never sealed was never acknowledged and is marked failed. ``attest doctor`` then compares the registry with every
 store: a document in a store but neither in the registry nor pending in an
 open job is an orphan (deleted on repair); a registry document missing from
 a store is indexed again from its stored source; a pending note of a job
