@@ -32,12 +32,13 @@ superseded), and an item whose document the registry holds with the same
 content hash is unchanged (``IngestCore.recover``). Step 3 decides whether an
 item created, updated or left its document unchanged against the registry
 inside its transaction, so jobs that overlap count each document once. A job
-that was never sealed was never acknowledged and is marked failed. ``attest doctor`` then compares the registry with every
-store: a document in a store but neither in the registry nor pending in an
-open job is an orphan (deleted on repair); a registry document missing from
-a store is indexed again from its stored source; a pending note of a job
-that is no longer open is settled the same way (its document goes back to
-the registry's version, or away).
+that was never sealed was never acknowledged and is marked failed.
+``attest doctor`` then compares the registry with every store: a document in
+a store but neither in the registry nor pending in an open job is an orphan
+(deleted on repair); a registry document missing from a store is indexed
+again from its stored source; a pending note of a job that is no longer open
+is settled the same way (its document goes back to the registry's version,
+or away).
 
 On Celery (production) every task is noted (``track``) before it is sent and
 forgotten when it finishes; the ingest service's watchdog
