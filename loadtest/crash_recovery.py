@@ -4,9 +4,11 @@ The scenario of issue 49: the first ``--docs`` Reuters-21578 articles are
 ingested with ``attest ingest`` (embedded, one process) into a fresh data
 directory without interruption, which gives the clean time on this machine in
 this session. Then a second fresh data directory gets the same command
-``--kills`` times, each killed with SIGKILL at a random moment (seeded) between
-``--kill-from`` and ``--kill-to`` of the clean time after its start, and then
-once more to the end. The figures, read from the ingest state afterwards:
+``--kills`` times, each killed with SIGKILL at a random moment (seeded), and
+then once more to the end. The moment falls while work remains: after the
+start-up (the clean run's time less the time its report gives for the ingest
+itself), between ``--kill-from`` and ``--kill-to`` of the clean ingest time
+scaled by the share of documents not yet stored. The figures, read from the ingest state afterwards:
 
 * operations: items each stage (enrich, embed, index) processed over every job
   and every attempt (the state's per-job work counters, which count work as it
@@ -81,6 +83,24 @@ def ingest(path: Path, data_dir: Path, *, kill_after: float | None = None) -> di
         "stdout": out,
         "stderr_tail": err[-2000:],
     }
+
+
+def took(stdout: str) -> float | None:
+    """The ingest time ``attest ingest``'s report gives (after its start-up)."""
+    m = re.search(r"took ([\d,.]+) s", stdout)
+    return float(m.group(1).replace(",", "")) if m else None
+
+
+def stored(data_dir: Path) -> int:
+    """Documents in the registry of ``data_dir`` (0 before the first run)."""
+    path = data_dir / "ingest" / "state.sqlite3"
+    if not path.is_file():
+        return 0
+    from attest.ingest.state import PREFIX
+
+    with sqlite3.connect(path) as db:
+        key = f"{PREFIX}registry:default"
+        return int(db.execute("SELECT COUNT(*) FROM h WHERE key = ?", (key,)).fetchone()[0])
 
 
 def doctor(data_dir: Path) -> dict[str, Any]:
@@ -185,8 +205,12 @@ def main() -> int:
         rng = random.Random(args.seed)
         crashed = work_dir / "crashed"
         runs = []
+        clean_docs = report_counts(clean["stdout"]).get("created", 0) or 1
+        work = took(clean["stdout"]) or clean["seconds"]
+        startup = clean["seconds"] - work
         for k in range(args.kills):
-            after = rng.uniform(args.kill_from, args.kill_to) * clean["seconds"]
+            left = max(0.0, 1 - stored(crashed) / clean_docs)
+            after = startup + rng.uniform(args.kill_from, args.kill_to) * work * left
             run = ingest(source, crashed, kill_after=after)
             run["kill_after"] = round(after, 2)
             runs.append(run)
@@ -211,6 +235,7 @@ def main() -> int:
     checks = {
         "operations <= 1.2x documents (each stage)": all(r <= 1.2 for r in ratios.values()),
         "last run <= 1.5x clean run": time_ratio <= 1.5,
+        "every kill landed during the ingest": all(r["killed"] for r in runs),
         "reports sum to the documents once": created == docs and updated == 0,
         "no job left open": not figures["open_jobs"],
         "doctor consistent": checked["exit"] == 0,
