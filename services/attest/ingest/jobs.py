@@ -769,7 +769,8 @@ class IngestCore:
                 if d is not None and newest[(tenant, d["article"]["id"])] != (job_id, i)
             ]
             self._supersede(job_id, superseded)
-            live = {i: d for i, d in records.items() if i not in set(superseded)}
+            gone = set(superseded)
+            live = {i: d for i, d in records.items() if i not in gone}
             sent = self._send(job_id, tenant, live)
             log.warning(
                 "resuming job %s: %d of its items were not finished when it stopped; %d "
