@@ -5,10 +5,12 @@ ingested with ``attest ingest`` (embedded, one process) into a fresh data
 directory without interruption, which gives the clean time on this machine in
 this session. Then a second fresh data directory gets the same command
 ``--kills`` times, each killed with SIGKILL at a random moment (seeded), and
-then once more to the end. The moment falls while work remains: after the
-start-up (the clean run's time less the time its report gives for the ingest
-itself), between ``--kill-from`` and ``--kill-to`` of the clean ingest time
-scaled by the share of documents not yet stored. The figures, read from the ingest state afterwards:
+then once more to the end. The moment is chosen by progress, not by the clock
+(the machine may be shared, and a resumed run is shorter): a run is killed
+once the registry holds a random share, between ``--kill-from`` and
+``--kill-to``, of the documents it still lacked when the run started, plus a
+random 0-2 s, so that the kill falls inside a slice of work rather than just
+after a commit. The figures, read from the ingest state afterwards:
 
 * operations: items each stage (enrich, embed, index) processed over every job
   and every attempt (the state's per-job work counters, which count work as it
@@ -39,6 +41,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -58,8 +61,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def ingest(path: Path, data_dir: Path, *, kill_after: float | None = None) -> dict[str, Any]:
-    """One ``attest ingest`` run; killed with SIGKILL after ``kill_after`` seconds."""
+def ingest(
+    path: Path, data_dir: Path, *, kill_at: int | None = None, jitter: float = 0.0
+) -> dict[str, Any]:
+    """One ``attest ingest`` run; killed with SIGKILL ``jitter`` seconds after the
+    registry holds ``kill_at`` documents."""
     began = time.monotonic()
     proc = subprocess.Popen(
         [*ATTEST, "ingest", str(path), "--data-dir", str(data_dir)],
@@ -70,12 +76,30 @@ def ingest(path: Path, data_dir: Path, *, kill_after: float | None = None) -> di
         start_new_session=True,
     )
     killed = False
-    try:
-        out, err = proc.communicate(timeout=kill_after)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+    if kill_at is not None:
+        # The pipes are drained by threads while this one watches the registry.
+        out_lines: list[str] = []
+        err_lines: list[str] = []
+        readers = [
+            threading.Thread(target=lambda s=s, b=b: b.extend(s), daemon=True)
+            for s, b in ((proc.stdout, out_lines), (proc.stderr, err_lines))
+        ]
+        for r in readers:
+            r.start()
+        while proc.poll() is None:
+            if stored(data_dir) >= kill_at:
+                time.sleep(jitter)
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    killed = True
+                break
+            time.sleep(0.2)
+        proc.wait()
+        for r in readers:
+            r.join()
+        out, err = "".join(out_lines), "".join(err_lines)
+    else:
         out, err = proc.communicate()
-        killed = True
     return {
         "seconds": round(time.monotonic() - began, 2),
         "killed": killed,
@@ -83,12 +107,6 @@ def ingest(path: Path, data_dir: Path, *, kill_after: float | None = None) -> di
         "stdout": out,
         "stderr_tail": err[-2000:],
     }
-
-
-def took(stdout: str) -> float | None:
-    """The ingest time ``attest ingest``'s report gives (after its start-up)."""
-    m = re.search(r"took ([\d,.]+) s", stdout)
-    return float(m.group(1).replace(",", "")) if m else None
 
 
 def stored(data_dir: Path) -> int:
@@ -181,8 +199,12 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=1500)
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--seed", type=int, default=49)
-    parser.add_argument("--kill-from", type=float, default=0.1, help="of the clean time")
-    parser.add_argument("--kill-to", type=float, default=0.7, help="of the clean time")
+    parser.add_argument(
+        "--kill-from", type=float, default=0.1, help="of the documents a run still lacks"
+    )
+    parser.add_argument(
+        "--kill-to", type=float, default=0.7, help="of the documents a run still lacks"
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="kept when given")
     parser.add_argument("--report", type=Path, default=REPORT)
     args = parser.parse_args()
@@ -205,17 +227,23 @@ def main() -> int:
         rng = random.Random(args.seed)
         crashed = work_dir / "crashed"
         runs = []
-        clean_docs = report_counts(clean["stdout"]).get("created", 0) or 1
-        work = took(clean["stdout"]) or clean["seconds"]
-        startup = clean["seconds"] - work
+        clean_docs = report_counts(clean["stdout"]).get("created", 0)
         for k in range(args.kills):
-            left = max(0.0, 1 - stored(crashed) / clean_docs)
-            after = startup + rng.uniform(args.kill_from, args.kill_to) * work * left
-            run = ingest(source, crashed, kill_after=after)
-            run["kill_after"] = round(after, 2)
+            before = stored(crashed)
+            share = rng.uniform(args.kill_from, args.kill_to)
+            target = before + max(1, round(share * (clean_docs - before)))
+            jitter = rng.uniform(0.0, 2.0)
+            run = ingest(source, crashed, kill_at=target, jitter=jitter)
+            run["kill_at_stored"] = target
+            run["stored_after"] = stored(crashed)
             runs.append(run)
             state = "killed" if run["killed"] else f"finished first (exit {run['exit']})"
-            print(f"run {k + 1}: kill -9 after {after:.1f} s: {state}", flush=True)
+            print(
+                f"run {k + 1}: kill -9 {jitter:.1f} s after {target:,} documents stored "
+                f"({before:,} before): {state} after {run['seconds']:.1f} s, "
+                f"{run['stored_after']:,} stored",
+                flush=True,
+            )
         last = ingest(source, crashed)
         print(
             f"last run: {last['seconds']:.1f} s (exit {last['exit']})  "
@@ -276,7 +304,11 @@ def main() -> int:
                 "last_seconds": last["seconds"],
                 "time_ratio": round(time_ratio, 3),
                 "killed_runs": [
-                    {k: r[k] for k in ("kill_after", "killed", "seconds", "exit")} for r in runs
+                    {
+                        k: r[k]
+                        for k in ("kill_at_stored", "stored_after", "killed", "seconds", "exit")
+                    }
+                    for r in runs
                 ],
                 "created_summed": created,
                 "updated_summed": updated,
