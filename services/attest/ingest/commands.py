@@ -52,6 +52,11 @@ class Report:
     # Of unchanged: replaced by a later record of the input with the same id.
     superseded: int = 0
     failures: list[tuple[str, str, str, str]] = field(default_factory=list)  # origin, id, code, why
+    # Items ingested with a warning (text dropped, passages cut off), and the first of them.
+    warned: int = 0
+    warnings: list[tuple[str, str, str, str]] = field(
+        default_factory=list
+    )  # origin, id, code, what
     # Read from PDF and DOCX files by this command (0 for JSONL and text).
     files: int = 0
     pages: int = 0
@@ -89,6 +94,13 @@ class Report:
             out.append(f"  failed {where}: {code} {reason}")
         if len(self.failures) > show:
             out.append(f"  ... and {len(self.failures) - show:,} more failures")
+        if self.warned:
+            out.append(f"  {self.warned:,} documents ingested with warnings")
+        for origin, doc_id, code, message in self.warnings[:show]:
+            where = f"{origin} ({doc_id})" if origin else doc_id
+            out.append(f"  warning {where}: {code} {message}")
+        if self.warned > min(show, len(self.warnings)):
+            out.append(f"  ... and {self.warned - min(show, len(self.warnings)):,} more")
         return out
 
 
@@ -184,7 +196,9 @@ async def _ingest_embedded(assembly: Assembly, path: Path, batch: int, total: in
                 if job.state in ("DONE", "FAILED"):
                     break
                 await asyncio.sleep(0.5)
-        job = core.job("default", job_id, failures_limit=job.progress.failed)
+        job = core.job(
+            "default", job_id, failures_limit=max(job.progress.failed, job.progress.warned)
+        )
         p = job.progress
         report = Report(
             job_id=job_id,
@@ -197,6 +211,8 @@ async def _ingest_embedded(assembly: Assembly, path: Path, batch: int, total: in
             failed=p.failed,
             passages=p.passages_indexed,
             failures=[(f.origin, f.doc_id, f.code, f.reason) for f in job.failures],
+            warned=p.warned,
+            warnings=[(w.origin, w.doc_id, w.code, w.message) for w in job.warnings],
         )
         return reading.fill(report, time.monotonic() - started)
     finally:
@@ -295,6 +311,10 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
                     failures.append((f.origin, f.doc_id, code, f.reason))
                 final = ingest_pb2.Job(job_id=job_id, state=update.state, progress=p)
         p = final.progress
+        warnings: list[tuple[str, str, str, str]] = []
+        if p.warned:
+            job = await stub.GetJob(ingest_pb2.GetJobRequest(job_id=job_id, failures_limit=1000))
+            warnings = [(w.origin, w.doc_id, w.code, w.message) for w in job.job.warnings]
         report = Report(
             job_id=job_id,
             state=ingest_pb2.JobState.Name(final.state).removeprefix("JOB_STATE_"),
@@ -306,6 +326,8 @@ async def run_remote(path: Path, address: str, batch: int, total: int) -> Report
             failed=p.failed + len(local_failures),
             passages=p.passages_indexed,
             failures=failures,
+            warned=p.warned,
+            warnings=warnings,
         )
         return reading.fill(report, time.monotonic() - started)
     finally:

@@ -13,7 +13,7 @@ from attest.ingest.documents import (
 )
 from attest.ingest.jobs import Item
 from attest.ingest.settings import IngestLimits
-from attest.ingest.state import FailureRecord, JobSnapshot, ProgressCounts
+from attest.ingest.state import FailureRecord, JobSnapshot, ProgressCounts, WarningRecord
 from attest.ingest.v1 import ingest_pb2
 
 _STATES = {
@@ -86,6 +86,13 @@ def progress_to_proto(p: ProgressCounts) -> ingest_pb2.Progress:
         updated=p.updated,
         passages_indexed=p.passages_indexed,
         superseded=p.superseded,
+        warned=p.warned,
+    )
+
+
+def warning_to_proto(w: WarningRecord) -> ingest_pb2.ItemWarning:
+    return ingest_pb2.ItemWarning(
+        item_index=w.item_index, doc_id=w.doc_id, origin=w.origin, code=w.code, message=w.message
     )
 
 
@@ -110,4 +117,5 @@ def job_to_proto(job: JobSnapshot) -> ingest_pb2.Job:
         started_at=to_timestamp(job.started_at),
         finished_at=to_timestamp(job.finished_at),
         error=job.error,
+        warnings=[warning_to_proto(w) for w in job.warnings],
     )

@@ -52,7 +52,13 @@ from attest.ingest.stages import (
     abstractive_summaries,
     record_keywords,
 )
-from attest.ingest.state import FailureRecord, JobSnapshot, JobStore, RegistryEntry
+from attest.ingest.state import (
+    FailureRecord,
+    JobSnapshot,
+    JobStore,
+    RegistryEntry,
+    WarningRecord,
+)
 
 log = logging.getLogger(__name__)
 
@@ -225,13 +231,16 @@ class StageRunner:
         """Enrich a batch. ``handoff`` gets the records (when there are any) before the
         progress is recorded: see ``embed``."""
         began = time.perf_counter()
-        indexes = [int(i) for i, _ in batch]
         kinds = {int(i): str(k) for i, k in batch}
-        texts = self.store.items(job_id, indexes)
+        todo = self.todo(job_id, tenant, [int(i) for i, _ in batch])
+        indexes = list(todo)
+        # Work is counted as it starts: a process killed in the middle did it.
+        self.store.count_work(job_id, "enrich", len(indexes))
         enricher = self._enricher(tenant)
         out: list[Record] = []
-        for index, text in zip(indexes, texts, strict=True):
-            if text is None:
+        warnings: list[WarningRecord] = []
+        for index, data in todo.items():
+            if data is None:
                 self.store.fail(
                     job_id,
                     [
@@ -246,10 +255,14 @@ class StageRunner:
                     ],
                 )
                 continue
-            data = json.loads(text)
             article = Article.from_json(data["article"])
             try:
-                out.append(enricher.enrich(index, kinds[index], data["hash"], article))
+                record = enricher.enrich(index, kinds[index], data["hash"], article)
+                out.append(record)
+                warnings.extend(
+                    WarningRecord(index, article.id, data.get("origin", ""), code, message)
+                    for code, message in record.pop("warnings", [])
+                )
             except Exception as exc:
                 log.exception("enrichment of %r failed", article.id)
                 self.store.fail(
@@ -272,11 +285,61 @@ class StageRunner:
             except AttestError as err:
                 # Degrade: the extractive summaries stay.
                 log.warning("no abstractive summaries (%s): %s", err.code, err.message)
+        self.store.warn(job_id, warnings)
         if out and handoff is not None:
             handoff(out)
         self.store.mark(job_id, "enriched", [r["item"] for r in out])
         _stage_done("enrich", began, len(out), len(indexes) - len(out))
         return out
+
+    def slices(self, job_id: str, batch: Batch) -> list[Batch]:
+        """``batch`` in slices to run one after another, smallest items first: a
+        slice holds items of about ``slice_chars`` characters in all (at least
+        one item), so that one large item neither holds the small items of its
+        batch nor loses their work when the process stops during it."""
+        budget = self._enrich_settings.slice_chars
+        indexes = [int(i) for i, _ in batch]
+        sizes = {
+            i: len(t or "") for i, t in zip(indexes, self.store.items(job_id, indexes), strict=True)
+        }
+        out: list[Batch] = []
+        current: Batch = []
+        used = 0
+        for entry in sorted(batch, key=lambda e: (sizes[int(e[0])], int(e[0]))):
+            size = sizes[int(entry[0])]
+            if current and used + size > budget:
+                out.append(current)
+                current, used = [], 0
+            current.append(entry)
+            used += size
+        if current:
+            out.append(current)
+        return out
+
+    def todo(self, job_id: str, tenant: str, indexes: Sequence[int]) -> dict[int, Any]:
+        """Of ``indexes``, the items still to run, with their records (None for an
+        item whose record is missing). An item is left out when the job has
+        finished it (a task delivered again, an item a later job superseded), or
+        when the registry holds its document in the same version: another job
+        stored it since this one was planned (the item is marked unchanged).
+        So a job resumed after a crash, or a batch delivered twice, costs only
+        the work still missing."""
+        finished = self.store.finished_among(job_id, indexes)
+        left = [i for i in indexes if i not in finished]
+        records: dict[int, Any] = {}
+        for index, text in zip(left, self.store.items(job_id, left), strict=True):
+            records[index] = json.loads(text) if text else None
+        ids = {i: d["article"]["id"] for i, d in records.items() if d is not None}
+        known = self.store.registry_get(tenant, sorted(set(ids.values())))
+        same = [
+            i
+            for i, doc_id in ids.items()
+            if doc_id in known and known[doc_id].content_hash == records[i]["hash"]
+        ]
+        self.store.mark(job_id, "unchanged", same)
+        for i in same:
+            del records[i]
+        return records
 
     def embed(
         self,
@@ -291,6 +354,7 @@ class StageRunner:
         a worker that dies before that leaves the items unmarked and its task is
         delivered again."""
         began = time.perf_counter()
+        self.store.count_work(job_id, "embed", len(records))
         embedding = self.embedding
         good: list[Record] = []
         for r in records:
@@ -406,13 +470,21 @@ class StageRunner:
             for r in records
         }
         items = {int(r["item"]): (str(r["kind"]), len(r["passages"])) for r in records}
+        doc_ids = {int(r["item"]): str(r["article"]["id"]) for r in records}
         # From the pending note to the commit, as one write: a backup sees the
         # batch in every store and the registry, or in none.
         async with awriting(self.store.barrier):
             await asyncio.to_thread(self.store.registry_begin, job_id, tenant, ids)
+            await asyncio.to_thread(self.store.count_work, job_id, "index", len(records))
             await self.sinks.index(tenant, records)
             await asyncio.to_thread(
-                self.store.registry_commit, job_id, tenant, entries, sources, items
+                self.store.registry_commit,
+                job_id,
+                tenant,
+                entries,
+                sources,
+                items,
+                doc_ids=doc_ids,
             )
         _stage_done("index", began, len(records), 0)
 
@@ -433,6 +505,7 @@ class InlineDispatcher:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, str, Batch]] = asyncio.Queue()
         self._worker: asyncio.Task[None] | None = None
+        self._outstanding: dict[str, int] = {}  # job -> batches queued or running
 
     def dispatch(self, job_id: str, tenant: str, batches: Sequence[Batch]) -> None:
         # A fresh context: the batches outlive the call that queued them, so they
@@ -445,6 +518,7 @@ class InlineDispatcher:
         if self._worker is None:
             self._worker = self._loop.create_task(self._work(), context=contextvars.Context())
         for batch in batches:
+            self._outstanding[job_id] = self._outstanding.get(job_id, 0) + 1
             self._queue.put_nowait((job_id, tenant, batch))
 
     async def _index(self, job_id: str, tenant: str, records: list[Record]) -> None:
@@ -463,23 +537,27 @@ class InlineDispatcher:
                 await asyncio.sleep(delay)
 
     async def run_batch(self, job_id: str, tenant: str, batch: Batch) -> None:
+        """Run a batch in slices (``StageRunner.slices``), each committed before the next."""
         runner = self.runner
-        try:
-            enriched = await asyncio.to_thread(runner.enrich, job_id, tenant, batch)
-            embedded = await asyncio.to_thread(runner.embed, job_id, enriched)
-            await self._index(job_id, tenant, embedded)
-        except Exception as exc:
-            log.exception("a batch of job %s failed", job_id)
-            done = runner.store.indexed_items(job_id)
-            items = [(int(i), "") for i, _ in batch if int(i) not in done]
-            await asyncio.to_thread(
-                runner.fail_items,
-                job_id,
-                "INDEX",
-                items,
-                FailureCode.PROCESSING_ERROR.value,
-                f"{type(exc).__name__}: {exc}",
-            )
+        for part in await asyncio.to_thread(runner.slices, job_id, batch):
+            try:
+                enriched = await asyncio.to_thread(runner.enrich, job_id, tenant, part)
+                embedded = await asyncio.to_thread(runner.embed, job_id, enriched)
+                await self._index(job_id, tenant, embedded)
+            except Exception as exc:
+                log.exception("a batch of job %s failed", job_id)
+                done = await asyncio.to_thread(
+                    runner.store.finished_among, job_id, [int(i) for i, _ in part]
+                )
+                items = [(int(i), "") for i, _ in part if int(i) not in done]
+                await asyncio.to_thread(
+                    runner.fail_items,
+                    job_id,
+                    "INDEX",
+                    items,
+                    FailureCode.PROCESSING_ERROR.value,
+                    f"{type(exc).__name__}: {exc}",
+                )
 
     async def _work(self) -> None:
         while True:
@@ -487,7 +565,19 @@ class InlineDispatcher:
             try:
                 await self.run_batch(job_id, tenant, batch)
             finally:
-                self._queue.task_done()
+                try:
+                    self._outstanding[job_id] -= 1
+                    if not self._outstanding[job_id]:
+                        del self._outstanding[job_id]
+                        # Its last batch ran: record DONE now, not when somebody asks
+                        # (a job resumed at start-up has nobody watching it).
+                        await asyncio.to_thread(
+                            self.runner.store.snapshot, job_id, failures_limit=0
+                        )
+                except Exception:
+                    log.exception("the state of job %s cannot be read", job_id)
+                finally:
+                    self._queue.task_done()
 
     async def drain(self) -> None:
         """Wait until every dispatched batch has run."""
@@ -549,6 +639,9 @@ class IngestCore:
         self.batch_size = batch_size
         self._intakes: dict[str, _Intake] = {}
         self._lock = threading.Lock()
+        # (tenant, doc id) -> (job, item): items that ``recover`` sent again; a
+        # later job over the same document supersedes them (``seal``).
+        self._queued: dict[tuple[str, str], tuple[str, int]] = {}
 
     def start_job(self, tenant: str) -> str:
         job_id = uuid.uuid4().hex
@@ -612,6 +705,7 @@ class IngestCore:
             batches.append(current)
         self.store.mark(job_id, "unchanged", unchanged)
         self.store.mark(job_id, "superseded", intake.superseded)
+        self._supersede_resumed(tenant, intake.latest)
         self.store.seal(job_id, intake.received)
         if batches:
             self.dispatcher.dispatch(job_id, tenant, batches)
@@ -619,12 +713,35 @@ class IngestCore:
         assert snapshot is not None
         return snapshot
 
+    def _supersede_resumed(self, tenant: str, latest: Mapping[str, tuple[int, str]]) -> None:
+        """A new job carries documents that resumed jobs still have queued: their
+        items are superseded, so that each document is written once, by the new
+        job, and the new job's progress shows the work as it is done. An item
+        whose batch is already running is written anyway; its commit then marks
+        it indexed (no longer superseded) and this job's item unchanged."""
+        with self._lock:
+            hits: dict[str, list[int]] = {}
+            for doc_id in latest:
+                queued = self._queued.pop((tenant, doc_id), None)
+                if queued is not None:
+                    hits.setdefault(queued[0], []).append(queued[1])
+        for old_job, indexes in hits.items():
+            finished = self.store.finished_among(old_job, indexes)
+            self._supersede(old_job, [i for i in indexes if i not in finished])
+
     def recover(self) -> list[str]:
         """Resume the jobs a crash or a stop interrupted (the recovery rule of
         ``attest.ingest.state``): a sealed job's unfinished items go to the
         pipeline again; a job that was never sealed was never acknowledged and
-        fails. Returns the ids of the resumed jobs."""
-        resumed: list[str] = []
+        fails. Returns the ids of the resumed jobs.
+
+        The open jobs are merged first: of the unfinished items over one
+        document, only the newest job's is sent (the others are superseded),
+        and the jobs resume oldest first. An item whose document the registry
+        already holds in the same version is unchanged and not sent; so a
+        restart costs the work that is actually missing, however many restarts
+        came before it."""
+        found: list[tuple[float, str, str, dict[int, Any]]] = []
         for job_id in self.store.open_jobs():
             if job_id in self._intakes:
                 continue
@@ -640,31 +757,84 @@ class IngestCore:
             if not pending:
                 self.store.snapshot(job_id)  # records that it is DONE
                 continue
-            log.warning(
-                "resuming job %s: %d of its items were not finished when it stopped",
-                job_id,
-                len(pending),
+            found.append(
+                (self.store.created_at(job_id), job_id, tenant, self._records(job_id, pending))
             )
-            self.resend(job_id, tenant, pending)
-            resumed.append(job_id)
+        found.sort(key=lambda f: (f[0], f[1]))
+        newest: dict[tuple[str, str], tuple[str, int]] = {}
+        for _, job_id, tenant, records in found:
+            for index in sorted(records):
+                data = records[index]
+                if data is not None:
+                    newest[(tenant, data["article"]["id"])] = (job_id, index)
+        resumed: list[str] = []
+        for _, job_id, tenant, records in found:
+            superseded = [
+                i
+                for i, d in records.items()
+                if d is not None and newest[(tenant, d["article"]["id"])] != (job_id, i)
+            ]
+            self._supersede(job_id, superseded)
+            gone = set(superseded)
+            live = {i: d for i, d in records.items() if i not in gone}
+            sent = self._send(job_id, tenant, live)
+            log.warning(
+                "resuming job %s: %d of its items were not finished when it stopped; %d "
+                "superseded by a later job, %d already stored by another, %d sent again",
+                job_id,
+                len(records),
+                len(superseded),
+                len(live) - sent,
+                sent,
+            )
+            if sent:
+                resumed.append(job_id)
+                for i, d in live.items():
+                    if d is not None:
+                        self._queued[(tenant, d["article"]["id"])] = (job_id, i)
+            else:
+                self.store.snapshot(job_id)  # records that it is DONE
         return resumed
 
     def resend(self, job_id: str, tenant: str, items: Sequence[int]) -> None:
         """Send a sealed job's ``items`` through the pipeline again, from the start
-        (every stage is idempotent). Each is planned as an update when its
-        document is in the registry by now, else as a creation."""
-        pending = sorted(items)
-        ids: dict[int, str] = {}
-        for index, text in zip(pending, self.store.items(job_id, pending), strict=True):
-            if text:
-                ids[index] = json.loads(text)["article"]["id"]
+        (every stage is idempotent): those it has not finished and whose document
+        the registry does not hold in the same version (those are unchanged)."""
+        finished = self.store.finished_among(job_id, sorted(items))
+        pending = sorted(i for i in set(items) if i not in finished)
+        self._send(job_id, tenant, self._records(job_id, pending))
+
+    def _records(self, job_id: str, indexes: Sequence[int]) -> dict[int, Any]:
+        """Item records (parsed) by index; None where the record is missing."""
+        texts = self.store.items(job_id, indexes)
+        return {i: json.loads(t) if t else None for i, t in zip(indexes, texts, strict=True)}
+
+    def _supersede(self, job_id: str, indexes: Sequence[int]) -> None:
+        """Items of ``job_id`` that a later item over the same document replaces."""
+        self.store.mark(job_id, "unchanged", indexes)
+        self.store.mark(job_id, "superseded", indexes)
+
+    def _send(self, job_id: str, tenant: str, records: Mapping[int, Any]) -> int:
+        """Plan and dispatch ``records`` (index -> item record or None); an item the
+        registry holds in the same version is marked unchanged instead. Returns
+        how many items were sent."""
+        ids = {i: d["article"]["id"] for i, d in records.items() if d is not None}
         known = self.store.registry_get(tenant, sorted(set(ids.values())))
-        plan = [[i, "updated" if ids.get(i) in known else "created"] for i in pending]
+        plan: Batch = []
+        unchanged: list[int] = []
+        for i in sorted(records):
+            entry = known.get(ids[i]) if i in ids else None
+            if entry is not None and entry.content_hash == records[i]["hash"]:
+                unchanged.append(i)
+            else:
+                plan.append([i, "updated" if entry is not None else "created"])
+        self.store.mark(job_id, "unchanged", unchanged)
         batches = [
             plan[start : start + self.batch_size] for start in range(0, len(plan), self.batch_size)
         ]
         if batches:
             self.dispatcher.dispatch(job_id, tenant, batches)
+        return len(plan)
 
     def ingest(self, tenant: str, items: Sequence[Item]) -> JobSnapshot:
         job_id = self.start_job(tenant)

@@ -29,6 +29,30 @@ class EnrichSettings(StrictModel):
     passage_tokens: int = Field(
         default=200, ge=16, le=4096, description="Passage length limit in tokens."
     )
+    max_passages: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Passages indexed per document at most (1,000 passages of 200 tokens is "
+        "about a 400-page book). The rest of a longer document is not indexed: it is "
+        "ingested with its first passages and a PASSAGES_TRUNCATED warning in the job's "
+        "report, rather than failed, since its head is still worth finding.",
+    )
+    drop_non_text: bool = Field(
+        default=True,
+        description="Drop data: URIs, base64 and hex runs, hex dumps and 512+ character "
+        "runs without spaces from a body before it is split into passages (a "
+        "NON_TEXT_DROPPED warning says how much); see attest.ingest.nontext.",
+    )
+    slice_chars: int = Field(
+        default=16_000,
+        ge=1000,
+        description="Inline pipeline: a batch runs through enrich, embed and index in slices "
+        "of items of about this many characters (about 13 news articles), smallest items "
+        "first, each committed before the next starts; a large item runs alone, after the "
+        "small ones of its batch. A process stopped mid-way loses one slice's work; the "
+        "encoder batches 16 texts at a time, so smaller slices cost little throughput.",
+    )
     keyphrases: int = Field(default=20, ge=0, le=100, description="RAKE keyphrases per article.")
     summary_sentences: int = Field(
         default=3,

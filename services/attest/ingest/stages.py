@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from attest.core.document import KEYWORD_FIELDS, keywords_from_stored
 from attest.ingest.documents import Article
+from attest.ingest.nontext import drop_non_text
 from attest.ingest.organizations import (
     CombinedRecognizer,
     Gazetteer,
@@ -31,7 +32,7 @@ from attest.ingest.organizations import (
     Recognizer,
     merge_organizations,
 )
-from attest.ingest.passages import PassageSpan, split_passages
+from attest.ingest.passages import CHARS_PER_TOKEN, PassageSpan, split_passages
 from attest.ingest.settings import EnrichSettings
 from attest.ingest.summary import extractive_summary
 from attest.knowledge.linking import EntityLinker, KeyphraseExtractor
@@ -110,23 +111,73 @@ class Enricher:
         stems) over ``known`` when given, so that the record depends on the
         document (and ``known``) alone, never on what was enriched before."""
         s = self.settings
-        passages = split_passages(article.body, s.passage_tokens)
+        warnings: list[list[str]] = []
+        body = article.body
+        if s.drop_non_text:
+            body, dropped = drop_non_text(body)
+            if dropped.total:
+                warnings.append(
+                    [
+                        "NON_TEXT_DROPPED",
+                        f"dropped {dropped.describe()} of non-text before splitting into "
+                        f"passages ({100 * dropped.total / len(article.body):.1f} % of the body)",
+                    ]
+                )
+        passages, kept = self._passages(body)
+        if kept < len(body):
+            warnings.append(
+                [
+                    "PASSAGES_TRUNCATED",
+                    f"over the limit of {s.max_passages:,} passages: the first {s.max_passages:,} "
+                    f"are indexed, the last {len(body) - kept:,} characters of the body "
+                    f"({100 * (len(body) - kept) / len(body):.1f} %) are not",
+                ]
+            )
+        # Organizations, keyphrases and the summary come from the indexed text only:
+        # their cost grows with the text, and the cap bounds it.
+        text = body[:kept]
         own = Gazetteer(article.organizations, base=known)
-        found = self.recognizer.recognize(article.title, article.body, own)
+        found = self.recognizer.recognize(article.title, text, own)
         organizations = merge_organizations(article.organizations, found)[: s.max_organizations]
         phrases = self.keyphrases.extract(
-            f"{article.title.strip()}\n\n{article.body.strip()}", s.keyphrases
+            f"{article.title.strip()}\n\n{text.strip()}", s.keyphrases
         )
+        stored = article.to_json()
+        # The stores keep the body the passages were cut from, so that every
+        # passage's span points into it.
+        stored["body"] = body
         return {
             "item": item,
             "kind": kind,
             "hash": content,
-            "article": article.to_json(),
+            "article": stored,
             "passages": passage_rows(passages),
             "keyphrases": phrases,
             "organizations": organizations,
-            "summary": extractive_summary(article.body, s.summary_sentences),
+            "summary": extractive_summary(text, s.summary_sentences),
+            "warnings": warnings,
         }
+
+    def _passages(self, body: str) -> tuple[list[PassageSpan], int]:
+        """The body's first ``max_passages`` passages and how many of its characters
+        they cover (``len(body)`` when nothing is cut off). Only a prefix long enough
+        for the cap is split: a passage holds at most ``CHARS_PER_TOKEN`` characters
+        a token, so a huge body costs no more than one at the cap."""
+        s = self.settings
+        limit = s.max_passages
+        prefix = (limit + 1) * CHARS_PER_TOKEN * s.passage_tokens
+        if len(body) > prefix:
+            passages = split_passages(body[:prefix], s.passage_tokens)
+            # The last passage of the prefix may be cut short; it is not kept.
+            if len(passages) <= limit:
+                # Mostly white space: split the whole body after all.
+                passages = split_passages(body, s.passage_tokens)
+        else:
+            passages = split_passages(body, s.passage_tokens)
+        if len(passages) <= limit:
+            return passages, len(body)
+        kept = passages[:limit]
+        return kept, kept[-1].end_char
 
 
 def abstractive_summaries(records: Sequence[Record], address: str, timeout: float) -> int:

@@ -26,13 +26,19 @@ crash at each point leaves:
 Recovery rule (embedded mode, at start-up): every job that was acknowledged
 (sealed) but not finished resumes with its items that are neither indexed,
 unchanged nor failed; their pending documents are written again by step 2
-and committed by step 3. A job that was never sealed was never acknowledged
-and is marked failed. ``attest doctor`` then compares the registry with every
-store: a document in a store but neither in the registry nor pending in an
-open job is an orphan (deleted on repair); a registry document missing from
-a store is indexed again from its stored source; a pending note of a job
-that is no longer open is settled the same way (its document goes back to
-the registry's version, or away).
+and committed by step 3. Open jobs are merged first: of their unfinished
+items over one document only the newest job's resumes (the older ones are
+superseded), and an item whose document the registry holds with the same
+content hash is unchanged (``IngestCore.recover``). Step 3 decides whether an
+item created, updated or left its document unchanged against the registry
+inside its transaction, so jobs that overlap count each document once. A job
+that was never sealed was never acknowledged and is marked failed.
+``attest doctor`` then compares the registry with every store: a document in
+a store but neither in the registry nor pending in an open job is an orphan
+(deleted on repair); a registry document missing from a store is indexed
+again from its stored source; a pending note of a job that is no longer open
+is settled the same way (its document goes back to the registry's version,
+or away).
 
 On Celery (production) every task is noted (``track``) before it is sent and
 forgotten when it finishes; the ingest service's watchdog
@@ -78,11 +84,12 @@ class KeyValue(Protocol):
     def sadd(self, key: str, members: Sequence[str]) -> int: ...
     def srem(self, key: str, members: Sequence[str]) -> int: ...
     def smembers(self, key: str) -> set[str]: ...
+    def smismember(self, key: str, members: Sequence[str]) -> list[bool]: ...
     def scard(self, key: str) -> int: ...
     def zadd_nx(self, key: str, mapping: Mapping[str, float]) -> None: ...
     def zrem(self, key: str, members: Sequence[str]) -> None: ...
     def zrange(self, key: str, start: int, stop: int) -> list[str]: ...
-    def incr(self, key: str, ttl_seconds: int) -> int: ...
+    def incr(self, key: str, ttl_seconds: int, amount: int = 1) -> int: ...
     def expire(self, keys: Sequence[str], ttl_seconds: int) -> None: ...
     def delete(self, keys: Sequence[str]) -> None: ...
     def transaction(self) -> contextlib.AbstractContextManager[None]:
@@ -152,6 +159,12 @@ class RedisKeyValue:
     def smembers(self, key: str) -> set[str]:
         return set(self._r.smembers(key))
 
+    def smismember(self, key: str, members: Sequence[str]) -> list[bool]:
+        if not members:
+            return []
+        flags = self._r.smismember(key, list(members))  # type: ignore[no-untyped-call]
+        return [bool(x) for x in flags]
+
     def scard(self, key: str) -> int:
         return int(self._r.scard(key))
 
@@ -166,9 +179,9 @@ class RedisKeyValue:
     def zrange(self, key: str, start: int, stop: int) -> list[str]:
         return list(self._r.zrange(key, start, stop))
 
-    def incr(self, key: str, ttl_seconds: int) -> int:
+    def incr(self, key: str, ttl_seconds: int, amount: int = 1) -> int:
         pipe = self._r.pipeline()
-        pipe.incr(key)
+        pipe.incrby(key, amount)
         pipe.expire(key, ttl_seconds)
         return int(pipe.execute()[0])
 
@@ -272,6 +285,11 @@ class MemoryKeyValue:
         with self._lock:
             return set(self._s.get(key, set()))
 
+    def smismember(self, key: str, members: Sequence[str]) -> list[bool]:
+        with self._lock:
+            s = self._s.get(key, set())
+            return [m in s for m in members]
+
     def scard(self, key: str) -> int:
         with self._lock:
             return len(self._s.get(key, ()))
@@ -294,9 +312,9 @@ class MemoryKeyValue:
             end = None if stop == -1 else stop + 1
             return [m for m, _ in ordered[start:end]]
 
-    def incr(self, key: str, ttl_seconds: int) -> int:
+    def incr(self, key: str, ttl_seconds: int, amount: int = 1) -> int:
         with self._lock:
-            self._c[key] = self._c.get(key, 0) + 1
+            self._c[key] = self._c.get(key, 0) + amount
             return self._c[key]
 
     def expire(self, keys: Sequence[str], ttl_seconds: int) -> None:
@@ -468,6 +486,20 @@ class SqliteKeyValue:
     def smembers(self, key: str) -> set[str]:
         return {str(m) for (m,) in self._all("SELECT member FROM s WHERE key = ?", (key,))}
 
+    def smismember(self, key: str, members: Sequence[str]) -> list[bool]:
+        found: set[str] = set()
+        for start in range(0, len(members), 500):
+            chunk = list(members[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                str(m)
+                for (m,) in self._all(
+                    f"SELECT member FROM s WHERE key = ? AND member IN ({marks})",  # noqa: S608
+                    [key, *chunk],
+                )
+            )
+        return [m in found for m in members]
+
     def scard(self, key: str) -> int:
         return int(self._all("SELECT COUNT(*) FROM s WHERE key = ?", (key,))[0][0])
 
@@ -494,12 +526,12 @@ class SqliteKeyValue:
         )
         return [str(m) for (m,) in rows]
 
-    def incr(self, key: str, ttl_seconds: int) -> int:
+    def incr(self, key: str, ttl_seconds: int, amount: int = 1) -> int:
         with self.transaction():
             self._db.execute(
-                "INSERT INTO c (key, value) VALUES (?, 1) "
-                "ON CONFLICT (key) DO UPDATE SET value = value + 1",
-                (key,),
+                "INSERT INTO c (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
+                (key, amount),
             )
             return int(self._db.execute("SELECT value FROM c WHERE key = ?", (key,)).fetchone()[0])
 
@@ -558,7 +590,12 @@ STAGE_SETS = (
     "created",
     "updated",
     "failed",
+    "warned",
 )
+
+
+# The stages whose work is counted per job, every attempt included (``count_work``).
+WORK_STAGES = ("enrich", "embed", "index")
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,6 +617,28 @@ class FailureRecord:
     def from_json(cls, text: str) -> FailureRecord:
         i, d, o, s, c, r = json.loads(text)
         return cls(int(i), d, o, s, c, r)
+
+
+@dataclass(frozen=True, slots=True)
+class WarningRecord:
+    """Something an item lost on its way in, though it was ingested (or may still be)."""
+
+    item_index: int
+    doc_id: str
+    origin: str
+    code: str  # NON_TEXT_DROPPED, PASSAGES_TRUNCATED
+    message: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            [self.item_index, self.doc_id, self.origin, self.code, self.message],
+            ensure_ascii=False,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> WarningRecord:
+        i, d, o, c, m = json.loads(text)
+        return cls(int(i), d, o, c, m)
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,8 +672,11 @@ class ProgressCounts:
     created: int = 0
     updated: int = 0
     passages_indexed: int = 0
-    # Of ``unchanged``: replaced by a later item of the job with the same id.
+    # Of ``unchanged``: replaced by a later item with the same id, of this job or
+    # of a later one (the later one is the version stored).
     superseded: int = 0
+    # Items that carry warnings (text dropped or passages cut): see ``JobStore.warnings``.
+    warned: int = 0
 
     @property
     def finished(self) -> int:
@@ -632,6 +694,7 @@ class JobSnapshot:
     finished_at: datetime | None = None
     error: str = ""
     failures: tuple[FailureRecord, ...] = field(default=())
+    warnings: tuple[WarningRecord, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -727,6 +790,8 @@ class JobStore:
             f"{base}:fail",
             f"{base}:failz",
             f"{base}:tasks",
+            f"{base}:warn",
+            *(f"{base}:work:{stage}" for stage in WORK_STAGES),
             *(self._set(job_id, s) for s in STAGE_SETS),
         ]
 
@@ -781,6 +846,20 @@ class JobStore:
             done |= self.kv.smembers(self._set(job_id, stage))
         return sorted(int(i) for i in self.kv.hkeys(f"{self._job(job_id)}:items") if i not in done)
 
+    def finished_among(self, job_id: str, indexes: Sequence[int]) -> set[int]:
+        """Of ``indexes``, the items that are indexed, unchanged (superseded
+        included) or failed."""
+        members = [str(i) for i in indexes]
+        done: set[int] = set()
+        for stage in ("indexed", "unchanged", "failed"):
+            flags = self.kv.smismember(self._set(job_id, stage), members)
+            done.update(i for i, flag in zip(indexes, flags, strict=True) if flag)
+        return done
+
+    def created_at(self, job_id: str) -> float:
+        value = self.kv.hget(self._job(job_id), "created_at")
+        return float(value) if value else 0.0
+
     def tenant_of(self, job_id: str) -> str | None:
         return self.kv.hget(self._job(job_id), "tenant")
 
@@ -824,10 +903,13 @@ class JobStore:
             return
         self.kv.hsetnx(self._job(job_id), "started_at", repr(time.time()))
         if stage == "indexed":
-            # An item that failed on an earlier delivery and then succeeded is indexed.
+            # An item that failed on an earlier delivery and then succeeded is indexed;
+            # so is one superseded by a later job while its batch was being written.
             self.kv.srem(self._set(job_id, "failed"), members)
             self.kv.hdel(f"{self._job(job_id)}:fail", members)
             self.kv.zrem(f"{self._job(job_id)}:failz", members)
+            self.kv.srem(self._set(job_id, "unchanged"), members)
+            self.kv.srem(self._set(job_id, "superseded"), members)
         self.kv.sadd(self._set(job_id, stage), members)
 
     def add_passages(self, job_id: str, counts: Mapping[int, int]) -> None:
@@ -848,6 +930,36 @@ class JobStore:
         self.kv.zadd_nx(f"{base}:failz", {m: now + k * 1e-6 for k, m in enumerate(members)})
         self.kv.sadd(self._set(job_id, "failed"), members)
         self.kv.hsetnx(base, "started_at", repr(now))
+
+    def warn(self, job_id: str, warnings: Sequence[WarningRecord]) -> None:
+        """Record warnings, one per (item, code): a stage that runs again for the
+        item replaces its warning instead of adding one."""
+        if not warnings:
+            return
+        self.kv.hset(
+            f"{self._job(job_id)}:warn", {f"{w.item_index}:{w.code}": w.to_json() for w in warnings}
+        )
+        self.kv.sadd(self._set(job_id, "warned"), [str(w.item_index) for w in warnings])
+
+    def warnings(self, job_id: str, limit: int = 100) -> list[WarningRecord]:
+        """The job's warnings in item order, at most ``limit``."""
+        if limit <= 0:
+            return []
+        found = [WarningRecord.from_json(t) for t in self.kv.hvals(f"{self._job(job_id)}:warn")]
+        return sorted(found, key=lambda w: (w.item_index, w.code))[:limit]
+
+    def count_work(self, job_id: str, stage: str, items: int) -> None:
+        """Add ``items`` to the work the job's ``stage`` did, repeats included
+        (what a restart costs: compare with the items the job holds)."""
+        if items:
+            self.kv.incr(f"{self._job(job_id)}:work:{stage}", JOB_TTL_SECONDS, items)
+
+    def work(self, job_id: str) -> dict[str, int]:
+        """Items each stage processed for the job, every attempt counted."""
+        return {
+            stage: self.kv.incr(f"{self._job(job_id)}:work:{stage}", JOB_TTL_SECONDS, 0)
+            for stage in WORK_STAGES
+        }
 
     def set_error(self, job_id: str, error: str) -> None:
         with self.kv.transaction():
@@ -907,6 +1019,7 @@ class JobStore:
             finished_at=_ts(finished_at) if state in ("DONE", "FAILED") else None,
             error=error,
             failures=tuple(self.failures(job_id, failures_offset, failures_limit)),
+            warnings=tuple(self.warnings(job_id, failures_limit)),
         )
 
     # registry of stored documents
@@ -938,18 +1051,40 @@ class JobStore:
         entries: Mapping[str, RegistryEntry],
         sources: Mapping[str, str],
         items: Mapping[int, tuple[str, int]],
+        *,
+        doc_ids: Mapping[int, str] | None = None,
     ) -> None:
         """Step 3, in one transaction: the registry entries (and sources), the
         progress of the job's ``items`` (index -> (created|updated, passages)),
-        and the pending notes gone."""
+        and the pending notes gone.
+
+        With ``doc_ids`` (item index -> document id), what each item did is
+        decided here, against the registry as it is inside the transaction,
+        rather than taken from ``items``: a document that another job committed
+        in the same version since this one planned it is *unchanged* for this
+        job, so that the jobs over one document count its creation once."""
         with self.kv.transaction():
+            kinds = {i: k for i, (k, _) in items.items()}
+            if doc_ids is not None:
+                ids = [doc_ids[i] for i in items]
+                known = self.registry_get(tenant, ids)
+                for i in items:
+                    before = known.get(doc_ids[i])
+                    if before is None:
+                        kinds[i] = "created"
+                    elif before.content_hash == entries[doc_ids[i]].content_hash:
+                        kinds[i] = "unchanged"
+                    else:
+                        kinds[i] = "updated"
             self.registry_put(tenant, entries)
             if self.keep_sources and sources:
                 self.kv.hset(self._sources(tenant), sources)
-            self.add_passages(job_id, {i: n for i, (_, n) in items.items()})
+            stored = [i for i in items if kinds[i] != "unchanged"]
+            self.add_passages(job_id, {i: items[i][1] for i in stored})
             for kind in ("created", "updated"):
-                self.mark(job_id, kind, [i for i, (k, _) in items.items() if k == kind])
-            self.mark(job_id, "indexed", list(items))
+                self.mark(job_id, kind, [i for i in stored if kinds[i] == kind])
+            self.mark(job_id, "indexed", stored)
+            self.mark(job_id, "unchanged", [i for i in items if kinds[i] == "unchanged"])
             self.kv.hdel(self._pending(tenant), list(entries))
 
     def pending(self, tenant: str) -> dict[str, str]:

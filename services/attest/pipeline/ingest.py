@@ -328,14 +328,17 @@ def register(app: Celery) -> None:
     @app.task(name=ENRICH, **options)  # type: ignore[untyped-decorator]
     def enrich(self: Task, job_id: str, tenant: str, batch: Batch) -> None:
         store = process.runner.store
-        process.runner.enrich(
-            job_id,
-            tenant,
-            batch,
-            handoff=lambda records: send(
-                app, store, EMBED, job_id, tenant, records, [r["item"] for r in records]
-            ),
-        )
+        # Smallest items first, each slice handed to the embed queue as it is
+        # enriched: a large item does not hold the small ones of its batch.
+        for part in process.runner.slices(job_id, batch):
+            process.runner.enrich(
+                job_id,
+                tenant,
+                part,
+                handoff=lambda records: send(
+                    app, store, EMBED, job_id, tenant, records, [r["item"] for r in records]
+                ),
+            )
 
     @app.task(name=EMBED, **options)  # type: ignore[untyped-decorator]
     def embed(self: Task, job_id: str, tenant: str, records: list[dict[str, Any]]) -> None:

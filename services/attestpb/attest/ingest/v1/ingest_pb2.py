@@ -27,7 +27,7 @@ from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/ingest/v1/ingest.proto\x12\x10\x61ttest.ingest.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"j\n\nIngestItem\x12.\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.attest.common.v1.DocumentH\x00\x12\x12\n\x08raw_json\x18\x02 \x01(\x0cH\x00\x12\x0e\n\x06origin\x18\x03 \x01(\tB\x08\n\x06record\"<\n\rIngestRequest\x12+\n\x05items\x18\x01 \x03(\x0b\x32\x1c.attest.ingest.v1.IngestItem\"4\n\x0eIngestResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.ingest.v1.Job\"B\n\x13IngestStreamRequest\x12+\n\x05items\x18\x01 \x03(\x0b\x32\x1c.attest.ingest.v1.IngestItem\":\n\x14IngestStreamResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.ingest.v1.Job\"\xa2\x01\n\x07\x46\x61ilure\x12\x12\n\nitem_index\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x0e\n\x06origin\x18\x03 \x01(\t\x12&\n\x05stage\x18\x04 \x01(\x0e\x32\x17.attest.ingest.v1.Stage\x12+\n\x04\x63ode\x18\x05 \x01(\x0e\x32\x1d.attest.ingest.v1.FailureCode\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\xc4\x01\n\x08Progress\x12\x10\n\x08received\x18\x01 \x01(\x03\x12\x10\n\x08\x65nriched\x18\x02 \x01(\x03\x12\x10\n\x08\x65mbedded\x18\x03 \x01(\x03\x12\x0f\n\x07indexed\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x03\x12\x11\n\tunchanged\x18\x06 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x07 \x01(\x03\x12\x0f\n\x07updated\x18\x08 \x01(\x03\x12\x18\n\x10passages_indexed\x18\t \x01(\x03\x12\x12\n\nsuperseded\x18\n \x01(\x03\"\xbb\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.attest.ingest.v1.JobState\x12,\n\x08progress\x18\x03 \x01(\x0b\x32\x1a.attest.ingest.v1.Progress\x12+\n\x08\x66\x61ilures\x18\x04 \x03(\x0b\x32\x19.attest.ingest.v1.Failure\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\x08 \x01(\t\"P\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x17\n\x0f\x66\x61ilures_offset\x18\x02 \x01(\x05\x12\x16\n\x0e\x66\x61ilures_limit\x18\x03 \x01(\x05\"4\n\x0eGetJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.ingest.v1.Job\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xbb\x01\n\x10WatchJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.attest.ingest.v1.JobState\x12,\n\x08progress\x18\x03 \x01(\x0b\x32\x1a.attest.ingest.v1.Progress\x12/\n\x0cnew_failures\x18\x04 \x03(\x0b\x32\x19.attest.ingest.v1.Failure\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"\\\n\rDeleteRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\x12)\n\x07\x66ilters\x18\x02 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"p\n\x0e\x44\x65leteResponse\x12\x0f\n\x07matched\x18\x01 \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x03\x12\x0f\n\x07\x64oc_ids\x18\x03 \x03(\t\x12+\n\x08\x66\x61ilures\x18\x04 \x03(\x0b\x32\x19.attest.ingest.v1.Failure*|\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x12\n\x0eJOB_STATE_DONE\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04*e\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x11\n\rSTAGE_RECEIVE\x10\x01\x12\x10\n\x0cSTAGE_ENRICH\x10\x02\x12\x0f\n\x0bSTAGE_EMBED\x10\x03\x12\x0f\n\x0bSTAGE_INDEX\x10\x04*\xe5\x02\n\x0b\x46\x61ilureCode\x12\x1c\n\x18\x46\x41ILURE_CODE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x46\x41ILURE_CODE_INVALID_JSON\x10\x01\x12\x1d\n\x19\x46\x41ILURE_CODE_INVALID_UTF8\x10\x02\x12\x1b\n\x17\x46\x41ILURE_CODE_MISSING_ID\x10\x03\x12\x1b\n\x17\x46\x41ILURE_CODE_INVALID_ID\x10\x04\x12\x1b\n\x17\x46\x41ILURE_CODE_EMPTY_BODY\x10\x05\x12\x1f\n\x1b\x46\x41ILURE_CODE_BODY_TOO_LARGE\x10\x06\x12\x1d\n\x19\x46\x41ILURE_CODE_INVALID_DATE\x10\x07\x12\x1e\n\x1a\x46\x41ILURE_CODE_INVALID_FIELD\x10\x08\x12!\n\x1d\x46\x41ILURE_CODE_PROCESSING_ERROR\x10\t\x12 \n\x1c\x46\x41ILURE_CODE_UNREADABLE_FILE\x10\n2\x90\x04\n\rIngestService\x12l\n\x06Ingest\x12\x1f.attest.ingest.v1.IngestRequest\x1a .attest.ingest.v1.IngestResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\"\x14/v1/documents:ingest:\x01*\x12_\n\x0cIngestStream\x12%.attest.ingest.v1.IngestStreamRequest\x1a&.attest.ingest.v1.IngestStreamResponse(\x01\x12m\n\x06GetJob\x12\x1f.attest.ingest.v1.GetJobRequest\x1a .attest.ingest.v1.GetJobResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/ingest/jobs/{job_id}\x12S\n\x08WatchJob\x12!.attest.ingest.v1.WatchJobRequest\x1a\".attest.ingest.v1.WatchJobResponse0\x01\x12l\n\x06\x44\x65lete\x12\x1f.attest.ingest.v1.DeleteRequest\x1a .attest.ingest.v1.DeleteResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\"\x14/v1/documents:delete:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61ttest/ingest/v1/ingest.proto\x12\x10\x61ttest.ingest.v1\x1a\x1d\x61ttest/common/v1/common.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"j\n\nIngestItem\x12.\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x1a.attest.common.v1.DocumentH\x00\x12\x12\n\x08raw_json\x18\x02 \x01(\x0cH\x00\x12\x0e\n\x06origin\x18\x03 \x01(\tB\x08\n\x06record\"<\n\rIngestRequest\x12+\n\x05items\x18\x01 \x03(\x0b\x32\x1c.attest.ingest.v1.IngestItem\"4\n\x0eIngestResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.ingest.v1.Job\"B\n\x13IngestStreamRequest\x12+\n\x05items\x18\x01 \x03(\x0b\x32\x1c.attest.ingest.v1.IngestItem\":\n\x14IngestStreamResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.ingest.v1.Job\"\xa2\x01\n\x07\x46\x61ilure\x12\x12\n\nitem_index\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x0e\n\x06origin\x18\x03 \x01(\t\x12&\n\x05stage\x18\x04 \x01(\x0e\x32\x17.attest.ingest.v1.Stage\x12+\n\x04\x63ode\x18\x05 \x01(\x0e\x32\x1d.attest.ingest.v1.FailureCode\x12\x0e\n\x06reason\x18\x06 \x01(\t\"\xd4\x01\n\x08Progress\x12\x10\n\x08received\x18\x01 \x01(\x03\x12\x10\n\x08\x65nriched\x18\x02 \x01(\x03\x12\x10\n\x08\x65mbedded\x18\x03 \x01(\x03\x12\x0f\n\x07indexed\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x61iled\x18\x05 \x01(\x03\x12\x11\n\tunchanged\x18\x06 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x07 \x01(\x03\x12\x0f\n\x07updated\x18\x08 \x01(\x03\x12\x18\n\x10passages_indexed\x18\t \x01(\x03\x12\x12\n\nsuperseded\x18\n \x01(\x03\x12\x0e\n\x06warned\x18\x0b \x01(\x03\"`\n\x0bItemWarning\x12\x12\n\nitem_index\x18\x01 \x01(\x03\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\x0e\n\x06origin\x18\x03 \x01(\t\x12\x0c\n\x04\x63ode\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\xec\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.attest.ingest.v1.JobState\x12,\n\x08progress\x18\x03 \x01(\x0b\x32\x1a.attest.ingest.v1.Progress\x12+\n\x08\x66\x61ilures\x18\x04 \x03(\x0b\x32\x19.attest.ingest.v1.Failure\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12/\n\x08warnings\x18\t \x03(\x0b\x32\x1d.attest.ingest.v1.ItemWarning\"P\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x17\n\x0f\x66\x61ilures_offset\x18\x02 \x01(\x05\x12\x16\n\x0e\x66\x61ilures_limit\x18\x03 \x01(\x05\"4\n\x0eGetJobResponse\x12\"\n\x03job\x18\x01 \x01(\x0b\x32\x15.attest.ingest.v1.Job\"!\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\xbb\x01\n\x10WatchJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12)\n\x05state\x18\x02 \x01(\x0e\x32\x1a.attest.ingest.v1.JobState\x12,\n\x08progress\x18\x03 \x01(\x0b\x32\x1a.attest.ingest.v1.Progress\x12/\n\x0cnew_failures\x18\x04 \x03(\x0b\x32\x19.attest.ingest.v1.Failure\x12\r\n\x05\x65rror\x18\x05 \x01(\t\"\\\n\rDeleteRequest\x12\x0f\n\x07\x64oc_ids\x18\x01 \x03(\t\x12)\n\x07\x66ilters\x18\x02 \x03(\x0b\x32\x18.attest.common.v1.Filter\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"p\n\x0e\x44\x65leteResponse\x12\x0f\n\x07matched\x18\x01 \x01(\x03\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x03\x12\x0f\n\x07\x64oc_ids\x18\x03 \x03(\t\x12+\n\x08\x66\x61ilures\x18\x04 \x03(\x0b\x32\x19.attest.ingest.v1.Failure*|\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x12\n\x0eJOB_STATE_DONE\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04*e\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x11\n\rSTAGE_RECEIVE\x10\x01\x12\x10\n\x0cSTAGE_ENRICH\x10\x02\x12\x0f\n\x0bSTAGE_EMBED\x10\x03\x12\x0f\n\x0bSTAGE_INDEX\x10\x04*\xe5\x02\n\x0b\x46\x61ilureCode\x12\x1c\n\x18\x46\x41ILURE_CODE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x46\x41ILURE_CODE_INVALID_JSON\x10\x01\x12\x1d\n\x19\x46\x41ILURE_CODE_INVALID_UTF8\x10\x02\x12\x1b\n\x17\x46\x41ILURE_CODE_MISSING_ID\x10\x03\x12\x1b\n\x17\x46\x41ILURE_CODE_INVALID_ID\x10\x04\x12\x1b\n\x17\x46\x41ILURE_CODE_EMPTY_BODY\x10\x05\x12\x1f\n\x1b\x46\x41ILURE_CODE_BODY_TOO_LARGE\x10\x06\x12\x1d\n\x19\x46\x41ILURE_CODE_INVALID_DATE\x10\x07\x12\x1e\n\x1a\x46\x41ILURE_CODE_INVALID_FIELD\x10\x08\x12!\n\x1d\x46\x41ILURE_CODE_PROCESSING_ERROR\x10\t\x12 \n\x1c\x46\x41ILURE_CODE_UNREADABLE_FILE\x10\n2\x90\x04\n\rIngestService\x12l\n\x06Ingest\x12\x1f.attest.ingest.v1.IngestRequest\x1a .attest.ingest.v1.IngestResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\"\x14/v1/documents:ingest:\x01*\x12_\n\x0cIngestStream\x12%.attest.ingest.v1.IngestStreamRequest\x1a&.attest.ingest.v1.IngestStreamResponse(\x01\x12m\n\x06GetJob\x12\x1f.attest.ingest.v1.GetJobRequest\x1a .attest.ingest.v1.GetJobResponse\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/ingest/jobs/{job_id}\x12S\n\x08WatchJob\x12!.attest.ingest.v1.WatchJobRequest\x1a\".attest.ingest.v1.WatchJobResponse0\x01\x12l\n\x06\x44\x65lete\x12\x1f.attest.ingest.v1.DeleteRequest\x1a .attest.ingest.v1.DeleteResponse\"\x1f\x82\xd3\xe4\x93\x02\x19\"\x14/v1/documents:delete:\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,12 +40,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INGESTSERVICE'].methods_by_name['GetJob']._serialized_options = b'\202\323\344\223\002\032\022\030/v1/ingest/jobs/{job_id}'
   _globals['_INGESTSERVICE'].methods_by_name['Delete']._loaded_options = None
   _globals['_INGESTSERVICE'].methods_by_name['Delete']._serialized_options = b'\202\323\344\223\002\031\"\024/v1/documents:delete:\001*'
-  _globals['_JOBSTATE']._serialized_start=1748
-  _globals['_JOBSTATE']._serialized_end=1872
-  _globals['_STAGE']._serialized_start=1874
-  _globals['_STAGE']._serialized_end=1975
-  _globals['_FAILURECODE']._serialized_start=1978
-  _globals['_FAILURECODE']._serialized_end=2335
+  _globals['_JOBSTATE']._serialized_start=1911
+  _globals['_JOBSTATE']._serialized_end=2035
+  _globals['_STAGE']._serialized_start=2037
+  _globals['_STAGE']._serialized_end=2138
+  _globals['_FAILURECODE']._serialized_start=2141
+  _globals['_FAILURECODE']._serialized_end=2498
   _globals['_INGESTITEM']._serialized_start=145
   _globals['_INGESTITEM']._serialized_end=251
   _globals['_INGESTREQUEST']._serialized_start=253
@@ -59,21 +59,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FAILURE']._serialized_start=498
   _globals['_FAILURE']._serialized_end=660
   _globals['_PROGRESS']._serialized_start=663
-  _globals['_PROGRESS']._serialized_end=859
-  _globals['_JOB']._serialized_start=862
-  _globals['_JOB']._serialized_end=1177
-  _globals['_GETJOBREQUEST']._serialized_start=1179
-  _globals['_GETJOBREQUEST']._serialized_end=1259
-  _globals['_GETJOBRESPONSE']._serialized_start=1261
-  _globals['_GETJOBRESPONSE']._serialized_end=1313
-  _globals['_WATCHJOBREQUEST']._serialized_start=1315
-  _globals['_WATCHJOBREQUEST']._serialized_end=1348
-  _globals['_WATCHJOBRESPONSE']._serialized_start=1351
-  _globals['_WATCHJOBRESPONSE']._serialized_end=1538
-  _globals['_DELETEREQUEST']._serialized_start=1540
-  _globals['_DELETEREQUEST']._serialized_end=1632
-  _globals['_DELETERESPONSE']._serialized_start=1634
-  _globals['_DELETERESPONSE']._serialized_end=1746
-  _globals['_INGESTSERVICE']._serialized_start=2338
-  _globals['_INGESTSERVICE']._serialized_end=2866
+  _globals['_PROGRESS']._serialized_end=875
+  _globals['_ITEMWARNING']._serialized_start=877
+  _globals['_ITEMWARNING']._serialized_end=973
+  _globals['_JOB']._serialized_start=976
+  _globals['_JOB']._serialized_end=1340
+  _globals['_GETJOBREQUEST']._serialized_start=1342
+  _globals['_GETJOBREQUEST']._serialized_end=1422
+  _globals['_GETJOBRESPONSE']._serialized_start=1424
+  _globals['_GETJOBRESPONSE']._serialized_end=1476
+  _globals['_WATCHJOBREQUEST']._serialized_start=1478
+  _globals['_WATCHJOBREQUEST']._serialized_end=1511
+  _globals['_WATCHJOBRESPONSE']._serialized_start=1514
+  _globals['_WATCHJOBRESPONSE']._serialized_end=1701
+  _globals['_DELETEREQUEST']._serialized_start=1703
+  _globals['_DELETEREQUEST']._serialized_end=1795
+  _globals['_DELETERESPONSE']._serialized_start=1797
+  _globals['_DELETERESPONSE']._serialized_end=1909
+  _globals['_INGESTSERVICE']._serialized_start=2501
+  _globals['_INGESTSERVICE']._serialized_end=3029
 # @@protoc_insertion_point(module_scope)

@@ -358,6 +358,7 @@ class Progress(_message.Message):
     UPDATED_FIELD_NUMBER: _builtins.int
     PASSAGES_INDEXED_FIELD_NUMBER: _builtins.int
     SUPERSEDED_FIELD_NUMBER: _builtins.int
+    WARNED_FIELD_NUMBER: _builtins.int
     received: _builtins.int
     """Items received into the job."""
     enriched: _builtins.int
@@ -380,7 +381,12 @@ class Progress(_message.Message):
     """Passages written to the indexes by the indexed documents."""
     superseded: _builtins.int
     """Of `unchanged`, the items replaced by a later item of this job with the
-    same document id (the later one is the version stored).
+    same document id, of this job or of a later one (the later one is the
+    version stored).
+    """
+    warned: _builtins.int
+    """Items ingested with a warning (text dropped, passages cut off); each has
+    an ItemWarning.
     """
     def __init__(
         self,
@@ -395,14 +401,56 @@ class Progress(_message.Message):
         updated: _builtins.int = ...,
         passages_indexed: _builtins.int = ...,
         superseded: _builtins.int = ...,
+        warned: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "embedded", b"embedded", "enriched", b"enriched", "failed", b"failed", "indexed", b"indexed", "passages_indexed", b"passages_indexed", "received", b"received", "superseded", b"superseded", "unchanged", b"unchanged", "updated", b"updated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "embedded", b"embedded", "enriched", b"enriched", "failed", b"failed", "indexed", b"indexed", "passages_indexed", b"passages_indexed", "received", b"received", "superseded", b"superseded", "unchanged", b"unchanged", "updated", b"updated", "warned", b"warned"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Progress: _TypeAlias = Progress  # noqa: Y015
+
+@_typing.final
+class ItemWarning(_message.Message):
+    """Something an item lost on its way into the indexes, though it was not failed."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEM_INDEX_FIELD_NUMBER: _builtins.int
+    DOC_ID_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    item_index: _builtins.int
+    """Zero-based position of the item among all items received by the job."""
+    doc_id: _builtins.str
+    """Document id of the item."""
+    origin: _builtins.str
+    """IngestItem.origin of the item; may be empty."""
+    code: _builtins.str
+    """Machine-readable kind: NON_TEXT_DROPPED (data: URIs, base64, hex dumps or
+    long runs without spaces removed before chunking) or PASSAGES_TRUNCATED
+    (the document has more passages than the limit; the rest is not indexed).
+    """
+    message: _builtins.str
+    """Human-readable detail: how much was dropped or cut off."""
+    def __init__(
+        self,
+        *,
+        item_index: _builtins.int = ...,
+        doc_id: _builtins.str = ...,
+        origin: _builtins.str = ...,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "doc_id", b"doc_id", "item_index", b"item_index", "message", b"message", "origin", b"origin"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ItemWarning: _TypeAlias = ItemWarning  # noqa: Y015
 
 @_typing.final
 class Job(_message.Message):
@@ -418,6 +466,7 @@ class Job(_message.Message):
     STARTED_AT_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     """Server-assigned job id."""
     state: Global___JobState.ValueType
@@ -447,6 +496,10 @@ class Job(_message.Message):
     def finished_at(self) -> _timestamp_pb2.Timestamp:
         """When the job reached DONE or FAILED; unset before."""
 
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedCompositeFieldContainer[Global___ItemWarning]:
+        """The job's warnings in item order (the first failures_limit of them, or 100)."""
+
     def __init__(
         self,
         *,
@@ -458,10 +511,11 @@ class Job(_message.Message):
         started_at: _timestamp_pb2.Timestamp | None = ...,
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         error: _builtins.str = ...,
+        warnings: _abc.Iterable[Global___ItemWarning] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "progress", b"progress", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "failures", b"failures", "finished_at", b"finished_at", "job_id", b"job_id", "progress", b"progress", "started_at", b"started_at", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "error", b"error", "failures", b"failures", "finished_at", b"finished_at", "job_id", b"job_id", "progress", b"progress", "started_at", b"started_at", "state", b"state", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
