@@ -113,6 +113,10 @@ def test_eval_ir_cli_and_tune_fusion(beir: Path, tmp_path: Path, monkeypatch) ->
     assert written["method"] in ("rrf", "weighted", "dbsf")
     assert "toy_climate" in written["fitted_on"]
     assert set(written["cross_validated"]["toy_climate"]) == {"A", "B"}
+    # One set: nothing to leave out, and the report says so.
+    assert "leave-one-set-out: n/a with one data set" in out.output
+    assert written["leave_one_set_out"] is None
+    assert written["chosen_family"] == "within_sets"
     # The best fit that weighs the graph, and the paired intervals over both halves.
     assert "best with KG" in out.output
     # How much of the corpus the graph reaches, from the links eval ir cached.

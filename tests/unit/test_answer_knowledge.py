@@ -41,7 +41,7 @@ from attest.generate.v1 import generate_pb2
 from attest.knowledge.v1 import knowledge_pb2, knowledge_pb2_grpc
 from attest.lexical.v1 import lexical_pb2
 from attest.rerank.v1 import rerank_pb2
-from attest.retrieval.fusion import load_fusion_settings
+from attest.retrieval.fusion import FITTED_RETRIEVERS, load_fusion_settings
 from attest.semantic.v1 import semantic_pb2
 
 QUESTION = "Who chairs Marrowgate Bank?"
@@ -251,7 +251,7 @@ async def test_a_passage_only_the_knowledge_retriever_finds_is_cited() -> None:
     # Sources no fact led to carry none; news-1 has no pages.
     assert all(not s.source.facts for s in answer.sources if s.source.doc_id != "esg-014")
     assert all(s.source.page == 0 for s in answer.sources if s.source.doc_id == "news-1")
-    # Fused by the shipped linear model, which has no fitted weight for it.
+    # Fused by the shipped fusion, which has no fitted weight for it.
     assert answer.sources[citation.source_index].fused_score > 0
 
 
@@ -343,16 +343,20 @@ def test_only_personal_facts_with_a_passage_become_candidates() -> None:
     )
 
 
-def test_the_shipped_linear_fusion_weighs_knowledge_like_a_typical_fitted_retriever() -> None:
+def test_the_shipped_fusion_weighs_knowledge_like_a_typical_fitted_retriever() -> None:
     shipped = load_fusion_settings()
-    assert shipped.method == "linear"
-    # The fit left the KG out: it still counts for nothing.
-    assert shipped.weight("kg_enhanced") == 0.0
-    knowledge = shipped.features_of("knowledge")
-    for feature in ("rank", "score", "found"):
-        mean = (shipped.features["bm25"][feature] + shipped.features["dense"][feature]) / 2
-        assert knowledge[feature] == pytest.approx(mean)
-    assert shipped.weight("knowledge") == 1.0
+    fused = [s for s in FITTED_RETRIEVERS if shipped.weight(s) > 0 and s not in shipped.rescore]
+    assert fused
+    if shipped.method == "linear":
+        knowledge = shipped.features_of("knowledge")
+        for feature in ("rank", "score", "found"):
+            mean = sum(shipped.features[s][feature] for s in fused) / len(fused)
+            assert knowledge[feature] == pytest.approx(mean)
+        assert shipped.weight("knowledge") == 1.0
+    else:
+        mean = sum(shipped.weight(s) for s in fused) / len(fused)
+        assert shipped.weight("knowledge") == pytest.approx(mean)
+        assert shipped.weight("knowledge") > 0
 
 
 async def test_the_knowledge_search_carries_the_callers_tenant() -> None:

@@ -369,7 +369,7 @@ def degraded_research(
     settings = GenerateSettings(
         research=ResearchSettings(lexical_address="127.0.0.1:1", semantic_address="127.0.0.1:1")
     )
-    # The shipped fusion: a linear model over BM25 and dense, KG weighted 0.
+    # The shipped fusion weighs plain KG 0 (it weighs BM25, dense and KG enhanced).
     return servicer.Researcher(settings).search_fn(
         common_pb2.RetrievalOptions(retrievers=list(retrievers))
     )

@@ -190,6 +190,10 @@ class FusionSettings:
             "cross_validated",
             "paired",
             "repeated",
+            "chosen_family",
+            "leave_one_set_out",
+            "nested_leave_one_set_out",
+            "unseen",
         }
         if unknown:
             raise FusionSettingsError(f"unknown fusion settings keys {sorted(unknown)}")
