@@ -214,7 +214,10 @@ class Gateway:
         server_log = logging.getLogger("aiohttp.server")
         if _MALFORMED not in server_log.filters:
             server_log.addFilter(_MALFORMED)
-        self._runner = web.AppRunner(self.application(), access_log=None)
+        # A caller that disconnects cancels its handler, and with it the gRPC call
+        # and the pipeline behind it; aiohttp would otherwise let the handler run
+        # on until it next writes (never, for a unary call).
+        self._runner = web.AppRunner(self.application(), access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, reuse_port=False)
         await site.start()
