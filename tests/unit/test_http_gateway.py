@@ -116,3 +116,30 @@ def test_chat_content_numbers_each_cited_source_once() -> None:
     }
     assert extension["insufficientInformation"] is False
     json.dumps(extension)  # JSON-ready as it is
+
+
+def _refusal(body: object) -> tuple[grpc.StatusCode, str]:
+    try:
+        chat._question(body)
+    except chat._Refused as exc:
+        return exc.code, str(exc)
+    raise AssertionError(f"{body!r} was not refused")
+
+
+def test_chat_refuses_more_than_one_choice_rather_than_sending_one() -> None:
+    question = [{"role": "user", "content": "How large was the fine?"}]
+    for n in (2, 0, "1", 1.5, True):
+        code, message = _refusal({"messages": question, "n": n})
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, n
+        assert "n: " in message and "leave it out" in message, message
+    for n in (1, None):
+        assert chat._question({"messages": question, "n": n})[0] == "How large was the fine?"
+
+
+def test_chat_says_a_model_name_that_is_no_string_is_malformed() -> None:
+    question = [{"role": "user", "content": "How large was the fine?"}]
+    for model in (None, ["attest"], 7):
+        code, message = _refusal({"model": model, "messages": question})
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, model
+        assert message.startswith('model: a string, "attest"'), message
+    assert _refusal({"model": "gpt-4o", "messages": question})[0] == grpc.StatusCode.NOT_FOUND

@@ -107,10 +107,22 @@ def _question(body: Any) -> tuple[str, answer_pb2.AskOptions, bool]:
     if not isinstance(body, dict):
         raise _Refused(grpc.StatusCode.INVALID_ARGUMENT, "the request body must be a JSON object")
     model = body.get("model", MODEL)
+    if not isinstance(model, str):
+        raise _Refused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f'model: a string, "{MODEL}" (the one model; GET /v1/models), or leave it out',
+        )
     if model != MODEL:
         raise _Refused(
             grpc.StatusCode.NOT_FOUND,
             f"model {str(model)[:80]!r} not found: the one model is {MODEL!r} (GET /v1/models)",
+        )
+    n = body.get("n")
+    if n is not None and (type(n) is not int or n != 1):
+        raise _Refused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"n: {str(n)[:20]} choices asked, but an answer has one grounded text: send n: 1 "
+            "or leave it out",
         )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
