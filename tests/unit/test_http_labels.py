@@ -39,6 +39,10 @@ def test_a_mark_becomes_a_support_pair() -> None:
         ({"label": "yes"}, 'label: must be "supports" or "does_not_support"'),
         ({"confidence": 11}, "confidence:"),
         ({"passageIndex": "0"}, "passageIndex:"),
+        ({"passageIndex": 10**30}, "passageIndex:"),
+        ({"passageIndex": -2}, "passageIndex:"),
+        # The tenant is the credential's: a field naming another is refused, not ignored.
+        ({"tenant": "other"}, "unknown field 'tenant'; known: confidence, label, "),
     ],
 )
 def test_bad_marks_say_what_is_wrong(change: dict[str, object], says: str) -> None:

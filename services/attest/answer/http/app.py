@@ -4,6 +4,7 @@ the OpenAPI document, the OpenAI-compatible endpoints and the evidence page."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
@@ -70,8 +71,14 @@ def page_routes(store: LabelStore, identify: Identify) -> list[web.RouteDef]:
         except AttestError as exc:
             return error_response(grpc.StatusCode[exc.code], str(exc))
         try:
-            record = parse_mark(await request.json())
+            body = json.loads(await request.read())
         except ValueError as exc:
+            return error_response(
+                grpc.StatusCode.INVALID_ARGUMENT, f"the request body is not JSON: {exc}"
+            )
+        try:
+            record = parse_mark(body)
+        except LabelError as exc:
             return error_response(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         try:
             await asyncio.to_thread(store.add, tenant, record)

@@ -35,10 +35,22 @@ def label_id(sentence: str, source_id: str, passage_index: int, source: str) -> 
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
 
+#: The fields of a mark, as the page sends them.
+_FIELDS = frozenset(
+    ("question", "sentence", "source", "sourceId", "passageIndex", "confidence", "label")
+)
+
+
 def parse_mark(body: Any) -> dict[str, Any]:
     """The stored record of a mark sent by the page (sentence, source, label, ...)."""
     if not isinstance(body, dict):
         raise LabelError("a label is a JSON object: {sentence, source, sourceId, label, ...}")
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise LabelError(
+            f"unknown field {str(unknown[0])[:40]!r}; known: {', '.join(sorted(_FIELDS))} "
+            "(the tenant is the credential's)"
+        )
     sentence, source = body.get("sentence"), body.get("source")
     if not isinstance(sentence, str) or not sentence.strip():
         raise LabelError("sentence: the cited sentence's text is required")
@@ -52,8 +64,8 @@ def parse_mark(body: Any) -> dict[str, Any]:
     confidence = body.get("confidence")
     if not isinstance(source_id, str) or len(source_id) > 256:
         raise LabelError("sourceId: the cited document's id, up to 256 characters")
-    if type(passage) is not int:
-        raise LabelError("passageIndex: an integer (-1 for a whole document)")
+    if type(passage) is not int or not -1 <= passage < 2**31:
+        raise LabelError("passageIndex: the passage's index, -1 for a whole document")
     if confidence is not None and (type(confidence) is not int or not 0 <= confidence <= 10):
         raise LabelError("confidence: the citation's confidence, 0-10")
     question = body.get("question", "")
