@@ -162,9 +162,56 @@ def door(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FrontDoor]:
         yield running
 
 
+#: Run in the tab before the page's own script. It reads a copy of the answer's
+#: event stream for the ``: sent-at`` comment of the first ``sentence`` event
+#: (when the server wrote it, Unix seconds) and notes when the first cited
+#: sentence is in the DOM and when the frame after that is drawn, on the same
+#: clock (performance.timeOrigin + performance.now(), Unix milliseconds; the
+#: browser and the server share the machine's clock).
+TIMING = r"""
+(() => {
+  const timing = window.__timing = {sentAt: null, inDom: null, drawn: null};
+  const now = () => (performance.timeOrigin + performance.now()) / 1000;
+  const fetched = window.fetch;
+  window.fetch = async (...args) => {
+    const reply = await fetched(...args);
+    if (!String(args[0]).endsWith('/v1/ask:stream') || !reply.ok) return reply;
+    const [page, copy] = reply.body.tee();
+    (async () => {
+      const reader = copy.getReader(), decoder = new TextDecoder();
+      let text = '';
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) return;
+        text += decoder.decode(value, {stream: true});
+        const found = text.match(/: sent-at ([0-9.]+)\nevent: sentence\n/);
+        if (found) { timing.sentAt = Number(found[1]); return; }
+      }
+    })();
+    return new Response(page, {status: reply.status, headers: reply.headers});
+  };
+  document.addEventListener('DOMContentLoaded', () => {
+    const seen = new MutationObserver(() => {
+      if (timing.inDom === null && document.querySelector('#answer .sentence:not(.draft)')) {
+        timing.inDom = now();
+        requestAnimationFrame(() => { timing.drawn = now(); });
+        seen.disconnect();
+      }
+    });
+    seen.observe(document.getElementById('answer'), {childList: true, subtree: true});
+  });
+})();
+"""
+
+
 async def walk_through(tab: Page, door: FrontDoor, shots: Path) -> dict[str, Any]:
+    await tab.send("Page.addScriptToEvaluateOnNewDocument", source=TIMING)
     await tab.send("Page.navigate", url=f"{door.http}/")
     await tab.until("document.readyState === 'complete' && !!document.getElementById('question')")
+    loaded = await tab.until(
+        "(n => n && n.loadEventEnd > 0 ? (n.loadEventEnd - n.startTime) / 1000 : 0)"
+        "(performance.getEntriesByType('navigation')[0])"
+    )
     # Keyboard only: the key field, then the question, then Enter.
     await tab.js("document.getElementById('key').focus()")
     await tab.type(door.keys["acme"])
@@ -175,6 +222,9 @@ async def walk_through(tab: Page, door: FrontDoor, shots: Path) -> dict[str, Any
     await tab.key("Enter")
 
     await tab.until("state !== null && state.done === true")
+    timing = await tab.until(
+        "(t => t.sentAt !== null && t.drawn !== null ? t : null)(window.__timing)", within=10
+    )
     answer = await tab.js(
         """(() => ({
             text: [...document.querySelectorAll('#answer .sentence')].map(s => s.textContent),
@@ -212,7 +262,14 @@ async def walk_through(tab: Page, door: FrontDoor, shots: Path) -> dict[str, Any
     await tab.screenshot(shots / "4-labelled.png")
     await tab.key("Escape")
     closed = await tab.js("document.getElementById('passage') === null")
-    return {"answer": answer, "opened": opened, "saved": saved, "closed": closed}
+    return {
+        "answer": answer,
+        "opened": opened,
+        "saved": saved,
+        "closed": closed,
+        "load": loaded,
+        "timing": timing,
+    }
 
 
 def test_ask_read_the_evidence_and_label_it(door: FrontDoor, tmp_path: Path) -> None:
@@ -227,6 +284,17 @@ def test_ask_read_the_evidence_and_label_it(door: FrontDoor, tmp_path: Path) -> 
         seen = asyncio.run(run())
 
     answer, opened = seen["answer"], seen["opened"]
+    # The page loads, and shows the first sentence once the server has sent it,
+    # each within a second.
+    timing = seen["timing"]
+    in_dom, drawn = timing["inDom"] - timing["sentAt"], timing["drawn"] - timing["sentAt"]
+    print(
+        f"page load {seen['load'] * 1000:.0f} ms; first sentence in the DOM "
+        f"{in_dom * 1000:.0f} ms and drawn {drawn * 1000:.0f} ms after the server sent it"
+    )
+    assert 0 < seen["load"] <= 1.0, seen["load"]
+    # sent-at has millisecond precision, hence the -0.001.
+    assert -0.001 <= in_dom <= drawn <= 1.0, timing
     assert any("$14.5 million" in line for line in answer["text"]), answer
     assert answer["citations"] >= 1
     assert all(width.endswith("%") for width in answer["bars"]), answer

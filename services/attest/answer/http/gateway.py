@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -318,11 +319,15 @@ def proto_events(message: Message) -> list[tuple[str | None, Any]]:
     return [(name, to_json(message))]
 
 
-def sse(event: str | None, data: Any) -> bytes:
+def sse(event: str | None, data: Any, sent_at: float | None = None) -> bytes:
     """One server-sent event; the JSON is on one line, so one ``data:`` line carries
-    it. Without a name it is a plain ``message`` event (what OpenAI's streams send)."""
+    it. Without a name it is a plain ``message`` event (what OpenAI's streams send).
+    ``sent_at`` (Unix seconds) goes first as a comment line, ``: sent-at 1765…``,
+    which SSE clients skip: when the server wrote the event, for measuring what a
+    client adds after it."""
     line = f"data: {json.dumps(data, separators=(',', ':'))}\n\n"
-    return (line if event is None else f"event: {event}\n{line}").encode()
+    text = line if event is None else f"event: {event}\n{line}"
+    return (text if sent_at is None else f": sent-at {sent_at:.3f}\n{text}").encode()
 
 
 async def stream_events(
@@ -354,7 +359,7 @@ async def stream_events(
         item = first
         while item is not grpc.aio.EOF:
             for event, data in events(item):
-                await response.write(sse(event, data))
+                await response.write(sse(event, data, time.time()))
             item = await call.read()
         if done:
             await response.write(done)
