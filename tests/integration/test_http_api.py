@@ -113,7 +113,7 @@ def test_curl_examples_of_the_docs(door: FrontDoor) -> None:
     assert chat["attest"]["citations"][0]["sourceId"]
 
     deleted = json.loads(run_example(door, scripts["delete"]))
-    assert deleted == {"matched": "1", "deleted": "1", "docIds": ["note-1"]}
+    assert deleted == {"matched": "1", "deleted": "1", "docIds": ["note-1"], "failures": []}
 
 
 def test_errors_are_the_grpc_ones(door: FrontDoor) -> None:
