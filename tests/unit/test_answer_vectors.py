@@ -10,7 +10,9 @@ to text, as before.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,10 +38,22 @@ def stored(doc_id: str, index: int) -> list[float]:
     return [float(len(doc_id)), float(index), 1.0]
 
 
+@pytest.fixture(autouse=True)
+def fusion_over_bm25_and_dense(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fusion that weighs BM25 and dense only, whatever the shipped file weighs."""
+    path = tmp_path / "fusion.json"
+    path.write_text(
+        json.dumps(
+            {"method": "weighted", "weights": {"bm25": 1.0, "dense": 1.0}, "default_weight": 0}
+        )
+    )
+    monkeypatch.setenv("ATTEST_ANSWER_FUSION_SETTINGS", str(path))
+
+
 class Backends:
     """BM25 finds d1 (passage 0) and d2 (its body only); dense finds d1 (passage 1)
-    and d3 (no passage); KG finds d3 and d4 (the default fusion, fitted on BM25
-    and dense, keeps only what they found, so d4 drops out and d3 gets its KG score)."""
+    and d3 (no passage); KG finds d3 and d4 (the fusion of ``fusion_over_bm25_and_dense``
+    keeps only what they found, so d4 drops out and d3 gets its KG score)."""
 
     def __init__(
         self, *, embed_fails: bool = False, vectors_fail: bool = False, search_fails: bool = False
