@@ -143,16 +143,16 @@ class Documents:
     def batch(self, size: int) -> list[ingest_pb2.IngestItem]:
         items: list[ingest_pb2.IngestItem] = []
         chosen: set[str] = set()
+        added = 0
         for _ in range(size):
             candidates = sorted(self.live - chosen)
-            reuse = candidates and (
-                len(self.live) + self._next_id >= self._max_live or self._rng.random() < 0.5
-            )
-            if reuse:
+            full = len(self.live) + added >= self._max_live
+            if candidates and (full or self._rng.random() < 0.5):
                 doc_id = self._rng.choice(candidates)
             else:
                 doc_id = f"soak-{self._run_id}-{self._next_id}"
                 self._next_id += 1
+                added += 1
             chosen.add(doc_id)
             items.append(ingest_pb2.IngestItem(document=self._document(doc_id)))
         return items
