@@ -34,8 +34,9 @@ minutes) and a warm-up of ``min(--warmup, W/2)``:
 - RSS growth: the largest RSS of the last W at most 10 % above the RSS at
   time W (unavailable without a pid: not judged);
 - p99 drift: per kind, the p99 of the last W at most 1.5x the p99 of the
-  first W after the warm-up (a kind with fewer than ``--min-samples``
-  successful calls in either window is not judged);
+  first W after the warm-up, each call placed by when it ended (a kind with
+  fewer than ``--min-samples`` successful calls in either window is not
+  judged);
 - every kind of the mix succeeded at least once.
 
 The exit status is 1 when any of them is missed.
@@ -66,7 +67,7 @@ from pydantic import SecretStr
 
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
 from attest.core.channels import create_channel
-from attest.core.settings import ClientIdentity, ClientSettings
+from attest.core.settings import ClientSecurity, ClientSettings
 from attest.demo.run import read_jsonl, sample_documents
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 
@@ -335,7 +336,12 @@ class Soak:
         settings = ClientSettings(timeout_seconds=self.args.timeout, max_attempts=1)
         identity = None
         if self.args.api_key:
-            identity = ClientIdentity(token=SecretStr(self.args.api_key))
+            # the key replaces ATTEST_CLIENT_TOKEN; TLS still comes from ATTEST_CLIENT_TLS__*
+            identity = (
+                ClientSecurity()
+                .identity()
+                .model_copy(update={"token": SecretStr(self.args.api_key), "token_file": None})
+            )
         return create_channel(address, settings, identity=identity)
 
     async def run(self) -> None:
@@ -549,7 +555,7 @@ def verdict(
     drift: dict[str, Any] = {}
     for kind in kinds:
         ok = [c for c in calls if c.kind == kind and c.code == "OK"]
-        first = [c.seconds * 1000 for c in ok if warm <= c.end - c.seconds and c.end <= window]
+        first = [c.seconds * 1000 for c in ok if warm < c.end <= window]
         last = [c.seconds * 1000 for c in ok if c.end >= duration - window]
         entry: dict[str, Any] = {"first_n": len(first), "last_n": len(last)}
         if len(first) < min_samples or len(last) < min_samples:
