@@ -30,10 +30,15 @@ from attest.retrieval.fusion import FusionSettings
 
 
 def _synthetic(
-    seed: int, n_queries: int = 40, kg_noise: float = 3.0, views: float = 1.0
+    seed: int,
+    n_queries: int = 40,
+    kg_noise: float = 3.0,
+    views: float = 1.0,
+    noises: dict[str, float] | None = None,
 ) -> tuple[SignalLists, dict[str, dict[str, int]]]:
     """BM25 is a noisy view of relevance, dense a less noisy one, kg mostly noise
-    (``views`` scales the noise of the first two)."""
+    (``views`` scales the noise of the first two); ``noises`` gives each signal's
+    noise instead."""
     rng = random.Random(seed)
     lists: SignalLists = {}
     qrels: dict[str, dict[str, int]] = {}
@@ -43,7 +48,8 @@ def _synthetic(
         relevant = set(rng.sample(docs, 3))
         qrels[qid] = {d: 1 for d in relevant}
         by: dict[str, list[tuple[str, float]]] = {}
-        for name, noise in (("bm25", 1.2 * views), ("dense", 0.7 * views), ("kg", kg_noise)):
+        by_name = noises or {"bm25": 1.2 * views, "dense": 0.7 * views, "kg": kg_noise}
+        for name, noise in by_name.items():
             scored = [(d, (1.0 if d in relevant else 0.0) + rng.gauss(0, noise)) for d in docs]
             scored.sort(key=lambda kv: -kv[1])
             by[name] = scored[:30]
@@ -395,20 +401,9 @@ def _two_views(
     seed: int, bm25_noise: float, dense_noise: float, n_queries: int = 40
 ) -> tuple[SignalLists, dict[str, dict[str, int]]]:
     """BM25 and dense as views of relevance with noise of their own, no KG."""
-    rng = random.Random(seed)
-    lists: SignalLists = {}
-    qrels: dict[str, dict[str, int]] = {}
-    docs = [f"d{i}" for i in range(60)]
-    for q in range(n_queries):
-        qid = f"q{q:03d}"
-        relevant = set(rng.sample(docs, 3))
-        qrels[qid] = dict.fromkeys(relevant, 1)
-        by: dict[str, list[tuple[str, float]]] = {}
-        for name, noise in (("bm25", bm25_noise), ("dense", dense_noise)):
-            scored = [(d, (1.0 if d in relevant else 0.0) + rng.gauss(0, noise)) for d in docs]
-            scored.sort(key=lambda kv: -kv[1])
-            by[name] = scored[:30]
-        lists[qid] = by
+    lists, qrels = _synthetic(
+        seed, n_queries=n_queries, noises={"bm25": bm25_noise, "dense": dense_noise}
+    )
     return lists, qrels
 
 

@@ -380,6 +380,20 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
     click.echo(f"wrote {output}")
 
 
+def _refuse_beir_files(target: Path, overwrite: bool) -> None:
+    """A BEIR folder's files are replaced only when asked to (``--overwrite``)."""
+    present = [
+        str(target / name)
+        for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
+        if (target / name).exists()
+    ]
+    if present and not overwrite:
+        raise click.ClickException(
+            f"{', '.join(present)} already there: give --overwrite to replace them, "
+            "or another folder"
+        )
+
+
 @click.command(name="convert-demo")
 @click.argument("target", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--overwrite", is_flag=True, help="Replace the BEIR files TARGET already holds.")
@@ -392,16 +406,7 @@ def convert_demo_command(target: Path, overwrite: bool) -> None:
     """
     from attest.demo.labels import write_beir
 
-    present = [
-        str(target / name)
-        for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
-        if (target / name).exists()
-    ]
-    if present and not overwrite:
-        raise click.ClickException(
-            f"{', '.join(present)} already there: give --overwrite to replace them, "
-            "or another folder"
-        )
+    _refuse_beir_files(target, overwrite)
     try:
         docs, queries = write_beir(target)
     except OSError as exc:
@@ -423,16 +428,7 @@ def convert_qa_command(source: Path, target: Path, overwrite: bool) -> None:
     """
     from attest.evaluation.qa import QADatasetError, load_qa, write_beir
 
-    present = [
-        str(target / name)
-        for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")
-        if (target / name).exists()
-    ]
-    if present and not overwrite:
-        raise click.ClickException(
-            f"{', '.join(present)} already there: give --overwrite to replace them, "
-            "or another folder"
-        )
+    _refuse_beir_files(target, overwrite)
     try:
         items = load_qa(source)
         docs, queries = write_beir(items, target)
