@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from attest.evaluation.judge_eval import JudgePairsError, auroc, ranking_metrics, read_pairs
-from attest.evaluation.reader_data import Pair, held_out, hotpot_pairs, split
+from attest.evaluation.reader_data import (
+    Pair,
+    held_out,
+    hotpot_pairs,
+    keyword_groups,
+    keyword_query,
+    split,
+)
 from attest.generate.reader import candidate_sources, source_window
 
 
@@ -137,3 +144,47 @@ def test_candidate_sources_skip_sources_that_share_few_words():
     ]
     assert candidate_sources("Marrowgate Bank named Rosalind Achebe-Fry chair.", sources) == [0, 2]
     assert candidate_sources("the of and", sources) == []
+
+
+def test_keyword_query_keeps_the_content_words_in_order():
+    assert keyword_query("Who is the new chair of Marrowgate Bank?") == "chair Marrowgate Bank"
+    assert (
+        keyword_query("What were Fennick Retail Group's scope 1 emissions in 2024?")
+        == "Fennick Retail Group's scope 1 emissions 2024"
+    )
+    assert (
+        keyword_query("How much did it cost, in $, per 1,000 units?") == "much cost per 1,000 units"
+    )
+    # A question of stop words alone stays as it was rather than becoming empty.
+    assert keyword_query("Who was it?") == "Who was it?"
+
+
+def test_keyword_groups_copy_whole_groups_of_answer_pairs_with_their_labels():
+    pairs = [
+        Pair(
+            f"q{g}-{k}",
+            "answer",
+            f"Where is the head office of firm {g}?",
+            f"s{k}",
+            k % 2,
+            f"q{g}",
+            "selqa",
+        )
+        for g in range(40)
+        for k in range(3)
+    ] + [Pair("p0", "support", "A source.", "A claim.", 1, "p0", "snli")]
+    made = keyword_groups(pairs, 0.5, seed=13)
+    groups = {p.group for p in made}
+    # About half the groups, each copied whole; support pairs never.
+    assert 10 <= len(groups) <= 30
+    assert len(made) == 3 * len(groups)
+    assert all(p.task == "answer" and p.id.endswith("-kw") for p in made)
+    by_id = {p.id: p for p in pairs}
+    for p in made:
+        original = by_id[p.id.removesuffix("-kw")]
+        assert (p.label, p.group, p.sentence) == (original.label, original.group, original.sentence)
+        assert p.first == keyword_query(original.first)
+    # Same seed, same copies; all groups at share 1; none at 0.
+    assert keyword_groups(pairs, 0.5, seed=13) == made
+    assert len(keyword_groups(pairs, 1.0, seed=13)) == 120
+    assert keyword_groups(pairs, 0.0, seed=13) == []

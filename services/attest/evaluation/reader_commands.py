@@ -104,6 +104,14 @@ def train_group() -> None:
     "stage on the made negatives, their positives and --replay pairs of the first stage's data.",
 )
 @click.option(
+    "--keyword-questions",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="Share of the answer groups that also train with their question typed as a keyword "
+    "query ('chair Marrowgate Bank' for 'Who is the new chair of Marrowgate Bank?').",
+)
+@click.option(
     "--replay",
     type=click.IntRange(0),
     default=4000,
@@ -128,6 +136,7 @@ def train_judge(
     max_steps: int | None,
     made_negatives: bool,
     init_from: Path | None,
+    keyword_questions: float,
     replay: int,
     threads: int | None,
 ) -> None:
@@ -154,6 +163,7 @@ def train_judge(
         question_swaps_per_set=1500 if made_negatives else 0,
         fact_swaps=3000 if made_negatives else 0,
         replay=replay if init_from is not None else None,
+        keyword_share=keyword_questions,
     )
     output = output or work_dir / "reader-int8.onnx"
     for where in (output.parent, work_dir):
@@ -333,8 +343,14 @@ def judge_splits(train_root: Path, hotpot: Path, output_dir: Path) -> None:
 
     Beside the held-out split of each set, the pairs of HotpotQA's odd half
     (``hotpotqa_odd-*``), whose questions training never reads at all."""
-    from attest.evaluation.reader_data import PairDataError, hotpot_pairs, load_pairs, split
-    from attest.evaluation.train_reader import made_held_out
+    from attest.evaluation.reader_data import (
+        PairDataError,
+        hotpot_pairs,
+        keyword_groups,
+        load_pairs,
+        split,
+    )
+    from attest.evaluation.train_reader import keyword_held_out, made_held_out
 
     try:
         pairs = load_pairs(train_root, None if str(hotpot) == "none" else hotpot)
@@ -347,9 +363,14 @@ def judge_splits(train_root: Path, hotpot: Path, output_dir: Path) -> None:
     for p in made_held_out(held, seed=13):
         base, kind = p.dataset.split("+")
         by.setdefault(f"{base}-{p.task if kind == 'qswap' else 'support'}+{kind}", []).append(p)
+    for p in keyword_held_out(held, seed=13):
+        by.setdefault(f"{p.dataset.removesuffix('+kw')}-answer+kw", []).append(p)
     if str(hotpot) != "none":
-        for p in hotpot_pairs(hotpot, half="odd"):
+        odd = list(hotpot_pairs(hotpot, half="odd"))
+        for p in odd:
             by.setdefault(f"hotpotqa_odd-{p.task}", []).append(p)
+        for p in keyword_groups(odd, 1.0, seed=13):
+            by.setdefault("hotpotqa_odd-answer+kw", []).append(p)
     output_dir.mkdir(parents=True, exist_ok=True)
     for name, rows in sorted(by.items()):
         path = output_dir / f"{name}.jsonl"

@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from attest.evaluation.reader_data import Pair, fact_swaps, load_pairs, question_swaps, split
+from attest.evaluation.reader_data import (
+    Pair,
+    fact_swaps,
+    keyword_groups,
+    load_pairs,
+    question_swaps,
+    split,
+)
 from attest.generate.reader import MAX_TOKENS, Reader, encoder_path
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,9 @@ class TrainConfig:
     fact_swaps: int = 0
     # A second stage (``--init-from``): pairs of the first stage's data kept.
     replay: int | None = None
+    # Answer groups that also train with their question typed as a keyword
+    # query (``reader_data.keyword_groups``); 0 in the first stage.
+    keyword_share: float = 0.0
 
 
 def reader_head(encoder: Path) -> Any:
@@ -155,7 +165,7 @@ def train(
         made += question_swaps(train_pairs, config.seed, config.question_swaps_per_set)
     if config.fact_swaps:
         made += fact_swaps(train_pairs, config.seed, config.fact_swaps)
-    held = held + made_held_out(held, config.seed)
+    held = held + made_held_out(held, config.seed) + keyword_held_out(held, config.seed)
     base = _sample(train_pairs, config)
     if config.replay is not None:
         # A second stage from an earlier model: the made negatives, the
@@ -179,7 +189,7 @@ def train(
             positives.append(original)
         rng = random.Random(config.seed)
         base = rng.sample(base, min(config.replay, len(base))) + positives
-    train_pairs = base + made
+    train_pairs = base + made + keyword_groups(base, config.keyword_share, config.seed)
     tokenizer = Tokenizer.from_file(str(encoder_path() / "tokenizer.json"))
     encodings = _encode(tokenizer, train_pairs)
     lengths = [len(e[0]) for e in encodings]
@@ -390,6 +400,17 @@ def made_held_out(held: Sequence[Pair], seed: int) -> list[Pair]:
                 )
             out += [positive, replace(p, dataset=name)]
     return out
+
+
+def keyword_held_out(held: Sequence[Pair], seed: int) -> list[Pair]:
+    """Every held-out answer pair with its question typed as a keyword query, as
+    a set of its own (``<set>+kw``): how well the reader reads search queries."""
+    from dataclasses import replace
+
+    return [
+        replace(p, dataset=f"{p.dataset}+kw")
+        for p in keyword_groups([p for p in held if "+" not in p.dataset], 1.0, seed)
+    ]
 
 
 def score_held_out(reader: Reader, pairs: Sequence[Pair]) -> dict[str, dict[str, float]]:
