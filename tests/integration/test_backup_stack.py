@@ -6,7 +6,7 @@ ingestion on Celery with the registry and job state in Redis, and two
 workers: one for the enrich and embed queues, one for the index queue (the
 only stage that writes to the stores and the registry).
 
-The demo corpus goes in as one job of twelve batches. Part-way through, the
+The demo corpus goes in as one job of twelve batches. After the first, the
 procedure: the index worker is stopped (a warm shutdown: it finishes the batch
 in hand, the queued ones wait in Redis) while enrich and embed go on; then the
 OpenSearch indexes are snapshotted, Redis is saved (BGSAVE, its dump.rdb
@@ -20,8 +20,8 @@ directory. `attest doctor` over its services finds it consistent, and it gives
 the answers of the moment of the backup (text, sentences, citations with their
 confidences and quotes, sources). With a worker started on it, the job that
 was running at the backup resumes from the restored queues and finishes, and
-the restored stack then answers as the source did at the end of its job:
-nothing acknowledged was lost.
+`attest doctor` finds every document of the corpus in every store: nothing
+acknowledged was lost.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -99,6 +99,11 @@ class StackProcesses:
             "ATTEST_PIPELINE_SEMANTIC_ADDRESS": self.address,
             "ATTEST_PIPELINE_RETRY_BACKOFF_MAX_SECONDS": "2",
             "ATTEST_PIPELINE_RECONCILE_INTERVAL_SECONDS": "5",
+            # Answers compared across stacks must not be degraded by a stage
+            # that a busy machine made slow.
+            "ATTEST_ANSWER_TIMEOUTS__RETRIEVE": "60",
+            "ATTEST_ANSWER_TIMEOUTS__RERANK": "120",
+            "ATTEST_ANSWER_TIMEOUTS__EXPLAIN": "60",
             **self.settings,
         }
 
@@ -159,18 +164,30 @@ def cli(*args: str, env: dict[str, str], status: int = 0) -> str:
     return done.stdout
 
 
+def doctor(stack: StackProcesses) -> dict[str, Any]:
+    """`attest doctor --json` over the stack's services."""
+    checked = cli(
+        "doctor", "--lexical-address", stack.address, "--semantic-address", stack.address,
+        "--state-url", stack.db(STATE), "--json",
+        env=stack.env,
+    )  # fmt: skip
+    return cast(dict[str, Any], json.loads(checked.strip().splitlines()[-1]))
+
+
 def bgsave(url: str, into: Path) -> None:
     """BGSAVE, wait for it, and copy the dump.rdb (docs/backups.md, Redis)."""
     client = redis.Redis.from_url(url)
     try:
-        while client.info("persistence")["rdb_bgsave_in_progress"]:
-            time.sleep(0.1)
+
+        def idle() -> bool:
+            return not client.info("persistence")["rdb_bgsave_in_progress"]
+
+        wait_until(idle, 60, "an earlier BGSAVE", 0.1)
         before = client.lastsave()
+        # BGSAVE forks before it replies: from here its save is in progress.
         client.bgsave()
-        wait_until(lambda: client.lastsave() != before, 60, "BGSAVE", 0.1)
-        wait_until(
-            lambda: not client.info("persistence")["rdb_bgsave_in_progress"], 60, "BGSAVE", 0.1
-        )
+        wait_until(idle, 60, "BGSAVE", 0.1)
+        assert client.lastsave() >= before
         assert client.info("persistence")["rdb_last_bgsave_status"] == "ok"
         config = client.config_get("dir")
         dump = Path(config["dir"]) / client.config_get("dbfilename")["dbfilename"]
@@ -222,8 +239,10 @@ def test_a_stack_backed_up_while_ingesting_restores_the_answers_of_its_moment(
             stub = ingest_pb2_grpc.IngestServiceStub(channel)
             items = [ingest_pb2.IngestItem(document=d) for d in docs]
             job_id = stub.Ingest(ingest_pb2.IngestRequest(items=items), timeout=60).job.job_id
+        # One batch in: the other eleven are still to be indexed, whatever the
+        # machine's speed, when the index worker stops (it finishes one at most).
         wait_until(
-            lambda: progress(source.address, job_id).progress.indexed >= 8, 600, "two batches"
+            lambda: progress(source.address, job_id).progress.indexed >= 4, 600, "a batch", 0.1
         )
 
         # The procedure: stop the index stage, back each store up, start it again.
@@ -255,7 +274,7 @@ def test_a_stack_backed_up_while_ingesting_restores_the_answers_of_its_moment(
         # snapshot, the dump and the copy hold what the registry listed then.
         assert after.progress.indexed == before.progress.indexed
         held = before.progress.indexed
-        assert 8 <= held < len(docs)
+        assert 4 <= held < len(docs)
         assert sorted(taken["snapshot"]["indices"]) == [
             f"{index_name}-documents",
             f"{index_name}-passages",
@@ -301,13 +320,7 @@ def test_a_stack_backed_up_while_ingesting_restores_the_answers_of_its_moment(
             try:
                 restored.serve()
                 assert progress(restored.address, job_id).progress.indexed == held
-                checked = cli(
-                    "doctor", "--lexical-address", restored.address,
-                    "--semantic-address", restored.address,
-                    "--state-url", restored.db(STATE), "--json",
-                    env=restored.env,
-                )  # fmt: skip
-                report = json.loads(checked.strip().splitlines()[-1])
+                report = doctor(restored)
                 assert report["consistent"] is True, report
                 (tenant,) = report["before"]
                 assert tenant["documents"] == held, tenant
@@ -317,12 +330,19 @@ def test_a_stack_backed_up_while_ingesting_restores_the_answers_of_its_moment(
                 assert ask_all(restored.address) == at_backup
 
                 # The job acknowledged before the backup resumes from the
-                # restored queues and finishes.
+                # restored queues and finishes: every document in every store.
+                # (Not the source's final answers word for word: a batch a
+                # worker held at the save runs again, and a document written
+                # twice leaves OpenSearch a deleted copy until a merge, which
+                # counts in BM25's statistics.)
                 restored.worker("worker", "enrich,embed,index")
                 final = finished(restored.address, job_id)
                 assert final.state == ingest_pb2.JOB_STATE_DONE, final
                 assert (final.progress.created, final.progress.failed) == (len(docs), 0)
-                assert ask_all(restored.address) == at_end
+                report = doctor(restored)
+                assert report["consistent"] is True, report
+                (tenant,) = report["before"]
+                assert tenant["documents"] == len(docs), tenant
             finally:
                 restored.stop_all()
     finally:
