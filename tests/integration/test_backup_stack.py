@@ -149,7 +149,7 @@ def progress(address: str, job_id: str) -> ingest_pb2.Job:
         return stub.GetJob(ingest_pb2.GetJobRequest(job_id=job_id), timeout=30).job
 
 
-def finished(address: str, job_id: str, timeout: float = 300) -> ingest_pb2.Job:
+def finished(address: str, job_id: str, timeout: float = 300) -> ingest_pb2.WatchJobResponse:
     with grpc.insecure_channel(address) as channel:
         stub = ingest_pb2_grpc.IngestServiceStub(channel)
         updates = stub.WatchJob(ingest_pb2.WatchJobRequest(job_id=job_id), timeout=timeout)
