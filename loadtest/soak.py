@@ -20,7 +20,9 @@ Every ``--sample-seconds`` the server's resident memory (VmRSS) and open file
 descriptors are read from ``/proc/<pid>``: ``--pid``, or the process holding
 the listening socket of ``--address`` when it is on this machine (found through
 ``/proc/net/tcp`` and ``/proc/*/fd``). For a remote server without ``--pid``
-they are reported as unavailable.
+they are reported as unavailable. ``--watch NAME=PID`` (repeatable) samples
+other processes too, each with its descendants summed: on the Celery stack the
+workers' pool processes do the enrich, embed and index work.
 
 Each minute a line is printed: calls, errors by status code (UNKNOWN and
 INTERNAL apart and marked ``!!``), p50/p99 of successful calls per kind, RSS
@@ -37,6 +39,7 @@ minutes) and a warm-up of ``min(--warmup, W/2)``:
   first W after the warm-up, each call placed by when it ended (a kind with
   fewer than ``--min-samples`` successful calls in either window is not
   judged);
+- RSS growth of each ``--watch`` process, judged the same way;
 - every kind of the mix succeeded at least once.
 
 The exit status is 1 when any of them is missed.
@@ -197,6 +200,8 @@ class Sample:
     at: float
     rss_bytes: int | None
     open_files: int | None
+    # RSS of each --watch process tree (the process and its descendants), by name
+    watched: dict[str, int | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -313,6 +318,53 @@ def read_process(pid: int) -> tuple[int | None, int | None]:
     return rss, files
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, grandchildren and so on (from ``/proc/<pid>/task/*/children``)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                text = Path(f"/proc/{parent}/task/{task}/children").read_text()
+            except OSError:
+                continue
+            for child in map(int, text.split()):
+                if child not in found:
+                    found.append(child)
+                    todo.append(child)
+    return found
+
+
+def read_tree_rss(pid: int) -> int | None:
+    """Summed VmRSS of ``pid`` and its descendants (a Celery worker: its main process
+    and its pool processes, which load the models and do the work); None when ``pid``
+    cannot be read."""
+    rss = read_process(pid)[0]
+    if rss is None:
+        return None
+    for child in descendants(pid):
+        rss += read_process(child)[0] or 0
+    return rss
+
+
+def parse_watch(values: list[str]) -> dict[str, int]:
+    """``NAME=PID`` pairs of ``--watch``."""
+    out: dict[str, int] = {}
+    for value in values:
+        name, sep, pid = value.partition("=")
+        if not sep or not name.strip() or not pid.strip().isdigit():
+            raise SoakError(f"--watch {value!r}: give NAME=PID, for example worker=12345")
+        if name.strip() in out:
+            raise SoakError(f"--watch names {name.strip()!r} twice: give each process its own name")
+        out[name.strip()] = int(pid)
+    return out
+
+
 # -- the run -----------------------------------------------------------------------
 
 
@@ -322,6 +374,7 @@ class Soak:
     mix: dict[str, int]
     pid: int | None
     record: Record = field(default_factory=Record)
+    watch: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rng = random.Random(self.args.seed)
@@ -443,7 +496,8 @@ class Soak:
 
     def _take_sample(self) -> None:
         rss, files = read_process(self.pid) if self.pid is not None else (None, None)
-        self.record.samples.append(Sample(time.monotonic() - self.start, rss, files))
+        watched = {name: read_tree_rss(pid) for name, pid in self.watch.items()}
+        self.record.samples.append(Sample(time.monotonic() - self.start, rss, files, watched))
 
     def _minute_count(self) -> int:
         return max(1, math.ceil(self.args.minutes - 1e-9))
@@ -472,6 +526,9 @@ class Soak:
             row = {"minute": minute + 1, **summarize(calls, self.kinds)}
             row["rss_bytes"] = _max(s.rss_bytes for s in samples)
             row["open_files"] = _max(s.open_files for s in samples)
+            row["watched_rss_bytes"] = {
+                name: _max(s.watched.get(name) for s in samples) for name in self.watch
+            }
             out.append(row)
         return out
 
@@ -499,10 +556,14 @@ def format_minute(row: dict[str, Any], kinds: list[str]) -> str:
     rss = row["rss_bytes"]
     memory = "rss n/a" if rss is None else f"rss {rss / 2**20:.0f} MiB"
     files = "files n/a" if row["open_files"] is None else f"files {row['open_files']}"
+    watched = "".join(
+        f"  {name} {'n/a' if v is None else f'{v / 2**20:.0f} MiB'}"
+        for name, v in row.get("watched_rss_bytes", {}).items()
+    )
     mark = "!! " if bad else "   "
     return (
         f"{mark}min {row['minute']:>3}  {row['requests']} calls  errors: {errors}  "
-        f"{latency}  {memory}  {files}"
+        f"{latency}  {memory}  {files}{watched}"
     )
 
 
@@ -530,26 +591,27 @@ def verdict(
     bad = {code: codes[code] for code in HIGHLIGHTED}
     checks["no_unknown_internal"] = {"met": not any(bad.values()), "counts": bad}
 
-    with_rss = [s for s in samples if s.rss_bytes is not None]
-    if not with_rss:
-        checks["rss_growth"] = {
-            "met": None,
-            "reason": "RSS unavailable (remote server: pass --pid)",
+    checks["rss_growth"] = rss_growth(
+        [(s.at, s.rss_bytes) for s in samples],
+        duration,
+        window,
+        "RSS unavailable (remote server: pass --pid)",
+    )
+    names = sorted({name for s in samples for name in s.watched})
+    if names:
+        each = {
+            name: rss_growth(
+                [(s.at, s.watched.get(name)) for s in samples],
+                duration,
+                window,
+                "RSS unavailable (the process could not be read)",
+            )
+            for name in names
         }
-    else:
-        before = [s for s in with_rss if s.at <= window]
-        reference = (before[-1] if before else with_rss[0]).rss_bytes
-        tail = [s.rss_bytes for s in with_rss if s.at >= duration - window]
-        peak = max(tail) if tail else with_rss[-1].rss_bytes
-        assert reference is not None
-        assert peak is not None
-        growth = peak / reference - 1
-        checks["rss_growth"] = {
-            "met": growth <= RSS_GROWTH_LIMIT,
-            "reference_bytes": reference,
-            "last_window_max_bytes": peak,
-            "growth": round(growth, 4),
-            "limit": RSS_GROWTH_LIMIT,
+        judged_rss = [e["met"] for e in each.values() if e["met"] is not None]
+        checks["watched_rss_growth"] = {
+            "met": all(judged_rss) if judged_rss else None,
+            "processes": each,
         }
 
     drift: dict[str, Any] = {}
@@ -590,6 +652,27 @@ def verdict(
     }
 
 
+def rss_growth(
+    points: list[tuple[float, int | None]], duration: float, window: float, unavailable: str
+) -> dict[str, Any]:
+    """The largest RSS of the last ``window`` against the RSS at its end of the first."""
+    with_rss = [(at, rss) for at, rss in points if rss is not None]
+    if not with_rss:
+        return {"met": None, "reason": unavailable}
+    before = [rss for at, rss in with_rss if at <= window]
+    reference = before[-1] if before else with_rss[0][1]
+    tail = [rss for at, rss in with_rss if at >= duration - window]
+    peak = max(tail) if tail else with_rss[-1][1]
+    growth = peak / reference - 1
+    return {
+        "met": growth <= RSS_GROWTH_LIMIT,
+        "reference_bytes": reference,
+        "last_window_max_bytes": peak,
+        "growth": round(growth, 4),
+        "limit": RSS_GROWTH_LIMIT,
+    }
+
+
 def format_verdict(result: dict[str, Any]) -> str:
     window, warm = result["window_seconds"], result["warmup_seconds"]
     lines = [f"verdict (window {window:.0f} s, warm-up {warm:.0f} s):"]
@@ -617,12 +700,19 @@ def plot(report: dict[str, Any], path: Path) -> None:
     t = [s["at"] / 60 for s in samples]
 
     ax = axes[0]
-    rss = [None if s["rss_bytes"] is None else s["rss_bytes"] / 2**20 for s in samples]
-    if any(v is not None for v in rss):
-        ax.plot(t, [math.nan if v is None else v for v in rss], color="tab:blue")
-    else:
+    series = {"server": [s["rss_bytes"] for s in samples]}
+    for name in report.get("watch", {}):
+        series[name] = [s.get("watched", {}).get(name) for s in samples]
+    drawn = False
+    for name, values in series.items():
+        if any(v is not None for v in values):
+            ax.plot(t, [math.nan if v is None else v / 2**20 for v in values], label=name)
+            drawn = True
+    if not drawn:
         ax.text(0.5, 0.5, "RSS unavailable", transform=ax.transAxes, ha="center")
-    ax.set_ylabel("server RSS (MiB)")
+    elif len(series) > 1:
+        ax.legend(fontsize="small")
+    ax.set_ylabel("RSS (MiB)")
 
     ax = axes[1]
     files = [s["open_files"] for s in samples]
@@ -698,6 +788,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--pid", type=int, help="server process to watch (default: the port's listener)"
     )
     parser.add_argument(
+        "--watch",
+        action="append",
+        default=[],
+        metavar="NAME=PID",
+        help="also sample the RSS of this process and its descendants (a Celery worker and "
+        "its pool) and judge its growth as the server's; repeatable",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("loadtest/reports/soak"), help="report folder"
     )
     parser.add_argument(
@@ -732,6 +830,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         mix = parse_mix(args.mix)
+        watch = parse_watch(args.watch)
     except SoakError as err:
         print(f"soak: {err}", file=sys.stderr)
         return 2
@@ -741,14 +840,26 @@ def main(argv: list[str] | None = None) -> int:
             f"soak: /proc/{pid} cannot be read: give the server's pid with --pid", file=sys.stderr
         )
         return 2
+    for name, watched in watch.items():
+        if read_process(watched)[0] is None:
+            print(
+                f"soak: --watch {name}={watched}: /proc/{watched} cannot be read", file=sys.stderr
+            )
+            return 2
     print(
         f"soak: {args.minutes:g} min against {args.address}, mix {mix}, concurrency "
         f"{args.concurrency}, server pid {pid if pid is not None else 'unknown (RSS n/a)'}",
         flush=True,
     )
-    soak = Soak(args, mix, pid)
+    if watch:
+        print("soak: watching " + ", ".join(f"{n} (pid {p})" for n, p in watch.items()), flush=True)
+    soak = Soak(args, mix, pid, watch=watch)
     started = datetime.now(UTC)
-    asyncio.run(soak.run())
+    try:
+        asyncio.run(soak.run())
+    except KeyboardInterrupt:
+        print("soak: interrupted, no report written", file=sys.stderr)
+        return 130
     duration = args.minutes * 60
     result = verdict(
         soak.record.calls, soak.record.samples, soak.kinds, duration, args.warmup, args.min_samples
@@ -762,6 +873,7 @@ def main(argv: list[str] | None = None) -> int:
         "kinds": soak.kinds,
         "concurrency": args.concurrency,
         "pid": pid,
+        "watch": watch,
         "totals": summarize(soak.record.calls, soak.kinds),
         "minutes": soak.minutes(),
         "samples": [vars(s) | {"at": round(s.at, 2)} for s in soak.record.samples],

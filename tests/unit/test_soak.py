@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -13,9 +16,13 @@ from loadtest.soak import (
     Documents,
     Sample,
     SoakError,
+    descendants,
     format_minute,
     parse_mix,
+    parse_watch,
     percentile,
+    read_process,
+    read_tree_rss,
     summarize,
     verdict,
 )
@@ -169,3 +176,67 @@ def test_summary_and_minute_line_mark_unknown_and_internal() -> None:
     assert line.startswith("!! ")
     assert "UNKNOWN 1" in line
     assert "rss n/a" in line
+
+
+def test_parse_watch_reads_names_and_pids_and_explains_mistakes() -> None:
+    assert parse_watch(["worker-text=12", " worker-index = 34"]) == {
+        "worker-text": 12,
+        "worker-index": 34,
+    }
+    assert parse_watch([]) == {}
+    for bad in ("12", "worker=", "=12", "worker=x"):
+        with pytest.raises(SoakError, match="give NAME=PID"):
+            parse_watch([bad])
+    with pytest.raises(SoakError, match="twice"):
+        parse_watch(["w=1", "w=2"])
+
+
+def test_a_watched_tree_sums_the_process_and_its_descendants() -> None:
+    # A child that starts a grandchild and both sleep: the tree of the child is both.
+    code = (
+        "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+        "'import time; time.sleep(30)']); print('up', flush=True); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "up"
+        (grandchild,) = descendants(child.pid)
+        assert child.pid in descendants(os.getpid())
+        assert grandchild in descendants(os.getpid())
+        own, below = read_process(child.pid)[0], read_process(grandchild)[0]
+        assert own is not None
+        assert below is not None
+        total = read_tree_rss(child.pid)
+        assert total is not None
+        # pages come and go between the reads: within a few MiB of the sum
+        assert abs(total - (own + below)) < 4 << 20
+        assert total > own
+    finally:
+        for pid in descendants(child.pid):
+            os.kill(pid, 9)
+        child.kill()
+        child.wait()
+    assert read_tree_rss(child.pid) is None
+
+
+def test_verdict_judges_each_watched_process() -> None:
+    calls = [c for k in KINDS for c in _steady(k, 0.5, 1200)]
+    samples = [
+        Sample(i * 10.0, 1000, 30, {"worker": 500 if i <= 60 else 600, "idle": 200, "gone": None})
+        for i in range(121)
+    ]
+    result = verdict(calls, samples, KINDS, 1200, 60, 5)
+    watched = result["checks"]["watched_rss_growth"]
+    assert watched["met"] is False
+    assert watched["processes"]["worker"]["growth"] == pytest.approx(0.2)
+    assert watched["processes"]["worker"]["met"] is False
+    assert watched["processes"]["idle"]["met"] is True
+    assert watched["processes"]["gone"]["met"] is None
+    assert result["checks"]["rss_growth"]["met"] is True
+    assert result["passed"] is False
+    # without --watch the check is not there at all
+    assert (
+        "watched_rss_growth"
+        not in verdict(calls, _samples([1000] * 121), KINDS, 1200, 60, 5)["checks"]
+    )
