@@ -340,10 +340,23 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def read_tree_rss(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat``, field 22):
+    tells the process from a later one given the same pid; None when it cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # the fields after the command name, which is in parentheses and may hold spaces
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_tree_rss(pid: int, started: int | None = None) -> int | None:
     """Summed VmRSS of ``pid`` and its descendants (a Celery worker: its main process
     and its pool processes, which load the models and do the work); None when ``pid``
-    cannot be read."""
+    cannot be read, or (with ``started``, its :func:`start_time`) is another process."""
+    if started is not None and start_time(pid) != started:
+        return None
     rss = read_process(pid)[0]
     if rss is None:
         return None
@@ -384,6 +397,8 @@ class Soak:
         run_id = f"{int(time.time()):x}"
         self.documents = Documents(run_id, self.args.max_live, rng)
         self.start = 0.0
+        # each watched process's start time: a pid taken by a later process is not it
+        self.watch_started = {name: start_time(pid) for name, pid in self.watch.items()}
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         settings = ClientSettings(timeout_seconds=self.args.timeout, max_attempts=1)
@@ -496,7 +511,10 @@ class Soak:
 
     def _take_sample(self) -> None:
         rss, files = read_process(self.pid) if self.pid is not None else (None, None)
-        watched = {name: read_tree_rss(pid) for name, pid in self.watch.items()}
+        watched = {
+            name: read_tree_rss(pid, self.watch_started.get(name))
+            for name, pid in self.watch.items()
+        }
         self.record.samples.append(Sample(time.monotonic() - self.start, rss, files, watched))
 
     def _minute_count(self) -> int:
@@ -655,10 +673,19 @@ def verdict(
 def rss_growth(
     points: list[tuple[float, int | None]], duration: float, window: float, unavailable: str
 ) -> dict[str, Any]:
-    """The largest RSS of the last ``window`` against the RSS at its end of the first."""
+    """The largest RSS of the last ``window`` against the RSS at its end of the first.
+    A process read at first and unreadable at the end exited during the run: missed."""
     with_rss = [(at, rss) for at, rss in points if rss is not None]
     if not with_rss:
         return {"met": None, "reason": unavailable}
+    last_read = with_rss[-1][0]
+    lost = [at for at, rss in points if rss is None and at > last_read]
+    if lost:
+        return {
+            "met": False,
+            "reason": f"the process could not be read from {lost[0]:.0f} s on: it exited",
+            "last_read_at": round(last_read, 2),
+        }
     before = [rss for at, rss in with_rss if at <= window]
     reference = before[-1] if before else with_rss[0][1]
     tail = [rss for at, rss in with_rss if at >= duration - window]

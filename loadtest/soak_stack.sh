@@ -9,8 +9,9 @@
 # demo corpus ingested first, watching the server's RSS (the port's listener)
 # and the worker's (its main process and pool, --watch worker=PID). The report
 # goes to OUT_DIR (soak.json, soak.png), the processes' logs to OUT_DIR/stack.
-# Stops exactly what it started, on success, on error and on Ctrl-C; the exit
-# status is the soak's (0 passed, 1 a target missed, 2 a bad argument).
+# Stops exactly what it started, on success, on error, on Ctrl-C and on
+# SIGTERM; the exit status is the soak's (0 passed, 1 a target missed, 2 a bad
+# argument).
 # Env: SOAK_WORKER_CONCURRENCY (pool processes of the worker, default 1),
 #      OPENSEARCH_HEAP (default 1g), SOAK_KEEP_DATA=1 keeps the stores' files.
 set -euo pipefail
@@ -45,6 +46,20 @@ export PYTHONPYCACHEPREFIX=$work/pycache
 pids=()   # attest processes, stopped in reverse order
 redis_started=false
 opensearch_started=false
+step_pid=""   # the step run by `step`, while it runs
+
+# A signal whose trap is set waits, in bash, until the foreground command ends:
+# a SIGTERM would wait out the whole soak (and a supervisor's SIGKILL after it
+# would leave every server running). Each long step runs in the background and
+# is waited for, which a trapped signal interrupts at once.
+step() {
+  "$@" &
+  step_pid=$!
+  local rc=0
+  wait "$step_pid" || rc=$?
+  step_pid=""
+  return "$rc"
+}
 
 stop_pid() { # PID NAME: SIGTERM (a worker's warm shutdown), SIGKILL after 60 s
   local pid=$1 name=$2
@@ -64,7 +79,12 @@ stop_pid() { # PID NAME: SIGTERM (a worker's warm shutdown), SIGKILL after 60 s
 
 cleanup() {
   local rc=$?
-  trap - EXIT INT TERM
+  # A second Ctrl-C must not cut the stopping short and leave servers running.
+  trap - EXIT
+  trap '' INT TERM
+  if [[ -n $step_pid ]] && kill -0 "$step_pid" 2>/dev/null; then
+    kill -TERM "$step_pid" 2>/dev/null || true
+  fi
   for ((k = ${#pids[@]} - 1; k >= 0; k--)); do
     stop_pid "${pids[k]%%:*}" "${pids[k]#*:}"
   done
@@ -84,10 +104,10 @@ free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 
 redis_port=$(free_port)
 redis_started=true
-bash .ci/start-redis.sh "$redis_port" "$work/redis"
+step bash .ci/start-redis.sh "$redis_port" "$work/redis"
 opensearch_port=$(free_port)
 opensearch_started=true
-bash .ci/start-opensearch.sh "$opensearch_port" "$work/opensearch"
+step bash .ci/start-opensearch.sh "$opensearch_port" "$work/opensearch"
 
 port=$(free_port)
 address=127.0.0.1:$port
@@ -118,7 +138,7 @@ worker_pid=$!
 pids+=("$worker_pid:worker")
 
 # Serving once the answer service's health check says so (models load first).
-"$py" - "$address" "$serve_pid" "$worker_pid" <<'EOF'
+step "$py" -c "$(cat <<'EOF'
 import os, sys, time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -143,10 +163,11 @@ with grpc.insecure_channel(address) as channel:
             sys.exit("soak_stack: serve all is not serving after 600 s: see serve.log")
         time.sleep(1)
 EOF
+)" "$address" "$serve_pid" "$worker_pid"
 echo "soak_stack: serving; serve all pid $serve_pid, worker pid $worker_pid"
 
 rc=0
-"$py" loadtest/soak.py --address "$address" --pid "$serve_pid" --watch "worker=$worker_pid" \
+step "$py" loadtest/soak.py --address "$address" --pid "$serve_pid" --watch "worker=$worker_pid" \
   --ingest-sample --minutes "$minutes" --out "$out" "$@" || rc=$?
 for p in "$serve_pid" "$worker_pid"; do
   kill -0 "$p" 2>/dev/null || { echo "soak_stack: pid $p exited during the soak" >&2; rc=1; }

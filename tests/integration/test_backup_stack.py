@@ -46,6 +46,8 @@ import redis
 from attest.demo.run import sample_documents
 from attest.ingest.backup import verify
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
+from attest.pipeline.metrics import PRIORITY_SUFFIXES
+from attest.pipeline.queues import QUEUES
 from tests.conftest import require_server
 from tests.integration.ingest_stack import CI, answer_serving, free_port, wait_until
 from tests.integration.test_backup import ask_all
@@ -197,17 +199,32 @@ def bgsave(url: str, into: Path) -> None:
     shutil.copy2(dump, into / "dump.rdb")
 
 
+def pipeline_tasks(url: str) -> int:
+    """Messages of the pipeline's queues (each priority's list) and those
+    unacknowledged on workers (kombu's ``unacked`` hash) in the broker at ``url``."""
+    client = redis.Redis.from_url(url)
+    try:
+        queued = sum(client.llen(q + s) for q in QUEUES for s in PRIORITY_SUFFIXES)
+        return int(queued) + int(client.hlen("unacked"))
+    finally:
+        client.close()
+
+
 @contextlib.contextmanager
 def redis_from(data: Path) -> Iterator[str]:
     """A new redis-server that loads ``data/dump.rdb`` (.ci/start-redis.sh: no AOF)."""
     port = free_port()
-    subprocess.run(
-        ["bash", str(CI / "start-redis.sh"), str(port), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
     try:
+        # (in the try: a start that fails or times out after the daemon forked
+        # still leaves its pid file for the stop below)
+        started = subprocess.run(
+            ["bash", str(CI / "start-redis.sh"), str(port), str(data)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
         yield f"redis://127.0.0.1:{port}"
     finally:
         subprocess.run(["bash", str(CI / "stop-redis.sh"), str(data)], check=False, timeout=60)
@@ -300,6 +317,11 @@ def test_a_stack_backed_up_while_ingesting_restores_the_answers_of_its_moment(
         )
         assert restored_os["snapshot"]["shards"]["failed"] == 0, restored_os
         with redis_from(tmp_path / "redis-backup") as restored_redis:
+            # The batches not yet indexed come back as the dump's tasks, not
+            # only as the job's record: from that the ingest service's watchdog
+            # would send them again, and the job would finish on a dump
+            # without them. Counted before any service runs on this Redis.
+            assert pipeline_tasks(f"{restored_redis}/{BROKER}") > 0
             # The dump holds the tasks the enrich/embed worker had in hand as
             # unacknowledged: Redis hands them out again after the visibility
             # timeout (an hour by default), shortened here.

@@ -23,6 +23,7 @@ from loadtest.soak import (
     percentile,
     read_process,
     read_tree_rss,
+    start_time,
     summarize,
     verdict,
 )
@@ -218,6 +219,29 @@ def test_a_watched_tree_sums_the_process_and_its_descendants() -> None:
         child.kill()
         child.wait()
     assert read_tree_rss(child.pid) is None
+
+
+def test_a_watched_pid_is_read_only_while_it_is_the_process_it_was() -> None:
+    started = start_time(os.getpid())
+    assert started is not None
+    assert read_tree_rss(os.getpid(), started) is not None
+    # the same pid with another start time: a later process that took the pid
+    assert read_tree_rss(os.getpid(), started + 1) is None
+    assert start_time(2**22 + 1) is None
+
+
+def test_a_watched_process_that_exits_during_the_run_misses_its_target() -> None:
+    calls = [c for k in KINDS for c in _steady(k, 0.5, 1200)]
+    samples = [Sample(i * 10.0, 1000, 30, {"worker": 500 if i <= 30 else None}) for i in range(121)]
+    worker = verdict(calls, samples, KINDS, 1200, 60, 5)["checks"]["watched_rss_growth"]
+    assert worker["met"] is False
+    assert worker["processes"]["worker"]["met"] is False
+    assert "from 310 s on: it exited" in worker["processes"]["worker"]["reason"]
+    # a read that failed once in the middle is not an exit
+    samples[50].watched["worker"] = None
+    for s in samples[31:]:
+        s.watched["worker"] = 500
+    assert verdict(calls, samples, KINDS, 1200, 60, 5)["checks"]["watched_rss_growth"]["met"]
 
 
 def test_verdict_judges_each_watched_process() -> None:
