@@ -101,7 +101,8 @@ def train_group() -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     default=None,
     help="Start from this checkpoint (an earlier --work-dir's checkpoint.pt): a second "
-    "stage on the made negatives, their positives and --replay pairs of the first stage's data.",
+    "stage on --replay pairs of the first stage's data, with the made negatives and their "
+    "positives (--made-negatives) and the keyword copies (--keyword-questions).",
 )
 @click.option(
     "--keyword-questions",
