@@ -12,7 +12,13 @@ from pathlib import Path
 from attest.ingest.documents import article_from_raw_json, content_hash
 from attest.ingest.jobs import Batch, IngestCore, InlineDispatcher, Item, StageRunner
 from attest.ingest.settings import EnrichSettings
-from attest.ingest.state import JobStore, MemoryKeyValue, RegistryEntry, SqliteKeyValue
+from attest.ingest.state import (
+    FailureRecord,
+    JobStore,
+    MemoryKeyValue,
+    RegistryEntry,
+    SqliteKeyValue,
+)
 
 
 def _item(doc_id: str, body: str) -> Item:
@@ -190,3 +196,27 @@ def test_a_document_committed_by_two_jobs_is_created_once():
         "c", "t", {"d": RegistryEntry("h2", 1)}, {}, {0: ("created", 1)}, doc_ids={0: "d"}
     )
     assert store.progress("c").updated == 1
+
+
+def test_a_batch_committed_again_by_its_own_job_counts_each_item_once():
+    """A worker killed after its batch was stored: the batch comes back and is
+    committed again. Its items stay indexed (not indexed and unchanged), so the
+    job is not finished before its other batches are stored."""
+    store = JobStore(MemoryKeyValue())
+    store.create_job("j", "t")
+    store.record_items("j", {0: "{}", 1: "{}", 2: "{}"}, 3)
+    store.seal("j", 3)
+    entries = {"d0": RegistryEntry("h0", 1), "d1": RegistryEntry("h1", 1)}
+    batch = {0: ("created", 1), 1: ("created", 1)}
+    for _delivery in range(2):
+        store.registry_begin("j", "t", list(entries))
+        store.registry_commit("j", "t", entries, {}, batch, doc_ids={0: "d0", 1: "d1"})
+    p = store.progress("j")
+    assert (p.indexed, p.created, p.unchanged, p.finished) == (2, 2, 0, 2)
+    assert store.snapshot("j").state == "RUNNING"
+    # An item failed on one delivery and found unchanged on another counts once too.
+    store.fail("j", [FailureRecord(2, "d2", "a.jsonl", "INDEX", "STORE_UNAVAILABLE", "down")])
+    store.mark("j", "unchanged", [2])
+    p = store.progress("j")
+    assert (p.failed, p.unchanged, p.finished) == (0, 1, 3)
+    assert store.snapshot("j").state == "DONE"

@@ -902,6 +902,14 @@ class JobStore:
         if not members:
             return
         self.kv.hsetnx(self._job(job_id), "started_at", repr(time.time()))
+        if stage == "unchanged":
+            # Finished counts indexed, unchanged and failed apart: an item is in
+            # one of them only (an indexed item stays indexed).
+            flags = self.kv.smismember(self._set(job_id, "indexed"), members)
+            members = [m for m, indexed in zip(members, flags, strict=True) if not indexed]
+            if not members:
+                return
+            self.kv.srem(self._set(job_id, "failed"), members)
         if stage == "indexed":
             # An item that failed on an earlier delivery and then succeeded is indexed;
             # so is one superseded by a later job while its batch was being written.
@@ -1064,6 +1072,19 @@ class JobStore:
         in the same version since this one planned it is *unchanged* for this
         job, so that the jobs over one document count its creation once."""
         with self.kv.transaction():
+            # An item this job has stored already (its batch delivered again
+            # after a worker died) keeps the outcome it had. Read again now, its
+            # document is the registry's version and would count as unchanged
+            # besides indexed: finished twice, the job would end before its
+            # last batches were stored.
+            stored_before = self.kv.smismember(
+                self._set(job_id, "indexed"), [str(i) for i in items]
+            )
+            items = {
+                i: v
+                for (i, v), again in zip(items.items(), stored_before, strict=True)
+                if not again
+            }
             kinds = {i: k for i, (k, _) in items.items()}
             if doc_ids is not None:
                 ids = [doc_ids[i] for i in items]
