@@ -219,4 +219,5 @@ def test_a_batch_committed_again_by_its_own_job_counts_each_item_once():
     store.mark("j", "unchanged", [2])
     p = store.progress("j")
     assert (p.failed, p.unchanged, p.finished) == (0, 1, 3)
+    assert store.failures("j") == []
     assert store.snapshot("j").state == "DONE"

@@ -910,6 +910,8 @@ class JobStore:
             if not members:
                 return
             self.kv.srem(self._set(job_id, "failed"), members)
+            self.kv.hdel(f"{self._job(job_id)}:fail", members)
+            self.kv.zrem(f"{self._job(job_id)}:failz", members)
         if stage == "indexed":
             # An item that failed on an earlier delivery and then succeeded is indexed;
             # so is one superseded by a later job while its batch was being written.
