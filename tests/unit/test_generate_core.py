@@ -233,6 +233,21 @@ def test_a_sentence_about_another_one_of_what_the_question_names_conflicts() -> 
     assert not conflicts_with_question("At the 92nd Academy Awards, Joaquin Phoenix won.", oscars)
 
 
+def test_a_sentence_about_another_named_thing_of_the_asked_kind_conflicts() -> None:
+    q = "How many turbines does Stillwind Energy's Cobb Fell wind farm have?"
+    other = "Stillwind Energy's 260-megawatt Brannock Moor wind farm has 48 turbines."
+    assert conflicts_with_question(other, q)
+    assert conflicts_with_question("BRANNOCK MOOR, May 29, 2025 — Its Brannock Moor wind farm.", q)
+    assert not conflicts_with_question("Turbines at its Cobb Fell wind farm stop at dusk.", q)
+    # Naming both, or neither, is not about another one.
+    assert not conflicts_with_question("The Brannock Moor wind farm and Cobb Fell share a road.", q)
+    assert not conflicts_with_question("The wind farm has 31 turbines.", q)
+    # A one-word noun after a name ("Energy's Brannock") is no kind of thing to compare.
+    centre = "How much water did Lumenfold Data's Calder Flats data centre withdraw?"
+    assert conflicts_with_question("Its Harrow Gate data centre withdrew 0.9 million m3.", centre)
+    assert not conflicts_with_question("Lumenfold Data said water use fell.", centre)
+
+
 def test_questions_that_ask_for_several_things() -> None:
     assert is_compound("How large was the fine, and which regulator imposed it?")
     assert is_compound("Which organization fined Norvale Copper $2.4 million, and for what?")

@@ -288,6 +288,52 @@ def _labels(text: str) -> dict[str, set[str]]:
     return out
 
 
+# A name and the common noun after it: "Cobb Fell wind farm", "Calder Flats
+# data centre" (one or two lower-case words, then a word boundary).
+_NAMED_THING = re.compile(
+    r"((?:[A-Z][\w-]*\s+){0,3}[A-Z][\w-]*)(?:['’]s)?\s+([a-z]{3,}(?:\s+[a-z]{3,})?)\b"
+)
+
+
+def _named_things(text: str) -> dict[str, set[str]]:
+    """Per common noun phrase after a name ("wind farm"), the name words
+    before it, lower-cased. The noun phrase is also kept by its first word
+    alone, so "wind farm" in the question meets "wind farms" and "wind
+    turbines" does not."""
+    out: dict[str, set[str]] = {}
+    for name, noun in _NAMED_THING.findall(text):
+        words = noun.split()
+        if words[0] in STOPWORDS:
+            continue
+        if len(words) > 1 and words[1] in STOPWORDS:
+            words = words[:1]
+        names = {w.lower() for w in name.split()} - STOPWORDS
+        if names:
+            out.setdefault(" ".join(words), set()).update(names)
+    return out
+
+
+def names_another(sentence: str, question: str) -> bool:
+    """True when the sentence names another one of a thing the question names
+    by a name: the question asks about the "Cobb Fell wind farm" and the
+    sentence is about the "Brannock Moor wind farm" without naming Cobb Fell.
+    A first word of the question is not taken as a name."""
+    body = question.split(None, 1)[1] if " " in question else ""
+    wanted = {
+        noun: names
+        for noun, names in _named_things(body).items()
+        if len(noun.split()) == 2  # "wind farm", "data centre": a kind of thing
+    }
+    if not wanted:
+        return False
+    have = _named_things(strip_dateline(sentence))
+    words = {t.strip(".-'’").lower() for t in WORD.findall(sentence)}
+    return any(
+        noun in have and not names & have[noun] and not names <= words
+        for noun, names in wanted.items()
+    )
+
+
 def conflicts_with_question(sentence: str, question: str, published: str = "") -> bool:
     """True when the sentence is about another one of what the question names.
 
@@ -299,7 +345,11 @@ def conflicts_with_question(sentence: str, question: str, published: str = "") -
       year at all is about the year it appeared.
     * Another number of the same thing: "season 4" is not answered by a
       sentence about "season 3" only, nor "Q1" by one about "Q2".
+    * Another name for the same kind of thing (``names_another``): the
+      "Brannock Moor wind farm" for a question about the "Cobb Fell wind farm".
     """
+    if names_another(sentence, question):
+        return True
     asked = set(_YEAR.findall(question))
     body = strip_dateline(sentence)
     stated = set(_YEAR.findall(body)) | ({published} if published else set())
