@@ -467,11 +467,14 @@ def start_server(
     log: Path,
     extra: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``attest serve all --embedded`` of the checkout at ``cwd`` on a free port
-    (``extra``: more options of ``serve``)."""
+    """``attest serve all --embedded`` of the checkout at ``cwd`` on a free port,
+    its HTTP gateway on another (``extra``: more options of ``serve``)."""
     port = free_port()
     cmd = [python, "-m", "attest.cli", "serve", "all", "--embedded", *extra]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
+    # Its HTTP gateway on a free port too: two servers side by side must not
+    # both take the default 8080.
+    cmd += ["--http-port", "0"]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     return proc, f"127.0.0.1:{port}"
 
