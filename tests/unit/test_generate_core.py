@@ -248,6 +248,33 @@ def test_a_sentence_about_another_named_thing_of_the_asked_kind_conflicts() -> N
     assert not conflicts_with_question("Lumenfold Data said water use fell.", centre)
 
 
+def test_a_refusal_names_what_the_question_asked_for() -> None:
+    from attest.generate.pipeline import insufficient_text
+
+    said = insufficient_text("What were Fennick Retail Group's scope 1 emissions in 2025?")
+    assert said == (
+        f"{INSUFFICIENT}: no source states Fennick Retail Group's scope 1 emissions in 2025."
+    )
+    assert insufficient_text("Who is the CEO of Nintendo?") == (
+        f"{INSUFFICIENT}: no source names the CEO of Nintendo."
+    )
+    # Forms it cannot turn into a phrase say which kind of fact is missing.
+    assert insufficient_text("How many turbines does Cobb Fell have?") == (
+        f"{INSUFFICIENT}: no source states the amount asked for."
+    )
+    assert insufficient_text("What is bigger, the sun or the moon?").endswith(
+        "no source states an answer to the question."
+    )
+    assert insufficient_text("What is it?").endswith("no source states an answer to the question.")
+    # A missing operand, or sources about something else, say so instead.
+    assert insufficient_text("What was X?", missing="No row gives revenue").endswith(
+        ": no row gives revenue"
+    )
+    assert insufficient_text("What was X's revenue?", about=False).endswith(
+        "no source is about what the question names."
+    )
+
+
 def test_questions_that_ask_for_several_things() -> None:
     assert is_compound("How large was the fine, and which regulator imposed it?")
     assert is_compound("Which organization fined Norvale Copper $2.4 million, and for what?")

@@ -50,7 +50,7 @@ from attest.generate.models import (
     StepTiming,
     SummaryEvent,
 )
-from attest.generate.text import answer_type, split_sentences
+from attest.generate.text import answer_type, asked_phrase, split_sentences
 from attest.generate.vectors import TextVectors
 
 log = logging.getLogger(__name__)
@@ -903,12 +903,17 @@ _MISSING = {
 
 
 def insufficient_text(question: str, about: bool = True, *, missing: str = "") -> str:
-    """The answer when no source supports one, saying what is missing (for a
-    metric the sources cannot compute, which operand they lack)."""
+    """The answer when no source supports one, saying what is missing: for a
+    metric the sources cannot compute, which operand they lack; for "what
+    was X?", X ("no source states Apple's revenue in fiscal year 2023");
+    else the kind of fact asked for."""
     if missing:
         return f"{INSUFFICIENT}: {missing[0].lower()}{missing[1:]}"
     if not about:
         return f"{INSUFFICIENT}: no source is about what the question names."
+    verb, phrase = asked_phrase(question)
+    if phrase:
+        return f"{INSUFFICIENT}: no source {verb} {phrase}."
     what = _MISSING.get(answer_type(question), "no source states an answer to the question")
     return f"{INSUFFICIENT}: {what}."
 

@@ -205,6 +205,32 @@ def answer_type(question: str) -> str:
     return ""
 
 
+_WHAT_BE = re.compile(r"^what\s+(?:is|was|are|were)\s+(?P<rest>.+?)[\s?.!]*$", re.I)
+_WHO_BE = re.compile(r"^(?:who|whom)\s+(?:is|was|are|were)\s+(?P<rest>.+?)[\s?.!]*$", re.I)
+
+
+def asked_phrase(question: str) -> tuple[str, str]:
+    """What a question asks for, as a noun phrase and the verb that goes with
+    it, for saying that no source gives it: "What were Fennick Retail Group's
+    scope 1 emissions in 2025?" asks for ("states", "Fennick Retail Group's
+    scope 1 emissions in 2025"), "Who is the CEO of Nintendo?" for ("names",
+    "the CEO of Nintendo"). ("", "") for a question of any other form (its
+    wh-word would have to be turned into a clause) and for one whose phrase
+    is only a pronoun ("What is it?")."""
+    text = " ".join(question.split())
+    for pattern, verb in ((_WHAT_BE, "states"), (_WHO_BE, "names")):
+        match = pattern.match(text)
+        if match is None:
+            continue
+        rest = match.group("rest")
+        words = tokens(rest)
+        # A choice ("What is larger, a or b?") asks for one of its options.
+        if not words or all(w in STOPWORDS for w in words) or re.search(r",.*\bor\b", rest):
+            return "", ""
+        return verb, rest
+    return "", ""
+
+
 def lower_case_words(texts: Iterable[str]) -> frozenset[str]:
     """Words written in lower case somewhere in ``texts``.
 
