@@ -4,6 +4,7 @@ extractive pipeline's guarantees, and the QA evaluation's metrics."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -246,6 +247,35 @@ def test_a_sentence_about_another_named_thing_of_the_asked_kind_conflicts() -> N
     centre = "How much water did Lumenfold Data's Calder Flats data centre withdraw?"
     assert conflicts_with_question("Its Harrow Gate data centre withdrew 0.9 million m3.", centre)
     assert not conflicts_with_question("Lumenfold Data said water use fell.", centre)
+
+
+def test_no_false_conflict_from_a_time_a_sentence_opener_or_a_dateline() -> None:
+    # "last year" after a name is when, not a kind of thing.
+    bowl = "Which team won Super Bowl LV last year?"
+    assert not conflicts_with_question("Tampa Bay beat Kansas City last year at home.", bowl)
+    wwdc = "What did Apple announce at WWDC last week?"
+    assert not conflicts_with_question("Apple unveiled Vision Pro in California last week.", wwdc)
+    # A capitalised first word of the sentence is no name, as in the question.
+    revenue = "What was Fennick Retail Group's total revenue?"
+    assert not conflicts_with_question("Meanwhile total revenue rose 4% to 2.1bn.", revenue)
+    farm = "How many turbines does Stillwind Energy's Cobb Fell wind farm have?"
+    assert not conflicts_with_question("Overall wind farm output rose.", farm)
+    assert conflicts_with_question("The Brannock Moor wind farm has 48 turbines.", farm)
+    # Where a piece was filed is not what its sentence is about.
+    filed = "COBB FELL, Oct. 9, 2025 — The Brannock Moor wind farm has 48 turbines."
+    assert conflicts_with_question(filed, farm)
+    # A name typed without its accents is the same name.
+    malmo = "How much water does the Malmo data centre use?"
+    assert not conflicts_with_question("The Malmö data centre uses 3 million litres.", malmo)
+    assert conflicts_with_question("The Växjö data centre uses 3 million litres.", malmo)
+
+
+def test_a_long_source_sentence_takes_linear_time_to_check_for_names() -> None:
+    farm = "How many turbines does Stillwind Energy's Cobb Fell wind farm have?"
+    for sentence in ("A" * 100_000, "Aa" * 50_000, "AB " * 33_000):
+        started = time.perf_counter()
+        assert not conflicts_with_question(sentence, farm)
+        assert time.perf_counter() - started < 2.0
 
 
 def test_a_refusal_names_what_the_question_asked_for() -> None:

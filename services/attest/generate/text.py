@@ -315,25 +315,46 @@ def _labels(text: str) -> dict[str, set[str]]:
 
 
 # A name and the common noun after it: "Cobb Fell wind farm", "Calder Flats
-# data centre" (one or two lower-case words, then a word boundary).
+# data centre" (one or two lower-case words, then a word boundary). A name
+# starts a word: begun inside one, a long run of letters would be scanned
+# again from each of its capitals.
 _NAMED_THING = re.compile(
-    r"((?:[A-Z][\w-]*\s+){0,3}[A-Z][\w-]*)(?:['’]s)?\s+([a-z]{3,}(?:\s+[a-z]{3,})?)\b"
+    r"(?<![\w-])((?:[A-Z][\w-]*\s+){0,3}[A-Z][\w-]*)(?:['’]s)?\s+"
+    r"([a-z]{3,}(?:\s+[a-z]{3,})?)\b"
 )
+# Words of a time after a name ("Kansas City last year"): when, not a kind of thing.
+_WHEN_WORDS = _words(
+    """
+    last next past previous earlier later ago today tonight yesterday tomorrow
+    day days night nights week weeks weekend month months year years season seasons
+    """
+)
+
+
+def _folded(word: str) -> str:
+    """``word`` lower-cased without accents: "Malmö" and "Malmo" are one name."""
+    decomposed = unicodedata.normalize("NFKD", word.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def _after_first_word(text: str) -> str:
+    parts = text.split(None, 1)
+    return parts[1] if len(parts) > 1 else ""
 
 
 def _named_things(text: str) -> dict[str, set[str]]:
     """Per common noun phrase after a name ("wind farm"), the name words
-    before it, lower-cased. The noun phrase is also kept by its first word
-    alone, so "wind farm" in the question meets "wind farms" and "wind
-    turbines" does not."""
+    before it, lower-cased without accents. A noun phrase whose second word
+    is a stopword is kept by its first word alone; "wind farm" and "wind
+    farms" are different phrases."""
     out: dict[str, set[str]] = {}
     for name, noun in _NAMED_THING.findall(text):
         words = noun.split()
-        if words[0] in STOPWORDS:
+        if words[0] in STOPWORDS or _WHEN_WORDS.intersection(words):
             continue
         if len(words) > 1 and words[1] in STOPWORDS:
             words = words[:1]
-        names = {w.lower() for w in name.split()} - STOPWORDS
+        names = {_folded(w) for w in name.split()} - STOPWORDS
         if names:
             out.setdefault(" ".join(words), set()).update(names)
     return out
@@ -343,17 +364,19 @@ def names_another(sentence: str, question: str) -> bool:
     """True when the sentence names another one of a thing the question names
     by a name: the question asks about the "Cobb Fell wind farm" and the
     sentence is about the "Brannock Moor wind farm" without naming Cobb Fell.
-    A first word of the question is not taken as a name."""
-    body = question.split(None, 1)[1] if " " in question else ""
+    A first word of the question or of the sentence is not taken as a name
+    ("Meanwhile total revenue rose"), nor is a dateline part of the sentence
+    ("COBB FELL, Oct. 9, 2025 — The Brannock Moor wind farm ...")."""
     wanted = {
         noun: names
-        for noun, names in _named_things(body).items()
+        for noun, names in _named_things(_after_first_word(question)).items()
         if len(noun.split()) == 2  # "wind farm", "data centre": a kind of thing
     }
     if not wanted:
         return False
-    have = _named_things(strip_dateline(sentence))
-    words = {t.strip(".-'’").lower() for t in WORD.findall(sentence)}
+    body = strip_dateline(sentence)
+    have = _named_things(_after_first_word(body))
+    words = {_folded(t.strip(".-'’")) for t in WORD.findall(body)}
     return any(
         noun in have and not names & have[noun] and not names <= words
         for noun, names in wanted.items()
