@@ -305,6 +305,36 @@ def test_a_refusal_names_what_the_question_asked_for() -> None:
     )
 
 
+def test_a_refusal_echoes_only_a_phrase_that_reads_as_what_was_asked() -> None:
+    from attest.generate.pipeline import insufficient_text
+
+    kind = f"{INSUFFICIENT}: no source states an answer to the question."
+    person = f"{INSUFFICIENT}: no source names what the question asks for."
+    # Asking what or who something is asks for more than that it is named.
+    assert insufficient_text("Who is Tim Cook?") == person
+    assert insufficient_text("What is a black hole?") == kind
+    assert insufficient_text("What is photosynthesis?") == kind
+    # A phrase that ends in a preposition, or asks what something is like.
+    assert insufficient_text("Who is the CEO of Nintendo married to?") == person
+    assert insufficient_text("What was the weather like in Paris?") == kind
+    assert insufficient_text("What was it like?") == kind
+    # Two questions in one, or a second after the first.
+    compound = "What was Apple's revenue in 2023, and how did it compare with 2022?"
+    assert "compare" not in insufficient_text(compound)
+    assert "profit" not in insufficient_text("What was Apple's revenue? What was its profit?")
+    # A long question is not echoed back.
+    long = "What was the " + "very " * 1000 + "long revenue?"
+    started = time.perf_counter()
+    assert "very" not in insufficient_text(long)
+    assert time.perf_counter() - started < 0.5
+    assert insufficient_text("What were the Beatles' best albums?") == (
+        f"{INSUFFICIENT}: no source states the Beatles' best albums."
+    )
+    assert insufficient_text("What is\nthe capital\nof France?") == (
+        f"{INSUFFICIENT}: no source states the capital of France."
+    )
+
+
 def test_questions_that_ask_for_several_things() -> None:
     assert is_compound("How large was the fine, and which regulator imposed it?")
     assert is_compound("Which organization fined Norvale Copper $2.4 million, and for what?")

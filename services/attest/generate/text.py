@@ -207,6 +207,10 @@ def answer_type(question: str) -> str:
 
 _WHAT_BE = re.compile(r"^what\s+(?:is|was|are|were)\s+(?P<rest>.+?)[\s?.!]*$", re.I)
 _WHO_BE = re.compile(r"^(?:who|whom)\s+(?:is|was|are|were)\s+(?P<rest>.+?)[\s?.!]*$", re.I)
+# "Apple's", "Beatles'" (not "O'Brien").
+_POSSESSIVE = re.compile(r"\w['’](?:s\b|(?=\s))")
+# The longest question whose phrase a refusal repeats.
+_PHRASE_MAX = 200
 
 
 def asked_phrase(question: str) -> tuple[str, str]:
@@ -216,8 +220,17 @@ def asked_phrase(question: str) -> tuple[str, str]:
     scope 1 emissions in 2025"), "Who is the CEO of Nintendo?" for ("names",
     "the CEO of Nintendo"). ("", "") for a question of any other form (its
     wh-word would have to be turned into a clause) and for one whose phrase
-    is only a pronoun ("What is it?")."""
+    is only a pronoun ("What is it?").
+
+    Only a phrase that reads as the thing asked for is given: one that starts
+    with "the" or has a possessive ("Apple's revenue", "the Beatles' albums"),
+    so not "Who is Tim Cook?" or "What is a black hole?" (they ask what it
+    is, not for it); none that ends in a preposition ("married to") or asks
+    what something is like; none of a question that asks for several things
+    or of one over ``_PHRASE_MAX`` characters, which is not echoed back."""
     text = " ".join(question.split())
+    if len(text) > _PHRASE_MAX or is_compound(text):
+        return "", ""
     for pattern, verb in ((_WHAT_BE, "states"), (_WHO_BE, "names")):
         match = pattern.match(text)
         if match is None:
@@ -226,6 +239,10 @@ def asked_phrase(question: str) -> tuple[str, str]:
         words = tokens(rest)
         # A choice ("What is larger, a or b?") asks for one of its options.
         if not words or all(w in STOPWORDS for w in words) or re.search(r",.*\bor\b", rest):
+            return "", ""
+        if "?" in rest or words[-1] in STOPWORDS or "like" in words:
+            return "", ""
+        if not (rest.startswith("the ") or _POSSESSIVE.search(rest)):
             return "", ""
         return verb, rest
     return "", ""
