@@ -473,8 +473,10 @@ def start_server(
     cmd = [python, "-m", "attest.cli", "serve", "all", "--embedded", *extra]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
     # Its HTTP gateway on a free port too: two servers side by side must not
-    # both take the default 8080.
-    cmd += ["--http-port", "0"]
+    # both take the default 8080. Set in the environment, not as --http-port:
+    # a caller's --http-port (bench_http) wins over it, and a baseline checkout
+    # from before the gateway, whose serve has no such option, ignores it.
+    env = {**env, "ATTEST_ANSWER_HTTP__PORT": "0"}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     return proc, f"127.0.0.1:{port}"
 

@@ -4,6 +4,7 @@ extractive pipeline's guarantees, and the QA evaluation's metrics."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -248,6 +249,35 @@ def test_a_sentence_about_another_named_thing_of_the_asked_kind_conflicts() -> N
     assert not conflicts_with_question("Lumenfold Data said water use fell.", centre)
 
 
+def test_no_false_conflict_from_a_time_a_sentence_opener_or_a_dateline() -> None:
+    # "last year" after a name is when, not a kind of thing.
+    bowl = "Which team won Super Bowl LV last year?"
+    assert not conflicts_with_question("Tampa Bay beat Kansas City last year at home.", bowl)
+    wwdc = "What did Apple announce at WWDC last week?"
+    assert not conflicts_with_question("Apple unveiled Vision Pro in California last week.", wwdc)
+    # A capitalised first word of the sentence is no name, as in the question.
+    revenue = "What was Fennick Retail Group's total revenue?"
+    assert not conflicts_with_question("Meanwhile total revenue rose 4% to 2.1bn.", revenue)
+    farm = "How many turbines does Stillwind Energy's Cobb Fell wind farm have?"
+    assert not conflicts_with_question("Overall wind farm output rose.", farm)
+    assert conflicts_with_question("The Brannock Moor wind farm has 48 turbines.", farm)
+    # Where a piece was filed is not what its sentence is about.
+    filed = "COBB FELL, Oct. 9, 2025 — The Brannock Moor wind farm has 48 turbines."
+    assert conflicts_with_question(filed, farm)
+    # A name typed without its accents is the same name.
+    malmo = "How much water does the Malmo data centre use?"
+    assert not conflicts_with_question("The Malmö data centre uses 3 million litres.", malmo)
+    assert conflicts_with_question("The Växjö data centre uses 3 million litres.", malmo)
+
+
+def test_a_long_source_sentence_takes_linear_time_to_check_for_names() -> None:
+    farm = "How many turbines does Stillwind Energy's Cobb Fell wind farm have?"
+    for sentence in ("A" * 100_000, "Aa" * 50_000, "AB " * 33_000):
+        started = time.perf_counter()
+        assert not conflicts_with_question(sentence, farm)
+        assert time.perf_counter() - started < 2.0
+
+
 def test_a_refusal_names_what_the_question_asked_for() -> None:
     from attest.generate.pipeline import insufficient_text
 
@@ -272,6 +302,36 @@ def test_a_refusal_names_what_the_question_asked_for() -> None:
     )
     assert insufficient_text("What was X's revenue?", about=False).endswith(
         "no source is about what the question names."
+    )
+
+
+def test_a_refusal_echoes_only_a_phrase_that_reads_as_what_was_asked() -> None:
+    from attest.generate.pipeline import insufficient_text
+
+    kind = f"{INSUFFICIENT}: no source states an answer to the question."
+    person = f"{INSUFFICIENT}: no source names what the question asks for."
+    # Asking what or who something is asks for more than that it is named.
+    assert insufficient_text("Who is Tim Cook?") == person
+    assert insufficient_text("What is a black hole?") == kind
+    assert insufficient_text("What is photosynthesis?") == kind
+    # A phrase that ends in a preposition, or asks what something is like.
+    assert insufficient_text("Who is the CEO of Nintendo married to?") == person
+    assert insufficient_text("What was the weather like in Paris?") == kind
+    assert insufficient_text("What was it like?") == kind
+    # Two questions in one, or a second after the first.
+    compound = "What was Apple's revenue in 2023, and how did it compare with 2022?"
+    assert "compare" not in insufficient_text(compound)
+    assert "profit" not in insufficient_text("What was Apple's revenue? What was its profit?")
+    # A long question is not echoed back.
+    long = "What was the " + "very " * 1000 + "long revenue?"
+    started = time.perf_counter()
+    assert "very" not in insufficient_text(long)
+    assert time.perf_counter() - started < 0.5
+    assert insufficient_text("What were the Beatles' best albums?") == (
+        f"{INSUFFICIENT}: no source states the Beatles' best albums."
+    )
+    assert insufficient_text("What is\nthe capital\nof France?") == (
+        f"{INSUFFICIENT}: no source states the capital of France."
     )
 
 

@@ -207,6 +207,10 @@ def answer_type(question: str) -> str:
 
 _WHAT_BE = re.compile(r"^what\s+(?:is|was|are|were)\s+(?P<rest>.+?)[\s?.!]*$", re.I)
 _WHO_BE = re.compile(r"^(?:who|whom)\s+(?:is|was|are|were)\s+(?P<rest>.+?)[\s?.!]*$", re.I)
+# "Apple's", "Beatles'" (not "O'Brien").
+_POSSESSIVE = re.compile(r"\w['’](?:s\b|(?=\s))")
+# The longest question whose phrase a refusal repeats.
+_PHRASE_MAX = 200
 
 
 def asked_phrase(question: str) -> tuple[str, str]:
@@ -216,8 +220,17 @@ def asked_phrase(question: str) -> tuple[str, str]:
     scope 1 emissions in 2025"), "Who is the CEO of Nintendo?" for ("names",
     "the CEO of Nintendo"). ("", "") for a question of any other form (its
     wh-word would have to be turned into a clause) and for one whose phrase
-    is only a pronoun ("What is it?")."""
+    is only a pronoun ("What is it?").
+
+    Only a phrase that reads as the thing asked for is given: one that starts
+    with "the" or has a possessive ("Apple's revenue", "the Beatles' albums"),
+    so not "Who is Tim Cook?" or "What is a black hole?" (they ask what it
+    is, not for it); none that ends in a preposition ("married to") or asks
+    what something is like; none of a question that asks for several things
+    or of one over ``_PHRASE_MAX`` characters, which is not echoed back."""
     text = " ".join(question.split())
+    if len(text) > _PHRASE_MAX or is_compound(text):
+        return "", ""
     for pattern, verb in ((_WHAT_BE, "states"), (_WHO_BE, "names")):
         match = pattern.match(text)
         if match is None:
@@ -226,6 +239,10 @@ def asked_phrase(question: str) -> tuple[str, str]:
         words = tokens(rest)
         # A choice ("What is larger, a or b?") asks for one of its options.
         if not words or all(w in STOPWORDS for w in words) or re.search(r",.*\bor\b", rest):
+            return "", ""
+        if "?" in rest or words[-1] in STOPWORDS or "like" in words:
+            return "", ""
+        if not (rest.startswith("the ") or _POSSESSIVE.search(rest)):
             return "", ""
         return verb, rest
     return "", ""
@@ -315,25 +332,46 @@ def _labels(text: str) -> dict[str, set[str]]:
 
 
 # A name and the common noun after it: "Cobb Fell wind farm", "Calder Flats
-# data centre" (one or two lower-case words, then a word boundary).
+# data centre" (one or two lower-case words, then a word boundary). A name
+# starts a word: begun inside one, a long run of letters would be scanned
+# again from each of its capitals.
 _NAMED_THING = re.compile(
-    r"((?:[A-Z][\w-]*\s+){0,3}[A-Z][\w-]*)(?:['’]s)?\s+([a-z]{3,}(?:\s+[a-z]{3,})?)\b"
+    r"(?<![\w-])((?:[A-Z][\w-]*\s+){0,3}[A-Z][\w-]*)(?:['’]s)?\s+"
+    r"([a-z]{3,}(?:\s+[a-z]{3,})?)\b"
 )
+# Words of a time after a name ("Kansas City last year"): when, not a kind of thing.
+_WHEN_WORDS = _words(
+    """
+    last next past previous earlier later ago today tonight yesterday tomorrow
+    day days night nights week weeks weekend month months year years season seasons
+    """
+)
+
+
+def _folded(word: str) -> str:
+    """``word`` lower-cased without accents: "Malmö" and "Malmo" are one name."""
+    decomposed = unicodedata.normalize("NFKD", word.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def _after_first_word(text: str) -> str:
+    parts = text.split(None, 1)
+    return parts[1] if len(parts) > 1 else ""
 
 
 def _named_things(text: str) -> dict[str, set[str]]:
     """Per common noun phrase after a name ("wind farm"), the name words
-    before it, lower-cased. The noun phrase is also kept by its first word
-    alone, so "wind farm" in the question meets "wind farms" and "wind
-    turbines" does not."""
+    before it, lower-cased without accents. A noun phrase whose second word
+    is a stopword is kept by its first word alone; "wind farm" and "wind
+    farms" are different phrases."""
     out: dict[str, set[str]] = {}
     for name, noun in _NAMED_THING.findall(text):
         words = noun.split()
-        if words[0] in STOPWORDS:
+        if words[0] in STOPWORDS or _WHEN_WORDS.intersection(words):
             continue
         if len(words) > 1 and words[1] in STOPWORDS:
             words = words[:1]
-        names = {w.lower() for w in name.split()} - STOPWORDS
+        names = {_folded(w) for w in name.split()} - STOPWORDS
         if names:
             out.setdefault(" ".join(words), set()).update(names)
     return out
@@ -343,17 +381,19 @@ def names_another(sentence: str, question: str) -> bool:
     """True when the sentence names another one of a thing the question names
     by a name: the question asks about the "Cobb Fell wind farm" and the
     sentence is about the "Brannock Moor wind farm" without naming Cobb Fell.
-    A first word of the question is not taken as a name."""
-    body = question.split(None, 1)[1] if " " in question else ""
+    A first word of the question or of the sentence is not taken as a name
+    ("Meanwhile total revenue rose"), nor is a dateline part of the sentence
+    ("COBB FELL, Oct. 9, 2025 — The Brannock Moor wind farm ...")."""
     wanted = {
         noun: names
-        for noun, names in _named_things(body).items()
+        for noun, names in _named_things(_after_first_word(question)).items()
         if len(noun.split()) == 2  # "wind farm", "data centre": a kind of thing
     }
     if not wanted:
         return False
-    have = _named_things(strip_dateline(sentence))
-    words = {t.strip(".-'’").lower() for t in WORD.findall(sentence)}
+    body = strip_dateline(sentence)
+    have = _named_things(_after_first_word(body))
+    words = {_folded(t.strip(".-'’")) for t in WORD.findall(body)}
     return any(
         noun in have and not names & have[noun] and not names <= words
         for noun, names in wanted.items()
