@@ -288,8 +288,15 @@ def test_a_refusal_names_what_the_question_asked_for() -> None:
     assert insufficient_text("Who is the CEO of Nintendo?") == (
         f"{INSUFFICIENT}: no source names the CEO of Nintendo."
     )
-    # Forms it cannot turn into a phrase say which kind of fact is missing.
+    # A question about an amount names its measure (``measures``).
     assert insufficient_text("How many turbines does Cobb Fell have?") == (
+        f"{INSUFFICIENT}: no source gives the number of turbines asked for."
+    )
+    assert insufficient_text("How much water did the site withdraw?") == (
+        f"{INSUFFICIENT}: no source gives the amount of water asked for."
+    )
+    # Forms it cannot turn into a phrase say which kind of fact is missing.
+    assert insufficient_text("How much did Google pay for YouTube?") == (
         f"{INSUFFICIENT}: no source states the amount asked for."
     )
     assert insufficient_text("What is bigger, the sun or the moon?").endswith(

@@ -58,6 +58,7 @@ from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
 from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
 from attest.generate.judge import SupportJudge, to_confidence
+from attest.generate.measures import gives_asked_amount
 from attest.generate.models import Proposal, Source
 from attest.generate.reader import READER_ANSWER_FLOOR, ReaderJudge, shared_reader
 from attest.generate.text import (
@@ -409,6 +410,10 @@ class ExtractiveEngine:
         conflict = np.array(
             [conflicts_with_question(c.text, question, published[c.source_index]) for c in cands]
         )
+        # ... and so does one that gives no amount of what a question about an
+        # amount measures (``measures``).
+        texts = [s.text for s in sources]
+        conflict |= ~gives_asked_amount(question, [c.text for c in cands], texts)
         if isinstance(self.judge, ReaderJudge):
             # The reader decides which sentence answers: P(answers), behind the
             # sentences about another year or numbered thing than the one asked.

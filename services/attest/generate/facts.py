@@ -181,6 +181,20 @@ def stem(word: str) -> str:
     return str(_STEM.stem(word.lower()))
 
 
+def same_word(a: str, b: str) -> bool:
+    """Whether two stems are of one word family: equal, or sharing a prefix of
+    at least four letters that is at least 60 % of the shorter one
+    ("acquir" and "acquisit", "direct" and "director"; not "won" and "win")."""
+    if a == b:
+        return True
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n >= 4 and n >= 0.6 * min(len(a), len(b))
+
+
 def _dates(text: str) -> list[tuple[tuple[object, ...], tuple[int, int]]]:
     """(year, month, day) with None for the parts not given, and where each date is."""
     out: list[tuple[tuple[object, ...], tuple[int, int]]] = []

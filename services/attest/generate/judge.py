@@ -63,8 +63,16 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from attest.generate.facts import completeness, facts_of, primary_fact, stem, text_facts
+from attest.generate.facts import (
+    completeness,
+    facts_of,
+    primary_fact,
+    same_word,
+    stem,
+    text_facts,
+)
 from attest.generate.forms import mentions, named_things
+from attest.generate.measures import gives_asked_amount
 from attest.generate.text import (
     answer_type,
     conflicts_with_question,
@@ -250,20 +258,6 @@ def relation_stems(question: str) -> set[str]:
     2019?"."""
     names = {stem(n) for n in question_names(question)}
     return {stem(t) for t in content_tokens(question) if not _DIGITS.search(t)} - names
-
-
-def same_word(a: str, b: str) -> bool:
-    """Whether two stems are of one word family: equal, or sharing a prefix of
-    at least four letters that is at least 60 % of the shorter one
-    ("acquir" and "acquisit", "direct" and "director"; not "won" and "win")."""
-    if a == b:
-        return True
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n >= 4 and n >= 0.6 * min(len(a), len(b))
 
 
 def relation_cover(relation: set[str], words: set[str]) -> float:
@@ -474,6 +468,10 @@ class SupportJudge:
             # part of the answer, and its rating is how well it is supported.
             about = [any(mentions(n, s) >= 0.5 for n in named) for s in sentences]
             answer = np.where(about, 1.0, answer)
+        # A question about an amount is answered only by a sentence that gives
+        # an amount of what it measures (``measures``), however well the rest
+        # of the sentence matches.
+        answer = np.where(gives_asked_amount(question, sentences, sources), answer, 0.0)
         if float(answer.max()) < self.answer_floor:
             # No sentence answers the question: nothing here is a citation for it.
             return np.zeros_like(support)

@@ -33,6 +33,7 @@ from attest.generate import numeric, prompts
 from attest.generate.extractive import ExtractiveEngine
 from attest.generate.judge import combine, grounded, to_confidence
 from attest.generate.llm import JsonSchema, LLMClient
+from attest.generate.measures import asked_measure
 from attest.generate.models import (
     INSUFFICIENT,
     Citation,
@@ -906,7 +907,8 @@ def insufficient_text(question: str, about: bool = True, *, missing: str = "") -
     """The answer when no source supports one, saying what is missing: for a
     metric the sources cannot compute, which operand they lack; for "what
     was X?", X ("no source states Apple's revenue in fiscal year 2023");
-    else the kind of fact asked for."""
+    for a question about an amount, its measure ("no source gives the number
+    of turbines asked for"); else the kind of fact asked for."""
     if missing:
         return f"{INSUFFICIENT}: {missing[0].lower()}{missing[1:]}"
     if not about:
@@ -914,6 +916,10 @@ def insufficient_text(question: str, about: bool = True, *, missing: str = "") -
     verb, phrase = asked_phrase(question)
     if phrase:
         return f"{INSUFFICIENT}: no source {verb} {phrase}."
+    measure = asked_measure(question)
+    if measure is not None and (measure.by_form or answer_type(question) == "number"):
+        what = "the number of" if measure.counted else "the amount of" if measure.by_form else "the"
+        return f"{INSUFFICIENT}: no source gives {what} {measure.phrase} asked for."
     what = _MISSING.get(answer_type(question), "no source states an answer to the question")
     return f"{INSUFFICIENT}: {what}."
 

@@ -28,6 +28,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from attest.generate.measures import gives_asked_amount
+
 log = logging.getLogger(__name__)
 
 Task = Literal["answer", "support"]
@@ -299,6 +301,7 @@ class ReaderJudge:
         if not question.strip():
             return states
         answer = self.answers_in_context(question, sentences)
+        answer = np.where(gives_asked_amount(question, sentences, sources), answer, 0.0)
         if float(answer.max()) < self.answer_floor:
             return np.zeros_like(states)
         rated = np.asarray(states * answer[:, None], dtype=np.float64)

@@ -321,7 +321,8 @@ _LABELLED = re.compile(r"\b([A-Za-z]{1,12})[ -]?(\d{1,3})(?:st|nd|rd|th)?\b")
 _ORDINAL = re.compile(r"\b(\d{1,3})(?:st|nd|rd|th)\s+([A-Za-z]{3,})")
 
 
-def _labels(text: str) -> dict[str, set[str]]:
+def numbered_labels(text: str) -> dict[str, set[str]]:
+    """Words and the numbers that tell which one: "season 4" → {"season": {"4"}}."""
     out: dict[str, set[str]] = {}
     for word, number in _LABELLED.findall(text):
         if word.lower() not in STOPWORDS:
@@ -421,10 +422,10 @@ def conflicts_with_question(sentence: str, question: str, published: str = "") -
     stated = set(_YEAR.findall(body)) | ({published} if published else set())
     if asked and stated and not stated & asked:
         return True
-    wanted = _labels(re.sub(_YEAR, " ", question))
+    wanted = numbered_labels(re.sub(_YEAR, " ", question))
     if not wanted:
         return False
-    have = _labels(re.sub(_YEAR, " ", body))
+    have = numbered_labels(re.sub(_YEAR, " ", body))
     return any(word in have and not have[word] & numbers for word, numbers in wanted.items())
 
 

@@ -1,0 +1,247 @@
+"""What a question about an amount measures, and whether a sentence gives an amount of it.
+
+"How many turbines does the Cobb Fell wind farm have?" is answered by a
+sentence that counts turbines ("its 48 turbines"), not by one that mentions
+turbines and another number ("switch off turbines for up to two hours");
+"What revenue did Orrin Bay report?" is not answered by Orrin Bay's scope 1
+emissions, however close to the question that sentence reads, nor by "the
+report broke down revenue by country" with no amount of revenue in it.
+Both are the commonest way a fluent extractive answer goes wrong on
+questions about figures, and the features and the reader rate such
+sentences highly: they name the company, the year and a number.
+
+So a question about an amount names the *measure* it asks for (the noun
+counted or measured: "turbines", "revenue", "scope 1 emissions"), and a
+sentence answers it only when it gives an amount of that measure: a word of
+the measure's family (``same_word``) with an amount within a few words of
+it (digits other than a year, or a number word), and the numbered labels
+the measure carries ("scope 1", "Q3") when it carries any.
+
+The measure is read from the question's form, and only where the form is
+unambiguous (``asked_measure``):
+
+* "how many <noun> ..." and "how much <noun> ..." ask for an amount by
+  their form; the counted noun is the last plural of the words after
+  "many" (the first word after "much");
+* "what <measure> did ..." asks for an amount when the question types as
+  a number (``answer_type``: "revenue", "price", ...), not otherwise ("what
+  type of structure does ...", "what film did ...");
+* "what was/were/is/are <owner>'s <measure> [in/for ...]" and "what
+  was/were/is/are the <measure> of <owner>" ask for an amount when the
+  question types as a number or, when it types as nothing, when the
+  sources themselves write the measure with amounts (``measured_in``):
+  "scope 1 emissions of 4.7 million tonnes" makes emissions a measure,
+  nothing makes "nationality" one.
+
+A question asking for a date or a name, a compound question and one asking
+for a generic amount that its unit states ("how much money", "how many
+times") name no measure: the check does not apply to them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from attest.generate.facts import same_word, stem
+from attest.generate.text import (
+    STOPWORDS,
+    answer_type,
+    is_compound,
+    numbered_labels,
+    strip_dateline,
+)
+
+
+def _set(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# Words a sentence may put between an amount and its measure, either side:
+# "48 onshore wind turbines", "scope 1 emissions of 4.7 million tonnes".
+_BEFORE = 5
+_AFTER = 6
+_NUMBER_WORDS = _set(
+    """
+    one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
+    hundred hundreds thousand thousands million millions billion billions trillion dozen
+    dozens
+    """
+)
+# Amounts whose unit is the answer itself ("$5 million" is "how much money"),
+# and comparatives before the counted noun ("how many more titles").
+_GENERIC = _set("money cash time times long far often old")
+_SKIP = _set("more fewer less additional extra other different separate")
+_AUX = _set("did does do was were is are has have had will would can could should may might must")
+# The most words a measure's phrase has ("combined scope 1 and scope 2
+# emissions" has 7); a longer run is not a noun phrase read right.
+_LONGEST = 8
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
+_YEAR = re.compile(r"(?:1[5-9]|20)\d\d")
+
+_WHAT_BE = re.compile(
+    r"^what\s+(?:is|was|are|were|will\s+be)\s+(?P<rest>.+?)[\s?.!]*$", re.IGNORECASE
+)
+_WHAT_NOUN = re.compile(
+    r"^what\s+(?P<np>[^\W\d_]+(?:[\s-][^\W\d_]+){0,2})\s+(?:did|does|do|has|have|had|will)\b",
+    re.IGNORECASE,
+)
+_HOW = re.compile(r"^how\s+(?P<word>many|much)\s+(?P<rest>.+)$", re.IGNORECASE)
+# An owner's possessive: "Fennick Retail Group's", "Quillmere Foods'".
+_POSSESSIVE = re.compile(r"\w['’]s?\s+(?=\S)")
+# Where a measure's phrase ends: "scope 1 emissions | in 2024".
+_PHRASE_END = _set(
+    "in for of at on during by as from between over to since within under after before "
+    "according including excluding"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """The measure a question asks an amount of."""
+
+    phrase: str  # as the question writes it: "scope 1 emissions"
+    head: str  # the stem of its noun: "emiss"
+    labels: tuple[tuple[str, frozenset[str]], ...]  # its numbered labels: (("scope", {"1"}),)
+    by_form: bool  # asked by "how many/much", not only by the sources' use of the noun
+    counted: bool = False  # "how many": a count
+    # The question's own numbers ("scope 1", "No 1", "2024"): not the amount asked for.
+    given: frozenset[str] = frozenset()
+
+
+def _words(text: str) -> list[str]:
+    return [t.lower() for t in _TOKEN.findall(text)]
+
+
+def _phrase(text: str) -> str:
+    """The words of ``text`` up to the first that ends a noun phrase."""
+    out: list[str] = []
+    for word in text.split():
+        bare = word.strip("?.!,;:").lower()
+        if bare in _PHRASE_END or bare in _AUX:
+            break
+        out.append(word.strip("?.!,;:"))
+        if word.endswith((",", "?", ";", ":")):
+            break
+    return " ".join(out)
+
+
+def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
+    words = [w for w in _words(phrase) if w not in _SKIP]
+    nouns = [w for w in words if not w.isdigit() and w not in STOPWORDS]
+    if not nouns or len(phrase.split()) > _LONGEST:
+        return None
+    if words[-1][0].isdigit():
+        return None  # a rank or a numbered thing ("year-end No 1", "season 17"), not a measure
+    head = nouns[0]
+    if plural:
+        # "how many methanol dual-fuel ships": the counted noun is the last plural.
+        plurals = [w for w in nouns if w.endswith("s") and not w.endswith("ss")]
+        head = plurals[-1] if plurals else nouns[0]
+    elif len(nouns) > 1 and not by_form:
+        head = nouns[-1]  # "scope 1 emissions", "total revenue"
+    if head in _GENERIC:
+        return None
+    labels = tuple(sorted((w, frozenset(n)) for w, n in numbered_labels(phrase).items()))
+    return Measure(phrase=phrase, head=stem(head), labels=labels, by_form=by_form)
+
+
+def asked_measure(question: str) -> Measure | None:
+    """The measure ``question`` asks an amount of, or None (module docstring)."""
+    text = " ".join(question.split())
+    measure = _asked(text)
+    if measure is None:
+        return None
+    given = frozenset(w for w in _words(text) if w[0].isdigit())
+    counted = bool(re.match(r"how\s+many\b", text, re.IGNORECASE))
+    return replace(measure, counted=counted, given=given)
+
+
+def _asked(text: str) -> Measure | None:
+    if not text or is_compound(text):
+        return None
+    how = _HOW.match(text)
+    if how is not None:
+        rest = how.group("rest")
+        first = _words(rest)[:1]
+        if not first or first[0] in _AUX:
+            return None  # "how much did Google pay": no noun, the unit is the answer
+        return _measure(_phrase(rest), True, how.group("word").lower() == "many")
+    kind = answer_type(text)
+    if kind not in ("number", ""):
+        return None
+    noun = _WHAT_NOUN.match(text)
+    if noun is not None:
+        # "What revenue did ..." asks for an amount; "What type of structure
+        # does ..." and "What film did ..." ask for a kind or a name.
+        return _measure(noun.group("np"), False, False) if kind == "number" else None
+    be = _WHAT_BE.match(text)
+    if be is None:
+        return None
+    # The noun phrase asked for ends at its first preposition ("the population
+    # | of the town"); what follows an owner's possessive in it is the measure
+    # ("Fennick Retail Group's | scope 1 emissions").
+    phrase = _phrase(be.group("rest"))
+    owners = list(_POSSESSIVE.finditer(phrase))
+    if owners:
+        phrase = phrase[owners[-1].end() :]
+    elif phrase.lower().startswith("the "):
+        phrase = phrase[4:]
+    else:
+        return None
+    return _measure(phrase, False, False)
+
+
+def _amount_near(words: list[str], i: int, given: frozenset[str]) -> bool:
+    window = words[max(0, i - _BEFORE) : i] + words[i + 1 : i + 1 + _AFTER]
+    return any(
+        (w[0].isdigit() and not _YEAR.fullmatch(w) and w not in given) or w in _NUMBER_WORDS
+        for w in window
+    )
+
+
+def gives_amount(sentence: str, measure: Measure) -> bool:
+    """Whether ``sentence`` gives an amount of ``measure`` (module docstring)."""
+    body = strip_dateline(sentence)
+    if measure.labels:
+        have = numbered_labels(body)
+        if not all(have.get(word, set()) & numbers for word, numbers in measure.labels):
+            return False
+    words = _words(body)
+    return any(
+        same_word(stem(w), measure.head) and _amount_near(words, i, measure.given)
+        for i, w in enumerate(words)
+    )
+
+
+def measured_in(texts: Sequence[str], measure: Measure) -> bool:
+    """Whether any of ``texts`` gives an amount of the measure's noun: the
+    sources write it as a quantity ("emissions of 4.7 million tonnes")."""
+    return any(gives_amount(t, replace(measure, labels=())) for t in texts)
+
+
+def measure_check(question: str, sources: Sequence[str]) -> Measure | None:
+    """The measure a sentence must give an amount of to answer ``question``
+    over ``sources``; None when the question asks for no measure."""
+    measure = asked_measure(question)
+    if measure is None:
+        return None
+    if measure.by_form or answer_type(question) == "number" or measured_in(sources, measure):
+        return measure
+    return None
+
+
+def gives_asked_amount(
+    question: str, sentences: Sequence[str], sources: Sequence[str]
+) -> npt.NDArray[np.bool_]:
+    """Per sentence: whether it gives an amount of what ``question`` measures
+    over ``sources`` (``measure_check``); all True when it measures nothing."""
+    measure = measure_check(question, sources)
+    if measure is None:
+        return np.ones(len(sentences), dtype=bool)
+    return np.array([gives_amount(s, measure) for s in sentences], dtype=bool)
