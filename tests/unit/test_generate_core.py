@@ -34,12 +34,17 @@ from attest.generate.models import (
 from attest.generate.pipeline import AnswerOptions, Generator, PipelineSettings
 from attest.generate.text import (
     answer_type,
+    asked_kind,
+    asked_role,
     conflicts_with_question,
     contains_answer,
     dateline_year,
     is_compound,
     lower_case_words,
+    names_holder,
+    names_kind,
     ordinary_words,
+    says_role,
     split_sentences,
 )
 from attest.semantic.embedding import Embedder
@@ -193,9 +198,13 @@ def test_names_are_runs_of_words_the_sources_never_write_in_lower_case() -> None
 
 
 def test_amounts_compare_by_value_and_scale() -> None:
-    q = "What was Tesla's revenue in Q1 2021?"
+    q = "How much did Tesla make in Q1 2021?"
     got = number_facts("Revenue in Q1 2021 was $10.4 billion, up 74%, on April 26.", q)
     assert [f.value for f in got] == [(10.4e9, ""), (74.0, "%")]
+    # Asked for revenue, the growth rate ten words on is no amount of revenue.
+    revenue = "What was Tesla's revenue in Q1 2021?"
+    got = number_facts("Revenue in Q1 2021 was $10.4 billion, up 74%, on April 26.", revenue)
+    assert [f.value for f in got] == [(10.4e9, "")]
     have = text_facts("It paid $19bn for the app.", "number", "", frozenset())
     assert have.states(Fact("number", (19e9, "")))
     assert not have.states(Fact("number", (19.3e9, "")))
@@ -268,6 +277,80 @@ def test_no_false_conflict_from_a_time_a_sentence_opener_or_a_dateline() -> None
     malmo = "How much water does the Malmo data centre use?"
     assert not conflicts_with_question("The Malmö data centre uses 3 million litres.", malmo)
     assert conflicts_with_question("The Växjö data centre uses 3 million litres.", malmo)
+
+
+def test_a_which_question_about_a_two_word_kind_asks_for_a_named_one() -> None:
+    supplier = "Which wind farm supplies Norvale Copper under its power purchase agreement?"
+    assert asked_kind(supplier) == "wind farm"
+    assert names_kind(
+        "Output from the Brannock Moor wind farm will supply the smelter.", "wind farm"
+    )
+    assert not names_kind(
+        "The agreement made Norvale the wind farm's largest customer.", "wind farm"
+    )
+    # A one-word kind, or none, asks for no named kind.
+    assert asked_kind("What type of media do they share?") == ""
+    assert asked_kind("Which board game was published most recently, Pirate's Cove or Catan?") == ""
+    assert asked_kind("Who won?") == ""
+
+
+async def test_a_sentence_naming_one_of_the_kind_asked_comes_first() -> None:
+    engine = ExtractiveEngine(EMBEDDER)
+    sources = [
+        Source(
+            "a",
+            "Stillwind said the agreement made Norvale Copper the wind farm's largest customer.",
+            0,
+        ),
+        Source(
+            "b",
+            "Norvale Copper will buy power from the Brannock Moor wind farm under the agreement.",
+            0,
+        ),
+    ]
+    picked = await engine.answer(
+        "Which wind farm supplies Norvale Copper under its power purchase agreement?", sources, 1
+    )
+    assert "Brannock Moor wind farm" in picked[0].text
+
+
+def test_a_who_question_about_a_two_word_role_asks_for_its_holder() -> None:
+    chair = "Who became the independent chair of Marrowgate Bank in 2025?"
+    assert asked_role(chair) == "independent chair"
+    assert asked_role("Who is the chief executive of Nintendo?") == "chief executive"
+    # One word: said as often by a verb ("directed", "won") as by the noun.
+    assert asked_role("Who is the director of the Avatar movie?") == ""
+    assert asked_role("Who is the new chair of Marrowgate Bank?") == ""
+    assert says_role("Independent chair Rosalind Achebe-Fry said so.", "independent chair")
+    assert not says_role(
+        "The roles of chair and chief executive, held by one.", "independent chair"
+    )
+    named = "Rosalind Achebe-Fry, a former deputy governor, was named independent chair."
+    assert names_holder(named, chair)
+    assert not names_holder("The bank will appoint an independent chair next year.", chair)
+    assert not names_holder("Marrowgate Bank named an independent chair.", chair)
+
+
+async def test_the_holder_of_the_role_asked_is_the_answer_cited_by_its_own_source() -> None:
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source(
+            "a",
+            "Shareholders of Marrowgate Bank voted to separate the roles of chair and chief "
+            "executive, held by Jonas Whitlock since 2019. Rosalind Achebe-Fry, a former deputy "
+            "governor of the central bank, was named independent chair.",
+            0,
+        ),
+        Source("b", "Chief executive Jonas Whitlock said Marrowgate Bank would exit coal.", 0),
+        Source("c", "Marrowgate Bank's chief executive Jonas Whitlock was paid $7.8 million.", 0),
+    ]
+    question = "Who became the independent chair of Marrowgate Bank in 2025?"
+    final = [e async for e in generator.answer(question, sources)][-1]
+    assert isinstance(final, FinalEvent)
+    first = final.sentences[0]
+    assert "Achebe-Fry" in first.text
+    # Only the source that names her backs the sentence.
+    assert [c.doc_id for c in first.citations] == ["a"]
 
 
 def test_a_long_source_sentence_takes_linear_time_to_check_for_names() -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from attest.generate.extractive import ExtractiveEngine
+from attest.generate.facts import number_facts
 from attest.generate.judge import SupportJudge
-from attest.generate.measures import asked_measure, gives_amount, measure_check
+from attest.generate.measures import asked_measure, bare_count_of, gives_amount, measure_check
 from attest.generate.models import FinalEvent, Source
 from attest.generate.pipeline import Generator
+from attest.generate.text import compound_parts
 from attest.semantic.embedding import Embedder
 
 EMBEDDER = Embedder()
@@ -25,9 +27,11 @@ EMBEDDER = Embedder()
             True,
         ),
         ("How many copies of the novel sold?", "copies", True),
+        ("How many more singles titles did Kim Warwick win?", "singles titles", True),
         ("How much water did the Calder Flats data centre withdraw in 2023?", "water", False),
         ("What were Fennick Retail Group's scope 1 emissions in 2025?", "scope 1 emissions", False),
         ("What revenue did Orrin Bay Shipping report for 2024?", "revenue", False),
+        ("How much did Fennick Retail Group cut its emissions in 2025?", "emissions", False),
         ("What is the population of the town where the archive is?", "population", False),
     ],
 )
@@ -47,12 +51,16 @@ def test_the_measure_is_read_from_the_question_form(
         "When did Norvale Copper sign the agreement?",  # a date
         "What is the release date of the game?",  # a date
         "How much did Google pay for YouTube?",  # the unit is the answer
+        "How much did the company pay to settle with the Selbury Securities Commission?",
         "How much money did the fund raise?",
         "How many times did she win?",
         # Several things asked: no one measure is required of every sentence.
         "Which wind farm supplies Norvale, and how many turbines does it have?",
         "What is a black hole?",
         "What is men's year-end No 1 in tennis in 2019?",  # a rank
+        # A clause that reads like a second question.
+        "During the Siege of Bharatpur, which commander stormed the castle?",
+        "Marion Greene worked for a company, which had how many operations worldwide?",
         # A kind or a name asked by "what <noun> did/does".
         "What type of structure does 277 Park Avenue have?",
         "What film did Joby Harold direct?",
@@ -144,3 +152,104 @@ async def test_a_question_about_an_amount_a_source_gives_is_answered_with_it() -
     assert not final.insufficient_information
     assert "31 turbines" in final.sentences[0].text
     assert final.sentences[0].citations[0].doc_id == "b"
+
+
+def test_a_question_asking_several_things_is_split_into_its_questions() -> None:
+    assert compound_parts(
+        "How many methanol dual-fuel ships did Orrin Bay order, and how many does it now "
+        "plan to take?"
+    ) == [
+        "How many methanol dual-fuel ships did Orrin Bay order?",
+        "how many does it now plan to take?",
+    ]
+    assert compound_parts(
+        "Which organization fined Norvale Copper $2.4 million, and for what?"
+    ) == [
+        "Which organization fined Norvale Copper $2.4 million?",
+        "for what?",
+    ]
+    # Clauses are not questions of their own.
+    for one in (
+        "During the Siege of Bharatpur, which commander stormed the castle?",
+        "What is the fight song of the university whose main campus is in Lawrence, Kansas "
+        "and whose branch campuses are in Kansas City?",
+        "Marion Greene worked for a company, which had how many operations?",
+    ):
+        assert compound_parts(one) == [" ".join(one.split())]
+
+
+def test_parts_that_count_the_same_thing_share_its_measure() -> None:
+    question = (
+        "How many methanol dual-fuel ships did Orrin Bay order, and how many does it now plan "
+        "to take?"
+    )
+    measure = asked_measure(question)
+    assert measure is not None
+    assert measure.phrase == "methanol dual-fuel ships"
+    assert bare_count_of("how many does it now plan to take?", measure) == (
+        "how many methanol dual-fuel ships does it now plan to take?"
+    )
+    # Parts asking for different things share no measure.
+    assert (
+        asked_measure("Which wind farm supplies Norvale, and how many turbines does it have?")
+        is None
+    )
+
+
+def test_amounts_in_words_count_and_only_those_of_the_measure_asked() -> None:
+    ships = "How many methanol dual-fuel ships did Orrin Bay order?"
+    both = (
+        "Orrin Bay operates 86 ships and reported carbon dioxide emissions of 4.7 million tonnes."
+    )
+    assert [f.value for f in number_facts(both, ships)] == [(86.0, "")]
+    assert [f.value for f in number_facts(both, "How much did Orrin Bay pay?")] == [
+        (86.0, ""),
+        (4.7e6, ""),
+    ]
+    cut = "Orrin Bay cut its order for methanol dual-fuel container ships from six to four."
+    assert [f.value for f in number_facts(cut, ships)] == [(6.0, ""), (4.0, "")]
+    # "one" is left out: far more often "one of the ..." than an amount.
+    assert number_facts("One of the ships was sold.", "How many were sold?") == []
+
+
+async def test_a_compound_question_is_answered_part_by_part() -> None:
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source(
+            "a",
+            "Orrin Bay Shipping has ordered six dual-fuel container ships that can run on "
+            "methanol. Orrin Bay operates 86 ships and reported emissions of 4.7 million tonnes.",
+            0,
+        ),
+        Source(
+            "b",
+            "Orrin Bay Shipping has reduced its order for methanol dual-fuel container ships "
+            "from six to four, citing a shortage of affordable methanol.",
+            0,
+        ),
+    ]
+    question = (
+        "How many methanol dual-fuel ships did Orrin Bay Shipping originally order, and how "
+        "many does it now plan to take?"
+    )
+    final = [e async for e in generator.answer(question, sources)][-1]
+    assert isinstance(final, FinalEvent)
+    texts = [s.text for s in final.sentences]
+    # Each part's answer, in the parts' order, each cited.
+    assert "ordered six" in texts[0]
+    assert "from six to four" in texts[1]
+    assert final.sentences[0].citations
+    assert "b" in {c.doc_id for c in final.sentences[1].citations}
+
+
+def test_a_long_question_is_read_in_linear_time() -> None:
+    import time
+
+    for question in (
+        "How much did the " + "a " * 20_000 + "its b",
+        "How much did x " + "its " * 20_000,
+        "What was the " + "very " * 20_000 + "long revenue?",
+    ):
+        started = time.perf_counter()
+        asked_measure(question)
+        assert time.perf_counter() - started < 1.0

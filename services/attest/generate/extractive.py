@@ -58,18 +58,23 @@ from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
 from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
 from attest.generate.judge import SupportJudge, to_confidence
-from attest.generate.measures import gives_asked_amount
+from attest.generate.measures import asked_measure, bare_count_of, gives_asked_amount
 from attest.generate.models import Proposal, Source
 from attest.generate.reader import READER_ANSWER_FLOOR, ReaderJudge, shared_reader
 from attest.generate.text import (
     answer_type,
+    asked_kind,
+    asked_role,
+    compound_parts,
     conflicts_with_question,
     contains_answer,
     content_tokens,
     dateline_year,
     is_compound,
     key_terms,
+    names_kind,
     ordinary_words,
+    says_role,
     split_sentences,
     strip_dateline,
     tokens,
@@ -414,6 +419,24 @@ class ExtractiveEngine:
         # amount measures (``measures``).
         texts = [s.text for s in sources]
         conflict |= ~gives_asked_amount(question, [c.text for c in cands], texts)
+        # "Which wind farm ...", "Who became the independent chair ...": when
+        # some sentences name a wind farm, or say the role and name someone,
+        # the others come after all of them, however close to the question.
+        behind = np.zeros(len(cands), dtype=bool)
+        named_kind = asked_kind(question)
+        if named_kind:
+            named = np.array([names_kind(c.text, named_kind) for c in cands], dtype=bool)
+            behind |= ~named if named.any() else behind
+        role = asked_role(question)
+        if role and kind == "name":
+            held = np.array(
+                [
+                    says_role(c.text, role) and bool(f)
+                    for c, f in zip(cands, cand_facts, strict=True)
+                ],
+                dtype=bool,
+            )
+            behind |= ~held if held.any() else behind
         if isinstance(self.judge, ReaderJudge):
             # The reader decides which sentence answers: P(answers), behind the
             # sentences about another year or numbered thing than the one asked.
@@ -434,6 +457,8 @@ class ExtractiveEngine:
             score = rating + 1e-6 * before
         else:
             score = score * (penalty + (1 - penalty) * typed) * np.where(conflict, penalty, 1.0)
+        # Scores are at most 1: 2 below puts a sentence behind every other.
+        score = score - 2.0 * behind
         return cands, np.asarray(score, dtype=np.float32), relevance, vectors, primary, kind, common
 
     def _answer(
@@ -442,19 +467,59 @@ class ExtractiveEngine:
         decided = self._decide(question, sources)
         if decided is not None:
             return decided[:max_sentences]
+        # A question asking several things: the best sentence for each part
+        # first, then the question's own picks (``_answer_parts``).
+        parts = compound_parts(question)
+        by_part = self._answer_parts(parts, sources, memo) if len(parts) > 1 else []
         ranked = self._rank(question, sources, memo)
         if ranked is None:
-            return []
+            return by_part[:max_sentences]
         cands, score, relevance, vectors, primary, kind, common = ranked
         k = min(max_sentences, self.settings.answer_sentences)
         sims = vectors[1:] @ vectors[1:].T
         chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
         chosen = [i for i in chosen if relevance[i] >= self.settings.min_relevance]
         out = self._one_answer(question, cands, chosen, primary, kind, common)
+        if by_part:
+            return [*by_part, *(c for c in out if c not in by_part)][:k]
         if out and isinstance(self.judge, ReaderJudge) and k > 1:
             hop = self._bridge(question, sources, out[0], float(score[chosen[0]]))
             if hop is not None and hop not in out:
                 out = [out[0], hop, *out[1:]][:k]
+        return out
+
+    def _answer_parts(
+        self, parts: list[str], sources: Sequence[Source], memo: TextVectors
+    ) -> list[Candidate]:
+        """A question that asks several things, answered part by part: the best
+        sentence for each part, in the parts' order (one sentence when it
+        answers several: "cut its order from six to four").
+
+        A later part leans on the earlier ones ("... and how many does it now
+        plan to take?", "how many turbines does that wind farm have?"), so it
+        is read with the names the earlier parts and their answers state (the
+        bridge: "that wind farm" is the Brannock Moor wind farm the first
+        answer names), and a "how many/much" with no noun of its own counts
+        what the first part counted ("how many [ships] does it ...")."""
+        out: list[Candidate] = []
+        context: dict[str, None] = {}
+        first = asked_measure(parts[0])
+        for k, part in enumerate(parts):
+            if k and first is not None:
+                part = bare_count_of(part, first)
+            query = f"{part} {' '.join(context)}" if context else part
+            ranked = self._rank(query, sources, memo)
+            context.update(dict.fromkeys(_names(part)))
+            if ranked is None:
+                continue
+            cands, score, relevance = ranked[0], ranked[1], ranked[2]
+            for i in np.argsort(-score, kind="stable"):
+                if relevance[i] < self.settings.min_relevance:
+                    break
+                if cands[i] not in out:
+                    out.append(cands[i])
+                    context.update(dict.fromkeys(_names(strip_dateline(cands[i].text))))
+                    break
         return out
 
     def _one_answer(
@@ -598,6 +663,12 @@ class ExtractiveEngine:
             ]
             out.append([Proposal(sentence=i, source=j, confidence=confidence[j]) for j in picked])
         return out
+
+
+def _names(text: str) -> list[str]:
+    """The names ``text`` states (``key_terms`` without numbers), in text order."""
+    found = {t for t in key_terms(text) if not any(ch.isdigit() for ch in t)}
+    return [t for t in dict.fromkeys(tokens(text)) if t in found]
 
 
 def off_topic(sources: Sequence[str], question: str) -> list[bool]:

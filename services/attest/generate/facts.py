@@ -25,20 +25,16 @@ states, so it is left out.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from attest.generate.measures import amount_windows, asked_measure
+from attest.generate.stems import same_word as same_word
+from attest.generate.stems import stem as stem
 from attest.generate.text import STOPWORDS, WORD, strip_dateline, tokens
-
-# Imported on the first stem, not with this module: importing nltk costs 2-8 s
-# (it imports most of its subpackages), which `attest serve all` paid before
-# reporting SERVING.
-_STEM: Any = None
 
 _MONTH_NUMBER = {
     name: number
@@ -102,6 +98,22 @@ _AMOUNT = re.compile(
     r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
     r"\s*(?P<unit>%|percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b"
     r"|mln\b|mn\b|bn\b|tn\b|[kmb]\b)?",
+    re.IGNORECASE,
+)
+# Amounts in words ("six ships", "twenty million"); "one" is left out, being
+# far more often a pronoun or an article ("one of the ...") than an amount.
+_UNITS = (
+    *("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"),
+    *("eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen"),
+    *("eighteen", "nineteen", "twenty"),
+)
+_TENS = ("thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
+_NUMBER_WORDS = {word: value for value, word in enumerate(_UNITS) if value > 1} | {
+    word: 10 * k for k, word in enumerate(_TENS, 3)
+}
+_WORD_AMOUNT = re.compile(
+    rf"\b(?P<word>{'|'.join(_NUMBER_WORDS)})\b"
+    r"(?:\s+(?P<unit>percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b))?",
     re.IGNORECASE,
 )
 # Lower-case words that may sit inside a name ("Bank of America", "Vincent van Gogh").
@@ -169,30 +181,6 @@ def _same_amount(have: tuple[object, ...], want: tuple[object, ...]) -> bool:
     assert isinstance(hv, float)
     assert isinstance(wv, float)
     return hu == wu and math.isclose(hv, wv, rel_tol=1e-9)
-
-
-@functools.lru_cache(maxsize=65536)
-def stem(word: str) -> str:
-    global _STEM
-    if _STEM is None:
-        from nltk.stem.snowball import EnglishStemmer
-
-        _STEM = EnglishStemmer()
-    return str(_STEM.stem(word.lower()))
-
-
-def same_word(a: str, b: str) -> bool:
-    """Whether two stems are of one word family: equal, or sharing a prefix of
-    at least four letters that is at least 60 % of the shorter one
-    ("acquir" and "acquisit", "direct" and "director"; not "won" and "win")."""
-    if a == b:
-        return True
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n >= 4 and n >= 0.6 * min(len(a), len(b))
 
 
 def _dates(text: str) -> list[tuple[tuple[object, ...], tuple[int, int]]]:
@@ -276,15 +264,24 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
 
 
 def number_facts(text: str, question: str) -> list[Fact]:
-    """Amounts stated in ``text``: not dates and not the question's own numbers."""
+    """Amounts stated in ``text``, in digits or in words ("six", "twenty
+    million"): not dates and not the question's own numbers. When the
+    question asks for an amount of a measure (``measures``: "how many
+    turbines"), only the amounts of that measure ("86 ships" answers how many
+    ships, "4.7 million tonnes of emissions" in the same sentence does not)."""
     text = _clean(text)
     spans = [span for _, span in _dates(text)]
     asked = set(re.findall(r"\d+(?:\.\d+)?", question.replace(",", "")))
+    measure = asked_measure(question)
+    windows = amount_windows(text, measure) if measure is not None else None
     out = []
-    for m in _AMOUNT.finditer(text):
+    for m in [*_AMOUNT.finditer(text), *_WORD_AMOUNT.finditer(text)]:
         if any(s <= m.start() < e for s, e in spans):
             continue
-        number = m.group("num").replace(",", "")
+        if windows is not None and not any(s <= m.start() < e for s, e in windows):
+            continue
+        words = m.groupdict().get("word")
+        number = str(_NUMBER_WORDS[words.lower()]) if words else m.group("num").replace(",", "")
         if number in asked:
             continue
         unit = (m.group("unit") or "").lower()

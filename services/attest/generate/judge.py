@@ -79,6 +79,7 @@ from attest.generate.text import (
     content_tokens,
     dateline_year,
     key_terms,
+    names_holder,
     ordinary_words,
     split_sentences,
     strip_dateline,
@@ -468,6 +469,16 @@ class SupportJudge:
             # part of the answer, and its rating is how well it is supported.
             about = [any(mentions(n, s) >= 0.5 for n in named) for s in sentences]
             answer = np.where(about, 1.0, answer)
+        # A sentence naming the holder of the role asked for answers the question
+        # (``names_holder``): its rating is how well it is supported, by a
+        # source that states every name and number it gives.
+        holder = np.array([names_holder(s, question) for s in sentences], dtype=bool)
+        if holder.any():
+            answer = np.where(holder, 1.0, answer)
+            keys = [key_terms(strip_dateline(s)) - key_terms(question) for s in sentences]
+            stated = [key_terms(strip_dateline(s)) | content_tokens(s) for s in sources]
+            states = np.array([[float(k <= have) for have in stated] for k in keys])
+            support = np.where(holder[:, None], support * states, support)
         # A question about an amount is answered only by a sentence that gives
         # an amount of what it measures (``measures``), however well the rest
         # of the sentence matches.

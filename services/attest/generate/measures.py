@@ -47,10 +47,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from attest.generate.facts import same_word, stem
+from attest.generate.stems import same_word, stem
 from attest.generate.text import (
     STOPWORDS,
     answer_type,
+    compound_parts,
     is_compound,
     numbered_labels,
     strip_dateline,
@@ -81,6 +82,8 @@ _AUX = _set("did does do was were is are has have had will would can could shoul
 # The most words a measure's phrase has ("combined scope 1 and scope 2
 # emissions" has 7); a longer run is not a noun phrase read right.
 _LONGEST = 8
+# Longer questions are not read for a measure (a paste, not a question).
+_LONGEST_QUESTION = 400
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[^\W\d_]+")
 _YEAR = re.compile(r"(?:1[5-9]|20)\d\d")
 
@@ -92,6 +95,16 @@ _WHAT_NOUN = re.compile(
     re.IGNORECASE,
 )
 _HOW = re.compile(r"^how\s+(?P<word>many|much)\s+(?P<rest>.+)$", re.IGNORECASE)
+# The object of "how much did <subject> <verb> its/their <noun> ...", in lower
+# case (not "... to settle with the Selbury Securities Commission").
+_OBJECT = re.compile(
+    r"^\S+\s+(?:the\s+)?\S.*?\s(?:its|their|his|her|the)\s+(?P<np>[a-z][a-z\s-]*[a-z])"
+)
+# "how many does it ...": a count with no noun of its own.
+_HOW_BARE = re.compile(
+    r"^how\s+(?:many|much)\s+(?:did|does|do|was|were|is|are|has|have|had|will|would)\b",
+    re.IGNORECASE,
+)
 # An owner's possessive: "Fennick Retail Group's", "Quillmere Foods'".
 _POSSESSIVE = re.compile(r"\w['’]s?\s+(?=\S)")
 # Where a measure's phrase ends: "scope 1 emissions | in 2024".
@@ -132,6 +145,9 @@ def _phrase(text: str) -> str:
 
 
 def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
+    # "how many more singles titles": the measure is the singles titles.
+    while phrase.split(None, 1)[:1] and phrase.split(None, 1)[0].lower() in _SKIP:
+        phrase = phrase.split(None, 1)[1] if " " in phrase else ""
     words = [w for w in _words(phrase) if w not in _SKIP]
     nouns = [w for w in words if not w.isdigit() and w not in STOPWORDS]
     if not nouns or len(phrase.split()) > _LONGEST:
@@ -154,6 +170,8 @@ def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
 def asked_measure(question: str) -> Measure | None:
     """The measure ``question`` asks an amount of, or None (module docstring)."""
     text = " ".join(question.split())
+    if len(text) > _LONGEST_QUESTION:
+        return None
     measure = _asked(text)
     if measure is None:
         return None
@@ -163,14 +181,34 @@ def asked_measure(question: str) -> Measure | None:
 
 
 def _asked(text: str) -> Measure | None:
-    if not text or is_compound(text):
+    if not text:
         return None
+    if is_compound(text):
+        # Several things asked: one measure only when every part asks an
+        # amount of the same one ("How many ships did it order, and how many
+        # does it now plan to take?": a bare "how many" counts the same ships).
+        parts = compound_parts(text)
+        if len(parts) < 2:
+            return None  # a clause, not a question of its own: no one measure read
+        head, *tail = parts
+        measure = _asked(head)
+        if measure is None or not all(
+            _HOW_BARE.match(part) or _same(_asked(part), measure) for part in tail
+        ):
+            return None
+        return measure
     how = _HOW.match(text)
     if how is not None:
         rest = how.group("rest")
         first = _words(rest)[:1]
         if not first or first[0] in _AUX:
-            return None  # "how much did Google pay": no noun, the unit is the answer
+            # "How much did Fennick cut its emissions?": what is measured is
+            # the object the verb acts on; "how much did Google pay for
+            # YouTube?" names none, its unit is the answer.
+            obj = _OBJECT.search(rest)
+            if obj is None:
+                return None
+            return _measure(_phrase(obj.group("np")), True, False)
         return _measure(_phrase(rest), True, how.group("word").lower() == "many")
     kind = answer_type(text)
     if kind not in ("number", ""):
@@ -197,12 +235,38 @@ def _asked(text: str) -> Measure | None:
     return _measure(phrase, False, False)
 
 
+def bare_count_of(part: str, measure: Measure) -> str:
+    """``part`` with the noun a bare "how many/much" leaves out put back:
+    "how many does it now plan to take?" → "how many methanol dual-fuel ships
+    does it now plan to take?"; any other question as it is."""
+    match = _HOW_BARE.match(part)
+    if match is None:
+        return part
+    verb = match.group().split()[-1]
+    return f"{match.group()[: -len(verb)]}{measure.phrase} {part[match.end() - len(verb) :]}"
+
+
+def _same(a: Measure | None, b: Measure) -> bool:
+    return a is not None and a.head == b.head and a.labels == b.labels
+
+
 def _amount_near(words: list[str], i: int, given: frozenset[str]) -> bool:
     window = words[max(0, i - _BEFORE) : i] + words[i + 1 : i + 1 + _AFTER]
     return any(
         (w[0].isdigit() and not _YEAR.fullmatch(w) and w not in given) or w in _NUMBER_WORDS
         for w in window
     )
+
+
+def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
+    """The character spans of ``text`` where an amount would be an amount of
+    ``measure``: from five words before each word of its family to six after."""
+    found = list(_TOKEN.finditer(text))
+    return [
+        (found[max(0, i - _BEFORE)].start(), found[min(len(found) - 1, i + _AFTER)].end())
+        for i, token in enumerate(found)
+        if same_word(stem(token.group().lower()), measure.head)
+    ]
 
 
 def gives_amount(sentence: str, measure: Measure) -> bool:

@@ -13,6 +13,8 @@ import string
 import unicodedata
 from collections.abc import Iterable
 
+from attest.generate.stems import same_word, stem
+
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -401,6 +403,89 @@ def names_another(sentence: str, question: str) -> bool:
     )
 
 
+# "Which wind farm supplies ...", "What data centre ...": a name of a kind asked for.
+_WHICH_KIND = re.compile(r"^(?:which|what)\s+([a-z]{3,}\s+[a-z]{3,})\s+\w", re.IGNORECASE)
+
+
+def asked_kind(question: str) -> str:
+    """The kind of thing a "which/what <kind> ..." question asks the name of,
+    when the kind is two words ("wind farm", "data centre", "stock exchange"):
+    its answer names one ("the Brannock Moor wind farm"). "" otherwise: a
+    one-word kind ("which country") is as often answered without the word
+    ("Norway topped the table") as with it. A verb read as part of the kind
+    ("which country won") names nothing in the sources, so the ranking that
+    prefers sentences naming the kind (``extractive``) leaves them as they are."""
+    text = " ".join(question.split())
+    match = _WHICH_KIND.match(text)
+    # A choice ("Which board game was published first, Pirate's Cove or
+    # Catan?") is answered by one of its options, not by any named one.
+    if match is None or re.search(r",.*\bor\b", text):
+        return ""
+    kind = match.group(1).lower()
+    if any(w in STOPWORDS or w in _VERBS_AFTER_WHAT for w in kind.split()):
+        return ""
+    return kind
+
+
+def names_kind(sentence: str, kind: str) -> bool:
+    """Whether ``sentence`` names one of ``kind`` ("Brannock Moor wind farm")."""
+    have = _named_things(strip_dateline(sentence))
+    return any(noun == kind or noun.rstrip("s") == kind for noun in have)
+
+
+# "Who became the independent chair of ...": the role a person is asked for.
+_WHO_ROLE = re.compile(
+    r"^who\s+(?:is|was|are|were|became|becomes|has\s+become|will\s+become)\s+"
+    r"(?:the\s+)?(?:(?:new|current|former|next|first|last)\s+)?"
+    r"(?P<role>[a-z]{3,}\s+[a-z]{3,})\s+(?:of|at|for|in)\b"
+)
+
+
+def asked_role(question: str) -> str:
+    """The role a "who is/became the <role> of ..." question asks the holder
+    of, when it is two lower-case words ("independent chair", "chief
+    executive"): a sentence that names its holder says the role ("Rosalind
+    Achebe-Fry was named independent chair"). "" otherwise: a one-word role
+    ("director", "winner") is as often said by a verb ("directed", "won")."""
+    text = " ".join(question.split())
+    match = _WHO_ROLE.match(text[:1].lower() + text[1:])
+    if match is None:
+        return ""
+    role = match.group("role")
+    return "" if any(w in STOPWORDS for w in role.split()) else role
+
+
+def says_role(sentence: str, role: str) -> bool:
+    """Whether ``sentence`` says ``role``: its words, in order and adjacent,
+    each of the same word family ("independent chair", "Independent chair")."""
+    want = [stem(w) for w in role.split()]
+    have = [stem(t) for t in tokens(strip_dateline(sentence))]
+    n = len(want)
+    return any(
+        all(same_word(h, w) for h, w in zip(have[i : i + n], want, strict=True))
+        for i in range(len(have) - n + 1)
+    )
+
+
+def names_holder(sentence: str, question: str) -> bool:
+    """Whether ``sentence`` says the role ``question`` asks the holder of
+    (``asked_role``) and names someone the question does not: "Rosalind
+    Achebe-Fry, a former deputy governor, was named independent chair" for
+    "Who became the independent chair of Marrowgate Bank?". Such a sentence
+    answers the question whichever source states it, so the judges rate it
+    by its support alone."""
+    role = asked_role(question)
+    if not role or not says_role(sentence, role):
+        return False
+    asked = {_folded(w) for w in tokens(question)}
+    body = _after_first_word(strip_dateline(sentence))
+    return any(
+        w[0].isupper() and any(ch.isalpha() for ch in w) and _folded(w.strip(".-'’")) not in asked
+        for w in WORD.findall(body)
+        if w.lower() not in STOPWORDS
+    )
+
+
 def conflicts_with_question(sentence: str, question: str, published: str = "") -> bool:
     """True when the sentence is about another one of what the question names.
 
@@ -439,3 +524,46 @@ _COMPOUND = re.compile(
 def is_compound(question: str) -> bool:
     """True when the question asks for several things ("how much ..., and which ...")."""
     return bool(_COMPOUND.search(question))
+
+
+# The words a question of its own starts with.
+_QUESTION_STARTS = _WH_WORDS | _words(
+    "is was are were do does did has have had can could will would should which"
+)
+
+
+def compound_parts(question: str) -> list[str]:
+    """The questions a compound question asks, in order: "How many ships did
+    Orrin Bay order, and how many does it now plan to take?" asks "How many
+    ships did Orrin Bay order?" and "how many does it now plan to take?".
+    A question asking one thing (or one over ``_PHRASE_MAX`` characters) is
+    its only part."""
+    text = " ".join(question.split())
+    if len(text) > _PHRASE_MAX:
+        return [text]
+    parts: list[str] = []
+    start = 0
+    for match in _COMPOUND.finditer(text):
+        # The next part starts at its wh-word (or at "for what").
+        word = re.search(r"(?:for\s+)?\w+$", match.group())
+        assert word is not None
+        head = text[start : match.start()].strip(" ,;")
+        if head:
+            parts.append(head.rstrip("?") + "?")
+        start = match.start() + word.start()
+    tail = text[start:].strip(" ,;")
+    if tail:
+        parts.append(tail.rstrip("?") + "?")
+    # Each part a question of its own, joined by "and"/"or": not a clause
+    # ("During the siege, which commander ...", "the university whose main
+    # campus is in Lawrence, Kansas and whose branch campuses ...").
+    joined = [m.group() for m in _COMPOUND.finditer(text)]
+    if (
+        len(parts) < 2
+        or tokens(parts[0])[:1] == []
+        or tokens(parts[0])[0] not in _QUESTION_STARTS
+        or any(not re.search(r"\b(?:and|or)\b", j, re.IGNORECASE) for j in joined)
+        or any(tokens(part)[:1] == ["whose"] for part in parts[1:])
+    ):
+        return [text]
+    return parts
