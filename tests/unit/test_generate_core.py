@@ -351,6 +351,8 @@ async def test_the_holder_of_the_role_asked_is_the_answer_cited_by_its_own_sourc
     assert "Achebe-Fry" in first.text
     # Only the source that names her backs the sentence.
     assert [c.doc_id for c in first.citations] == ["a"]
+    # The chief executive's sentences are no part of that answer.
+    assert all("Achebe-Fry" in s.text for s in final.sentences)
 
 
 def test_a_long_source_sentence_takes_linear_time_to_check_for_names() -> None:

@@ -72,6 +72,7 @@ from attest.generate.text import (
     dateline_year,
     is_compound,
     key_terms,
+    names_holder,
     names_kind,
     ordinary_words,
     says_role,
@@ -537,6 +538,11 @@ class ExtractiveEngine:
         # a further sentence must state the best one's fact in full (it adds
         # context to that answer), unless the question asks for several things.
         first = chosen[0]
+        if names_holder(cands[first].text, question):
+            # The holder of the role asked ("Rosalind Achebe-Fry was named
+            # independent chair"): further sentences about other people of the
+            # same sources (the chief executive) are not part of that answer.
+            return [cands[i] for i in chosen if names_holder(cands[i].text, question)]
         fact = primary[first]
         if fact is None or is_compound(question):
             return [cands[i] for i in chosen]
