@@ -253,3 +253,10 @@ def test_a_long_question_is_read_in_linear_time() -> None:
         started = time.perf_counter()
         asked_measure(question)
         assert time.perf_counter() - started < 1.0
+
+
+def test_a_singular_or_plural_of_the_measure_counts() -> None:
+    copies = asked_measure("How many copies of the novel sold?")
+    assert copies is not None
+    assert gives_amount("It sold one copy in 1950 and 2 million copies by 1990.", copies)
+    assert gives_amount("Each copy of its 3 printings sold out.", copies)

@@ -258,9 +258,20 @@ def _amount_near(words: list[str], i: int, given: frozenset[str]) -> bool:
     )
 
 
+def _may_name(text: str, measure: Measure) -> bool:
+    """False when no word of ``text`` can be of the measure's family: such a
+    word shares at least the first four letters of its stem with the
+    measure's stem (``same_word``), and stemming changes the ends of words,
+    so its first three letters are in the text ("copy" is stemmed "copi").
+    A test on the text, before any word is stemmed."""
+    return measure.head[:3] in text.lower()
+
+
 def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
     """The character spans of ``text`` where an amount would be an amount of
     ``measure``: from five words before each word of its family to six after."""
+    if not _may_name(text, measure):
+        return []
     found = list(_TOKEN.finditer(text))
     return [
         (found[max(0, i - _BEFORE)].start(), found[min(len(found) - 1, i + _AFTER)].end())
@@ -272,6 +283,8 @@ def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
 def gives_amount(sentence: str, measure: Measure) -> bool:
     """Whether ``sentence`` gives an amount of ``measure`` (module docstring)."""
     body = strip_dateline(sentence)
+    if not _may_name(body, measure):
+        return False
     if measure.labels:
         have = numbered_labels(body)
         if not all(have.get(word, set()) & numbers for word, numbers in measure.labels):
