@@ -253,3 +253,25 @@ def test_a_long_question_is_read_in_linear_time() -> None:
         started = time.perf_counter()
         asked_measure(question)
         assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["how many more ?", "How many more, and how many fewer ?", "How many ?", "What were X's ?", ""],
+)
+def test_a_question_with_no_noun_after_its_count_word_names_no_measure(question: str) -> None:
+    assert asked_measure(question) is None
+
+
+def test_a_long_question_is_read_for_its_kind_in_linear_time() -> None:
+    import time
+
+    from attest.generate.text import asked_kind
+
+    for question in (
+        "Which wind farm supplies" + "," * 50_000,
+        "Which wind farm x" + ", a" * 20_000,
+    ):
+        started = time.perf_counter()
+        assert asked_kind(question) == "wind farm"
+        assert time.perf_counter() - started < 1.0

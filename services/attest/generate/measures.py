@@ -146,8 +146,10 @@ def _phrase(text: str) -> str:
 
 def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
     # "how many more singles titles": the measure is the singles titles.
-    while phrase.split(None, 1)[:1] and phrase.split(None, 1)[0].lower() in _SKIP:
-        phrase = phrase.split(None, 1)[1] if " " in phrase else ""
+    kept = phrase.split()
+    while kept and kept[0].lower() in _SKIP:
+        kept.pop(0)
+    phrase = " ".join(kept)
     words = [w for w in _words(phrase) if w not in _SKIP]
     nouns = [w for w in words if not w.isdigit() and w not in STOPWORDS]
     if not nouns or len(phrase.split()) > _LONGEST:
