@@ -287,3 +287,25 @@ def test_the_amounts_of_a_long_text_are_read_in_linear_time() -> None:
     assert time.perf_counter() - started < 2.0
     # Only the amount of turbines: the date and the cost are not.
     assert [f.value for f in facts] == [(12.0, "")]
+
+
+def test_one_of_is_no_amount_and_zero_is_one() -> None:
+    turbines = asked_measure("How many turbines does the Cobb Fell wind farm have?")
+    assert turbines is not None
+    assert not gives_amount("One of the turbines at Cobb Fell was struck by lightning.", turbines)
+    assert gives_amount("The Cobb Fell wind farm has one turbine left standing.", turbines)
+    assert gives_amount("The Cobb Fell wind farm now has zero turbines.", turbines)
+
+
+def test_an_irregular_plural_and_its_singular_are_one_measure() -> None:
+    people = asked_measure("How many people were injured in the Calder Flats fire?")
+    assert people is not None
+    assert gives_amount("One person was injured in the Calder Flats fire.", people)
+    persons = asked_measure("How many persons were injured?")
+    assert persons is not None
+    assert gives_amount("Three people were injured.", persons)
+    women = asked_measure("How many women sit on the board?")
+    assert women is not None
+    assert gives_amount("One woman sits on the board.", women)
+    # Another word is not made one by it.
+    assert not gives_amount("Three peoples live in the valley of the ten rivers.", women)
