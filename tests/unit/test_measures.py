@@ -309,3 +309,17 @@ def test_an_irregular_plural_and_its_singular_are_one_measure() -> None:
     assert gives_amount("One woman sits on the board.", women)
     # Another word is not made one by it.
     assert not gives_amount("Three peoples live in the valley of the ten rivers.", women)
+
+
+def test_a_ten_and_a_unit_in_words_are_one_amount() -> None:
+    question = "How many turbines does the Cobb Fell wind farm have?"
+    for sentence, value in (
+        ("The Cobb Fell wind farm has twenty-four turbines.", 24.0),
+        ("The Cobb Fell wind farm has thirty one turbines.", 31.0),
+        ("The Cobb Fell wind farm has Forty turbines.", 40.0),
+        ("The Cobb Fell wind farm has twenty turbines.", 20.0),
+    ):
+        assert [f.value for f in number_facts(sentence, question)] == [(value, "")]
+    assert [f.value for f in number_facts("Sales rose twenty-five percent.", "How much?")] == [
+        (25.0, "%")
+    ]

@@ -112,8 +112,11 @@ _TENS = ("thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _NUMBER_WORDS = {word: value for value, word in enumerate(_UNITS) if value > 1} | {
     word: 10 * k for k, word in enumerate(_TENS, 3)
 }
+# "twenty-four", "thirty one": a ten and a unit, one amount.
+_ONES = {word: value for value, word in enumerate(_UNITS[:10]) if value > 0}
 _WORD_AMOUNT = re.compile(
-    rf"\b(?P<word>{'|'.join(_NUMBER_WORDS)})\b"
+    rf"\b(?:(?P<tens>twenty|{'|'.join(_TENS)})(?:[\s-](?P<ones>{'|'.join(_ONES)}))?"
+    rf"|(?P<word>{'|'.join(_NUMBER_WORDS)}))\b"
     r"(?:\s+(?P<unit>percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b))?",
     re.IGNORECASE,
 )
@@ -300,8 +303,14 @@ def number_facts(text: str, question: str) -> list[Fact]:
             continue
         if in_window is not None and not in_window(m.start()):
             continue
-        words = m.groupdict().get("word")
-        number = str(_NUMBER_WORDS[words.lower()]) if words else m.group("num").replace(",", "")
+        found = m.groupdict()
+        if found.get("tens"):
+            ones = _ONES[found["ones"].lower()] if found["ones"] else 0
+            number = str(_NUMBER_WORDS[found["tens"].lower()] + ones)
+        elif found.get("word"):
+            number = str(_NUMBER_WORDS[found["word"].lower()])
+        else:
+            number = m.group("num").replace(",", "")
         if number in asked:
             continue
         unit = (m.group("unit") or "").lower()
