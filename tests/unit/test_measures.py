@@ -260,3 +260,73 @@ def test_a_singular_or_plural_of_the_measure_counts() -> None:
     assert copies is not None
     assert gives_amount("It sold one copy in 1950 and 2 million copies by 1990.", copies)
     assert gives_amount("Each copy of its 3 printings sold out.", copies)
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["how many more ?", "How many more, and how many fewer ?", "How many ?", "What were X's ?", ""],
+)
+def test_a_question_with_no_noun_after_its_count_word_names_no_measure(question: str) -> None:
+    assert asked_measure(question) is None
+
+
+def test_a_long_question_is_read_for_its_kind_in_linear_time() -> None:
+    import time
+
+    from attest.generate.text import asked_kind
+
+    for question in (
+        "Which wind farm supplies" + "," * 50_000,
+        "Which wind farm x" + ", a" * 20_000,
+    ):
+        started = time.perf_counter()
+        assert asked_kind(question) == "wind farm"
+        assert time.perf_counter() - started < 1.0
+
+
+def test_the_amounts_of_a_long_text_are_read_in_linear_time() -> None:
+    import time
+
+    text = "The farm has 12 turbines. It opened on 3 May 2021 and cost 40 million euros. " * 4_000
+    number_facts("12 turbines", "How many turbines?")  # the stemmer loads on first use
+    started = time.perf_counter()
+    facts = number_facts(text, "How many turbines does the farm have?")
+    assert time.perf_counter() - started < 2.0
+    # Only the amount of turbines: the date and the cost are not.
+    assert [f.value for f in facts] == [(12.0, "")]
+
+
+def test_one_of_is_no_amount_and_zero_is_one() -> None:
+    turbines = asked_measure("How many turbines does the Cobb Fell wind farm have?")
+    assert turbines is not None
+    assert not gives_amount("One of the turbines at Cobb Fell was struck by lightning.", turbines)
+    assert gives_amount("The Cobb Fell wind farm has one turbine left standing.", turbines)
+    assert gives_amount("The Cobb Fell wind farm now has zero turbines.", turbines)
+
+
+def test_an_irregular_plural_and_its_singular_are_one_measure() -> None:
+    people = asked_measure("How many people were injured in the Calder Flats fire?")
+    assert people is not None
+    assert gives_amount("One person was injured in the Calder Flats fire.", people)
+    persons = asked_measure("How many persons were injured?")
+    assert persons is not None
+    assert gives_amount("Three people were injured.", persons)
+    women = asked_measure("How many women sit on the board?")
+    assert women is not None
+    assert gives_amount("One woman sits on the board.", women)
+    # Another word is not made one by it.
+    assert not gives_amount("Three peoples live in the valley of the ten rivers.", women)
+
+
+def test_a_ten_and_a_unit_in_words_are_one_amount() -> None:
+    question = "How many turbines does the Cobb Fell wind farm have?"
+    for sentence, value in (
+        ("The Cobb Fell wind farm has twenty-four turbines.", 24.0),
+        ("The Cobb Fell wind farm has thirty one turbines.", 31.0),
+        ("The Cobb Fell wind farm has Forty turbines.", 40.0),
+        ("The Cobb Fell wind farm has twenty turbines.", 20.0),
+    ):
+        assert [f.value for f in number_facts(sentence, question)] == [(value, "")]
+    assert [f.value for f in number_facts("Sales rose twenty-five percent.", "How much?")] == [
+        (25.0, "%")
+    ]

@@ -538,12 +538,18 @@ class ExtractiveEngine:
         # a further sentence must state the best one's fact in full (it adds
         # context to that answer), unless the question asks for several things.
         first = chosen[0]
+        fact = primary[first]
         if names_holder(cands[first].text, question):
             # The holder of the role asked ("Rosalind Achebe-Fry was named
-            # independent chair"): further sentences about other people of the
-            # same sources (the chief executive) are not part of that answer.
-            return [cands[i] for i in chosen if names_holder(cands[i].text, question)]
-        fact = primary[first]
+            # independent chair"): a further sentence must name the holder of
+            # that role too, the same one (not the chief executive of the same
+            # sources, nor another candidate for the post).
+            return [cands[first]] + [
+                cands[i]
+                for i in chosen[1:]
+                if names_holder(cands[i].text, question)
+                and (fact is None or text_facts(cands[i].text, kind, question, common).states(fact))
+            ]
         if fact is None or is_compound(question):
             return [cands[i] for i in chosen]
         return [cands[first]] + [

@@ -25,6 +25,7 @@ states, so it is left out.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import unicodedata
@@ -111,8 +112,11 @@ _TENS = ("thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
 _NUMBER_WORDS = {word: value for value, word in enumerate(_UNITS) if value > 1} | {
     word: 10 * k for k, word in enumerate(_TENS, 3)
 }
+# "twenty-four", "thirty one": a ten and a unit, one amount.
+_ONES = {word: value for value, word in enumerate(_UNITS[:10]) if value > 0}
 _WORD_AMOUNT = re.compile(
-    rf"\b(?P<word>{'|'.join(_NUMBER_WORDS)})\b"
+    rf"\b(?:(?P<tens>twenty|{'|'.join(_TENS)})(?:[\s-](?P<ones>{'|'.join(_ONES)}))?"
+    rf"|(?P<word>{'|'.join(_NUMBER_WORDS)}))\b"
     r"(?:\s+(?P<unit>percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b))?",
     re.IGNORECASE,
 )
@@ -263,6 +267,25 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
     return list(dict.fromkeys(out))
 
 
+class _Spans:
+    """Whether a position lies in any of some character spans, in log time:
+    a long text has thousands of amounts and of spans."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
+        merged: list[list[int]] = []
+        for start, end in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self.starts = [start for start, _ in merged]
+        self.ends = [end for _, end in merged]
+
+    def __call__(self, position: int) -> bool:
+        i = bisect.bisect_right(self.starts, position) - 1
+        return i >= 0 and position < self.ends[i]
+
+
 def number_facts(text: str, question: str) -> list[Fact]:
     """Amounts stated in ``text``, in digits or in words ("six", "twenty
     million"): not dates and not the question's own numbers. When the
@@ -270,18 +293,24 @@ def number_facts(text: str, question: str) -> list[Fact]:
     turbines"), only the amounts of that measure ("86 ships" answers how many
     ships, "4.7 million tonnes of emissions" in the same sentence does not)."""
     text = _clean(text)
-    spans = [span for _, span in _dates(text)]
+    in_date = _Spans([span for _, span in _dates(text)])
     asked = set(re.findall(r"\d+(?:\.\d+)?", question.replace(",", "")))
     measure = asked_measure(question)
-    windows = amount_windows(text, measure) if measure is not None else None
+    in_window = _Spans(amount_windows(text, measure)) if measure is not None else None
     out = []
     for m in [*_AMOUNT.finditer(text), *_WORD_AMOUNT.finditer(text)]:
-        if any(s <= m.start() < e for s, e in spans):
+        if in_date(m.start()):
             continue
-        if windows is not None and not any(s <= m.start() < e for s, e in windows):
+        if in_window is not None and not in_window(m.start()):
             continue
-        words = m.groupdict().get("word")
-        number = str(_NUMBER_WORDS[words.lower()]) if words else m.group("num").replace(",", "")
+        found = m.groupdict()
+        if found.get("tens"):
+            ones = _ONES[found["ones"].lower()] if found["ones"] else 0
+            number = str(_NUMBER_WORDS[found["tens"].lower()] + ones)
+        elif found.get("word"):
+            number = str(_NUMBER_WORDS[found["word"].lower()])
+        else:
+            number = m.group("num").replace(",", "")
         if number in asked:
             continue
         unit = (m.group("unit") or "").lower()

@@ -14,7 +14,8 @@ So a question about an amount names the *measure* it asks for (the noun
 counted or measured: "turbines", "revenue", "scope 1 emissions"), and a
 sentence answers it only when it gives an amount of that measure: a word of
 the measure's family (``same_word``) with an amount within a few words of
-it (digits other than a year, or a number word), and the numbered labels
+it (digits other than a year, or a number word other than the "one" of
+"one of the ..."; "people" is of the family of "person"), and the numbered labels
 the measure carries ("scope 1", "Q3") when it carries any.
 
 The measure is read from the question's form, and only where the form is
@@ -68,7 +69,7 @@ _BEFORE = 5
 _AFTER = 6
 _NUMBER_WORDS = _set(
     """
-    one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
     sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety
     hundred hundreds thousand thousands million millions billion billions trillion dozen
     dozens
@@ -127,6 +128,24 @@ class Measure:
     given: frozenset[str] = frozenset()
 
 
+# Plurals whose stem is not their singular's: "one person" is an amount of people.
+_SINGULAR = {
+    "people": "person",
+    "men": "man",
+    "women": "woman",
+    "children": "child",
+    "feet": "foot",
+    "teeth": "tooth",
+    "mice": "mouse",
+    "geese": "goose",
+}
+
+
+def _stem(word: str) -> str:
+    """The stem of ``word``, an irregular plural's being its singular's."""
+    return stem(_SINGULAR.get(word.lower(), word))
+
+
 def _words(text: str) -> list[str]:
     return [t.lower() for t in _TOKEN.findall(text)]
 
@@ -146,8 +165,10 @@ def _phrase(text: str) -> str:
 
 def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
     # "how many more singles titles": the measure is the singles titles.
-    while phrase.split(None, 1)[:1] and phrase.split(None, 1)[0].lower() in _SKIP:
-        phrase = phrase.split(None, 1)[1] if " " in phrase else ""
+    kept = phrase.split()
+    while kept and kept[0].lower() in _SKIP:
+        kept.pop(0)
+    phrase = " ".join(kept)
     words = [w for w in _words(phrase) if w not in _SKIP]
     nouns = [w for w in words if not w.isdigit() and w not in STOPWORDS]
     if not nouns or len(phrase.split()) > _LONGEST:
@@ -164,7 +185,7 @@ def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
     if head in _GENERIC:
         return None
     labels = tuple(sorted((w, frozenset(n)) for w, n in numbered_labels(phrase).items()))
-    return Measure(phrase=phrase, head=stem(head), labels=labels, by_form=by_form)
+    return Measure(phrase=phrase, head=_stem(head), labels=labels, by_form=by_form)
 
 
 def asked_measure(question: str) -> Measure | None:
@@ -251,11 +272,16 @@ def _same(a: Measure | None, b: Measure) -> bool:
 
 
 def _amount_near(words: list[str], i: int, given: frozenset[str]) -> bool:
-    window = words[max(0, i - _BEFORE) : i] + words[i + 1 : i + 1 + _AFTER]
-    return any(
-        (w[0].isdigit() and not _YEAR.fullmatch(w) and w not in given) or w in _NUMBER_WORDS
-        for w in window
-    )
+    window = [*range(max(0, i - _BEFORE), i), *range(i + 1, min(len(words), i + 1 + _AFTER))]
+    return any(_is_amount(words, j, given) for j in window)
+
+
+def _is_amount(words: list[str], j: int, given: frozenset[str]) -> bool:
+    word = words[j]
+    if word[0].isdigit():
+        return not _YEAR.fullmatch(word) and word not in given
+    # "one of the turbines" picks one out, it does not count them.
+    return word in _NUMBER_WORDS and not (word == "one" and words[j + 1 : j + 2] == ["of"])
 
 
 def _may_name(text: str, measure: Measure) -> bool:
@@ -264,7 +290,10 @@ def _may_name(text: str, measure: Measure) -> bool:
     measure's stem (``same_word``), and stemming changes the ends of words,
     so its first three letters are in the text ("copy" is stemmed "copi").
     A test on the text, before any word is stemmed."""
-    return measure.head[:3] in text.lower()
+    lower = text.lower()
+    return measure.head[:3] in lower or any(
+        plural in lower for plural, one in _SINGULAR.items() if stem(one) == measure.head
+    )
 
 
 def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
@@ -276,7 +305,7 @@ def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
     return [
         (found[max(0, i - _BEFORE)].start(), found[min(len(found) - 1, i + _AFTER)].end())
         for i, token in enumerate(found)
-        if same_word(stem(token.group().lower()), measure.head)
+        if same_word(_stem(token.group().lower()), measure.head)
     ]
 
 
@@ -291,7 +320,7 @@ def gives_amount(sentence: str, measure: Measure) -> bool:
             return False
     words = _words(body)
     return any(
-        same_word(stem(w), measure.head) and _amount_near(words, i, measure.given)
+        same_word(_stem(w), measure.head) and _amount_near(words, i, measure.given)
         for i, w in enumerate(words)
     )
 

@@ -419,7 +419,7 @@ def asked_kind(question: str) -> str:
     match = _WHICH_KIND.match(text)
     # A choice ("Which board game was published first, Pirate's Cove or
     # Catan?") is answered by one of its options, not by any named one.
-    if match is None or re.search(r",.*\bor\b", text):
+    if match is None or re.search(r"\bor\b", text[text.find(",") :] if "," in text else ""):
         return ""
     kind = match.group(1).lower()
     if any(w in STOPWORDS or w in _VERBS_AFTER_WHAT for w in kind.split()):
