@@ -27,6 +27,7 @@ EMBEDDER = Embedder()
             True,
         ),
         ("How many copies of the novel sold?", "copies", True),
+        ("How many people live in Paris?", "people", True),
         ("How many more singles titles did Kim Warwick win?", "singles titles", True),
         ("How much water did the Calder Flats data centre withdraw in 2023?", "water", False),
         ("What were Fennick Retail Group's scope 1 emissions in 2025?", "scope 1 emissions", False),

@@ -184,6 +184,12 @@ def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
         head = nouns[-1]  # "scope 1 emissions", "total revenue"
     if head in _GENERIC:
         return None
+    if plural:
+        # The counted noun ends what is counted: "how many people live in
+        # Paris" counts people, not "people live".
+        ends = [i for i, w in enumerate(phrase.split()) if head in _words(w)]
+        if ends:
+            phrase = " ".join(phrase.split()[: ends[-1] + 1])
     labels = tuple(sorted((w, frozenset(n)) for w, n in numbered_labels(phrase).items()))
     return Measure(phrase=phrase, head=_stem(head), labels=labels, by_form=by_form)
 
