@@ -41,6 +41,7 @@ times") name no measure: the check does not apply to them.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -194,6 +195,7 @@ def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
     return Measure(phrase=phrase, head=_stem(head), labels=labels, by_form=by_form)
 
 
+@functools.lru_cache(maxsize=1024)
 def asked_measure(question: str) -> Measure | None:
     """The measure ``question`` asks an amount of, or None (module docstring)."""
     text = " ".join(question.split())
