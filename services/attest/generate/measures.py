@@ -23,7 +23,8 @@ unambiguous (``asked_measure``):
 
 * "how many <noun> ..." and "how much <noun> ..." ask for an amount by
   their form; the counted noun is the last plural of the words after
-  "many" (the first word after "much");
+  "many" (the first word after "much"); "how much did <subject> <verb>
+  its/their/the <noun>" measures the noun ("cut its emissions");
 * "what <measure> did ..." asks for an amount when the question types as
   a number (``answer_type``: "revenue", "price", ...), not otherwise ("what
   type of structure does ...", "what film did ...");
@@ -34,9 +35,13 @@ unambiguous (``asked_measure``):
   "scope 1 emissions of 4.7 million tonnes" makes emissions a measure,
   nothing makes "nationality" one.
 
-A question asking for a date or a name, a compound question and one asking
-for a generic amount that its unit states ("how much money", "how many
-times") name no measure: the check does not apply to them.
+A question asking for a date, a name, a rank ("year-end No 1") or a kind
+("what type of ..."), one asking for a generic amount that its unit states
+("how much money", "how many times", "how much did Google pay") and one
+over 400 characters name no measure: the check does not apply to them. A
+question asking several things names one only when every part asks for an
+amount of the same one ("How many ships did it order, and how many does it
+now plan to take?").
 """
 
 from __future__ import annotations
