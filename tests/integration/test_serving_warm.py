@@ -28,7 +28,7 @@ from attest.core.channels import create_channel
 from attest.core.server import Server, Servicer
 from attest.core.settings import ServerSettings
 from attest.demo.run import sample_documents
-from attest.generate import facts
+from attest.generate import stems
 from attest.generate.servicer import GenerateServicer
 from attest.ingest.v1 import ingest_pb2, ingest_pb2_grpc
 from attest.knowledge.servicer import KnowledgeServicer
@@ -105,8 +105,8 @@ async def test_serve_all_reports_serving_only_once_the_first_ask_would_load_noth
         await server.stop(grace=5)
 
     # A fresh process would start without a stemmer: so does this one.
-    monkeypatch.setattr(facts, "_STEM", None)
-    facts.stem.cache_clear()
+    monkeypatch.setattr(stems, "_STEM", None)
+    stems.stem.cache_clear()
     servicers = embedded_servicers(tmp_path, address, knowledge=True)
     semantic = _one(servicers, SemanticServicer)
     knowledge = _one(servicers, KnowledgeServicer)
@@ -121,7 +121,7 @@ async def test_serve_all_reports_serving_only_once_the_first_ask_would_load_noth
         assert scorer.count(TENANT)[0] == DOCS
         assert scorer.warm
         # Generate: the warm-up answer ran the fact matching (its stemmer).
-        assert facts._STEM is not None
+        assert stems._STEM is not None
         # Knowledge: every tenant's facts in memory, their indexes built.
         store = knowledge.personal_store()
         assert store.loaded_tenants == {TENANT}
