@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attest.generate.extractive import ExtractiveEngine
-from attest.generate.facts import number_facts
+from attest.generate.facts import Fact, number_facts
 from attest.generate.judge import SupportJudge
 from attest.generate.measures import asked_measure, bare_count_of, gives_amount, measure_check
 from attest.generate.models import FinalEvent, Source
@@ -331,3 +331,71 @@ def test_a_ten_and_a_unit_in_words_are_one_amount() -> None:
     assert [f.value for f in number_facts("Sales rose twenty-five percent.", "How much?")] == [
         (25.0, "%")
     ]
+
+
+def test_a_percentage_is_an_amount_only_of_a_change_or_a_ratio() -> None:
+    level = asked_measure("What were Norvale Copper's combined scope 1 and scope 2 emissions?")
+    assert level is not None
+    assert not level.in_percent
+    # A target cut in percent says nothing of what the emissions were; "scope
+    # 3" labels another measure, its 3 is not an amount.
+    assert not gives_amount(
+        "Norvale raised its target for cutting scope 1 and scope 2 emissions to 55% from 40%, "
+        "and set a goal of a 25% cut in absolute scope 3 emissions by 2032.",
+        level,
+    )
+    assert gives_amount(
+        "It reported scope 1 and 2 emissions of 1.82 million tonnes, a 6% fall.", level
+    )
+    assert number_facts(
+        "Scope 1 and 2 emissions fell 6% to 1.82 million tonnes.",
+        "What were Norvale Copper's combined scope 1 and scope 2 emissions?",
+    ) == [Fact("number", (1_820_000.0, ""))]
+    change = asked_measure("How much did Fennick Retail Group cut its emissions in 2025?")
+    assert change is not None
+    assert change.in_percent
+    assert gives_amount("Fennick cut its emissions by 18 percent in 2025.", change)
+    ratio = asked_measure("What was Fennick Retail Group's gender pay gap?")
+    assert ratio is not None
+    assert ratio.in_percent
+    assert gives_amount("Its gender pay gap was 12% last year.", ratio)
+    count = asked_measure("How many turbines does the wind farm have?")
+    assert count is not None
+    assert not gives_amount("Output rose 12% after turbines were repaired.", count)
+
+
+async def test_each_part_is_answered_once_and_nothing_is_added_after() -> None:
+    # The first sentence answers both parts (the fine and who imposed it): the
+    # answer is that sentence alone, not the articles that also name the
+    # regulator without the fine.
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source(
+            "fine",
+            "SELBURY, April 21, 2026 - The Selbury Data Protection Office fined Quaystone "
+            "Telecom $14.5 million for failing to protect customer data after the breach of "
+            "its billing system.",
+            0,
+        ),
+        Source(
+            "notice",
+            "Quaystone notified the Selbury Data Protection Office within 72 hours, as "
+            "required by law. The data protection office said it had opened an investigation.",
+            0,
+        ),
+        Source(
+            "whistle",
+            "The Selbury Data Protection Office said it was aware of the allegations and would "
+            "take them into account in its investigation of Quaystone Telecom.",
+            0,
+        ),
+    ]
+    question = (
+        "How large a fine did Quaystone Telecom receive over its data breach, and which "
+        "regulator imposed it?"
+    )
+    final = [e async for e in generator.answer(question, sources)][-1]
+    assert isinstance(final, FinalEvent)
+    assert len(final.sentences) == 1
+    assert "$14.5 million" in final.sentences[0].text
+    assert {c.doc_id for c in final.sentences[0].citations} == {"fine"}

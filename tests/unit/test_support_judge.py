@@ -11,6 +11,7 @@ import pytest
 from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings
 from attest.generate.judge import (
     FEATURES,
+    PARTIAL_SUPPORT,
     RGB_ANSWER_FLOOR,
     SENTENCE_FEATURES,
     SUPPORT_FEATURES,
@@ -19,11 +20,13 @@ from attest.generate.judge import (
     JudgeModels,
     SupportJudge,
     combine,
+    grounded,
     relation_cover,
     relation_stems,
     same_word,
     sentence_features,
     support_features,
+    to_confidence,
 )
 from attest.generate.models import FinalEvent, RevisionEvent, Source
 from attest.generate.pipeline import Generator
@@ -255,3 +258,31 @@ def test_fitting_learns_the_labels_and_scores_the_held_out_half() -> None:
     assert set(held) == {"even", "odd"}
     assert held["odd"]["confidence_auroc"] is not None
     assert held["odd"]["confidence_auroc"] > 0.9
+
+
+def test_a_source_without_the_sentences_figures_rates_below_a_citation() -> None:
+    question = "Which organization fined Norvale Copper $2.4 million, and for what?"
+    sentence = (
+        "The Estuary Basin Water Authority fined Norvale Copper $2.4 million after it "
+        "discharged water from the Kestrel Ridge tailings facility on 11 occasions."
+    )
+    sources = [
+        sentence,
+        # Names the company and the mine, not the fine: it states the sentence in part.
+        "Shareholders opposed Norvale Copper's pay report after two fatal accidents at the "
+        "Kestrel Ridge mine.",
+    ]
+    rated = JUDGE.judge(question, [sentence], sources)
+    assert to_confidence(float(rated[0, 0])) >= 5
+    assert rated[0, 1] <= PARTIAL_SUPPORT
+    assert to_confidence(float(rated[0, 1])) < 5
+
+
+def test_an_answer_about_one_thing_a_choice_question_names_is_grounded() -> None:
+    question = "Who was born first, Erika Jayne or Marco Da Silva?"
+    sentence = (
+        "Erika Girardi (born 10 July 1971), known professionally as Erika Jayne, is a singer."
+    )
+    assert grounded(question, [(sentence, sentence)])
+    # Neither of the two named: about something else.
+    assert not grounded(question, [("Jan Koum was born in 1976.", "Jan Koum was born in 1976.")])

@@ -339,13 +339,24 @@ class ExtractiveEngine:
         return [(cands[i], float(score[i])) for i in top]
 
     def _rank(
-        self, question: str, sources: Sequence[Source], memo: TextVectors
+        self,
+        question: str,
+        sources: Sequence[Source],
+        memo: TextVectors,
+        context: str = "",
+        corroborate: bool = True,
     ) -> (
         tuple[list[Candidate], Matrix, Matrix, Matrix, list[Fact | None], str, frozenset[str]]
         | None
     ):
         """Every candidate sentence with its score, relevance, vectors, answer
-        fact, the question's answer kind and the sources' ordinary words."""
+        fact, the question's answer kind and the sources' ordinary words.
+
+        ``context`` (the names an earlier part of the question and its answer
+        gave) is read with the question for relevance only: what the question
+        asks for, and the names it gives itself, are the question's own.
+        Without ``corroborate`` a sentence's score is its relevance alone, not
+        weighed with how much the other sources back it."""
         # A question states no fact, and a sentence that only repeats the
         # question's words adds none, so neither can be an answer sentence.
         asked = content_tokens(question)
@@ -360,7 +371,8 @@ class ExtractiveEngine:
         )
         if not cands:
             return None
-        vectors = memo.encode([question, *(c.text for c in cands)])
+        asking = f"{question} {context}" if context else question
+        vectors = memo.encode([asking, *(c.text for c in cands)])
         relevance = vectors[1:] @ vectors[0]
         if float(relevance.max()) < self.settings.min_relevance:
             return None
@@ -402,7 +414,7 @@ class ExtractiveEngine:
             rest = sum(weight) - weight[cand.source_index]
             votes[i] = backed / rest if rest > 0 else 0.0
         corroboration = 0.5 * corroboration + 0.5 * votes
-        w = self.settings.corroboration_weight
+        w = self.settings.corroboration_weight if corroborate else 0.0
         score = (1 - w) * relevance + w * corroboration
         # Sentences that state the kind of fact asked for (a date for "when", a
         # name for "who", ...) come before those that do not, a full date
@@ -471,7 +483,9 @@ class ExtractiveEngine:
         # A question asking several things: the best sentence for each part
         # first, then the question's own picks (``_answer_parts``).
         parts = compound_parts(question)
-        by_part = self._answer_parts(parts, sources, memo) if len(parts) > 1 else []
+        by_part, answered = (
+            self._answer_parts(parts, sources, memo) if len(parts) > 1 else ([], False)
+        )
         ranked = self._rank(question, sources, memo)
         if ranked is None:
             return by_part[:max_sentences]
@@ -481,6 +495,10 @@ class ExtractiveEngine:
         chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
         chosen = [i for i in chosen if relevance[i] >= self.settings.min_relevance]
         out = self._one_answer(question, cands, chosen, primary, kind, common)
+        if answered:
+            # Every part has its sentence: the whole question's picks would add
+            # sentences that answer none of them.
+            return by_part[:k]
         if by_part:
             return [*by_part, *(c for c in out if c not in by_part)][:k]
         if out and isinstance(self.judge, ReaderJudge) and k > 1:
@@ -491,10 +509,11 @@ class ExtractiveEngine:
 
     def _answer_parts(
         self, parts: list[str], sources: Sequence[Source], memo: TextVectors
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], bool]:
         """A question that asks several things, answered part by part: the best
         sentence for each part, in the parts' order (one sentence when it
-        answers several: "cut its order from six to four").
+        answers several: "cut its order from six to four"), and whether every
+        part found one.
 
         A later part leans on the earlier ones ("... and how many does it now
         plan to take?", "how many turbines does that wind farm have?"), so it
@@ -503,25 +522,46 @@ class ExtractiveEngine:
         answer names), and a "how many/much" with no noun of its own counts
         what the first part counted ("how many [ships] does it ...")."""
         out: list[Candidate] = []
+        # The facts of its part's kind each chosen sentence gave.
+        given: dict[Candidate, set[Fact]] = {}
+        found = 0
         context: dict[str, None] = {}
         first = asked_measure(parts[0])
         for k, part in enumerate(parts):
             if k and first is not None:
                 part = bare_count_of(part, first)
-            query = f"{part} {' '.join(context)}" if context else part
-            ranked = self._rank(query, sources, memo)
+            # A part is ranked by its relevance alone, a later one read with
+            # the names the earlier parts and their answers gave: the other
+            # sources' votes for a fact of its kind back every sentence about
+            # the same event alike ("which regulator imposed it?").
+            ranked = self._rank(part, sources, memo, " ".join(context), corroborate=False)
             context.update(dict.fromkeys(_names(part)))
             if ranked is None:
                 continue
-            cands, score, relevance = ranked[0], ranked[1], ranked[2]
+            cands, score, relevance, common = ranked[0], ranked[1], ranked[2], ranked[6]
+            kind = answer_type(part)
             for i in np.argsort(-score, kind="stable"):
                 if relevance[i] < self.settings.min_relevance:
                     break
-                if cands[i] not in out:
-                    out.append(cands[i])
-                    context.update(dict.fromkeys(_names(strip_dateline(cands[i].text))))
-                    break
-        return out
+                cand = cands[i]
+                facts = set(facts_of(cand.text, kind, part, common))
+                if cand in out:
+                    # Already in the answer: it answers this part too when it
+                    # gives a fact of the kind this part asks for that it did
+                    # not give for an earlier one ("fined Quaystone $14.5
+                    # million" names the regulator; "ordered six ships" does
+                    # not say how many it now plans to take).
+                    if not kind or facts - given[cand]:
+                        given[cand] |= facts
+                        found += 1
+                        break
+                    continue
+                out.append(cand)
+                given[cand] = facts
+                found += 1
+                context.update(dict.fromkeys(_names(strip_dateline(cand.text))))
+                break
+        return out, found == len(parts)
 
     def _one_answer(
         self,

@@ -315,6 +315,8 @@ def number_facts(text: str, question: str) -> list[Fact]:
             continue
         unit = (m.group("unit") or "").lower()
         if unit in ("%", "percent", "per cent"):
+            if measure is not None and not measure.in_percent:
+                continue  # "cut emissions by 40%" is no amount of emissions
             out.append(Fact("number", (float(number), "%")))
         else:
             out.append(Fact("number", (float(number) * _SCALE.get(unit, 1.0), "")))

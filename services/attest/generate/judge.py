@@ -41,9 +41,11 @@ subject but state no answer to it (another year's winner, the nominees but
 not the winner). The rubric this follows: 10,
 the source states every claim and the sentence answers the question;
 about 5, related but a claim missing or only implied; 0, unrelated or
-contradicting. The weights ship in ``judge_weights.json`` and are refitted
-with ``attest eval fit-judge`` on labelled question sets; the fit is
-reported on the half of the questions it did not see.
+contradicting. A source that lacks a number or date the sentence gives
+rates at most 4 (``PARTIAL_SUPPORT``), below a citation. The weights ship
+in ``judge_weights.json`` and are refitted with ``attest eval fit-judge``
+on labelled question sets; the fit is reported on the half of the
+questions it did not see.
 
 In LLM mode the model's own rating and the judge's are combined by
 ``combine``: the lower of the two when they disagree by more than
@@ -99,6 +101,13 @@ WEIGHTS_FILE = Path(__file__).with_name("judge_weights.json")
 # ten states can fall below it (docs/explanation/confidence.md). 0 turns the
 # floor off.
 RGB_ANSWER_FLOOR = 0.57
+
+# The most support a source gets that lacks a number or date of the
+# sentence (not its dateline): the rubric's "a claim missing", so a rating of
+# at most 4 of 10, below the citation floor of 5. "The Authority fined
+# Norvale $2.4 million for 11 discharges" is not stated by an article that
+# names Norvale and the mine but neither figure, however close it reads.
+PARTIAL_SUPPORT = 0.45
 
 FEATURES: tuple[str, ...] = (
     "semantic",  # best cosine between the sentence and a sentence of the source
@@ -279,8 +288,13 @@ def grounded(question: str, pairs: Sequence[tuple[str, str]]) -> bool:
     names = question_names(question)
     if not names:
         return True
+    # A choice or yes/no question names each thing it asks about ("Who was
+    # born first, Erika Jayne or Marco Da Silva?"): an answer about one of
+    # them is about what the question names.
+    named = named_things(question)
     return any(
         2 * len(names & (_name_words(sentence) | _name_words(source))) >= len(names)
+        or any(mentions(n, sentence) >= 0.5 for n in named)
         for sentence, source in pairs
     )
 
@@ -486,6 +500,12 @@ class SupportJudge:
         if float(answer.max()) < self.answer_floor:
             # No sentence answers the question: nothing here is a citation for it.
             return np.zeros_like(support)
+        # A source without a number or date the sentence gives states it only
+        # in part: its rating stays below a citation's (``PARTIAL_SUPPORT``).
+        # Applied after the answer model, whose corroboration features were
+        # fitted on the support as the support model gives it.
+        missing = x[:, :, FEATURES.index("missing_number")] > 0
+        support = np.where(missing, np.minimum(support, PARTIAL_SUPPORT), support)
         return np.asarray(support * answer[:, None], dtype=np.float64)
 
 

@@ -132,7 +132,30 @@ class Measure:
     counted: bool = False  # "how many": a count
     # The question's own numbers ("scope 1", "No 1", "2024"): not the amount asked for.
     given: frozenset[str] = frozenset()
+    # A change is asked ("how much did X cut its emissions"), not a level.
+    change: bool = False
 
+    @property
+    def in_percent(self) -> bool:
+        """Whether a percentage can be an amount of it: of a change, or of a
+        measure that is itself a ratio ("gender pay gap", "recycling rate"),
+        not of a level or a count ("scope 1 emissions", "turbines": "cut
+        emissions by 40%" does not say what they were)."""
+        return self.change or any(same_word(self.head, word) for word in _RATIO_STEMS)
+
+
+# Measures that are ratios or changes, whose amounts are percentages.
+_RATIO_STEMS = tuple(
+    stem(word)
+    for word in _set(
+        """
+        share rate percentage proportion ratio margin gap growth yield return turnout efficiency
+        reduction cut increase decrease decline fall rise change drop gain
+        """
+    )
+)
+# A percentage sign or word right after a number.
+_PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b|per\s?cent\b)", re.IGNORECASE)
 
 # Plurals whose stem is not their singular's: "one person" is an amount of people.
 _SINGULAR = {
@@ -242,7 +265,8 @@ def _asked(text: str) -> Measure | None:
             obj = _OBJECT.search(rest)
             if obj is None:
                 return None
-            return _measure(_phrase(obj.group("np")), True, False)
+            measure = _measure(_phrase(obj.group("np")), True, False)
+            return None if measure is None else replace(measure, change=True)
         return _measure(_phrase(rest), True, how.group("word").lower() == "many")
     kind = answer_type(text)
     if kind not in ("number", ""):
@@ -284,9 +308,11 @@ def _same(a: Measure | None, b: Measure) -> bool:
     return a is not None and a.head == b.head and a.labels == b.labels
 
 
-def _amount_near(words: list[str], i: int, given: frozenset[str]) -> bool:
+def _amount_near(
+    words: list[str], i: int, given: frozenset[str], skip: frozenset[int] = frozenset()
+) -> bool:
     window = [*range(max(0, i - _BEFORE), i), *range(i + 1, min(len(words), i + 1 + _AFTER))]
-    return any(_is_amount(words, j, given) for j in window)
+    return any(j not in skip and _is_amount(words, j, given) for j in window)
 
 
 def _is_amount(words: list[str], j: int, given: frozenset[str]) -> bool:
@@ -331,9 +357,23 @@ def gives_amount(sentence: str, measure: Measure) -> bool:
         have = numbered_labels(body)
         if not all(have.get(word, set()) & numbers for word, numbers in measure.labels):
             return False
-    words = _words(body)
+    found = list(_TOKEN.finditer(body))
+    words = [m.group().lower() for m in found]
+    # A number after one of the measure's label words labels another one
+    # ("scope 3 emissions"), and a percentage is an amount only of a change
+    # or a ratio (``in_percent``).
+    label_words = {word for word, _ in measure.labels}
+    skip = frozenset(
+        j
+        for j, m in enumerate(found)
+        if m.group()[0].isdigit()
+        and (
+            (j and words[j - 1] in label_words)
+            or (not measure.in_percent and _PERCENT_AFTER.match(body, m.end()))
+        )
+    )
     return any(
-        same_word(_stem(w), measure.head) and _amount_near(words, i, measure.given)
+        same_word(_stem(w), measure.head) and _amount_near(words, i, measure.given, skip)
         for i, w in enumerate(words)
     )
 
