@@ -110,6 +110,19 @@ def test_the_combined_judge_rates_the_answer_above_a_look_alike(reader):
     assert rated[1, 0] < 0.3
 
 
+def test_the_reader_holds_a_source_without_the_sentences_figures_below_a_citation(reader):
+    from attest.generate.judge import PARTIAL_SUPPORT
+
+    judge = ReaderJudge(reader)
+    question = "Which organization fined Norvale Copper, and for what?"
+    sentence = "The Estuary Basin Water Authority fined Norvale Copper $2.4 million in 2025."
+    # The same claim without the amount: said only in part.
+    sources = [sentence, "The Estuary Basin Water Authority fined Norvale Copper."]
+    rated = judge.judge(question, [sentence], sources)
+    assert rated[0, 1] <= PARTIAL_SUPPORT
+    assert rated[0, 0] > rated[0, 1]
+
+
 def test_a_pair_scores_the_same_alone_and_among_others(reader):
     pair = ("answer", "Who wrote Hamlet?", "Hamlet was written by William Shakespeare around 1600.")
     long_source = " ".join(f"Sentence {i} is about the weather in the north." for i in range(30))

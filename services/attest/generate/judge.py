@@ -278,6 +278,19 @@ def relation_cover(relation: set[str], words: set[str]) -> float:
     return sum(any(same_word(r, w) for w in words) for r in relation) / len(relation)
 
 
+def lacks_figures(sentences: Sequence[str], sources: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """Per (sentence, source): whether the source lacks a number or date the
+    sentence gives (its dateline aside): it states the sentence only in part
+    (``PARTIAL_SUPPORT``)."""
+    have = [key_terms(strip_dateline(s)) | content_tokens(s) for s in sources]
+    out = np.zeros((len(sentences), len(sources)), dtype=bool)
+    for i, sentence in enumerate(sentences):
+        numbers = {k for k in key_terms(strip_dateline(sentence)) if _DIGITS.search(k)}
+        if numbers:
+            out[i] = [not numbers <= h for h in have]
+    return out
+
+
 def grounded(question: str, pairs: Sequence[tuple[str, str]]) -> bool:
     """Whether an answer is about what the question names: some (sentence,
     cited source) pair mentions at least half of the question's names

@@ -311,4 +311,8 @@ class ReaderJudge:
             # year than the one asked); the reader reads the words together.
             other = self.features.judge(question, sentences, sources, vectors)
             rated = np.sqrt(rated * np.asarray(other, dtype=np.float64))
-        return rated
+        # A source without a figure of the sentence states it only in part.
+        from attest.generate.judge import PARTIAL_SUPPORT, lacks_figures
+
+        lacking = lacks_figures(sentences, sources)
+        return np.where(lacking, np.minimum(rated, PARTIAL_SUPPORT), rated)
