@@ -399,3 +399,17 @@ async def test_each_part_is_answered_once_and_nothing_is_added_after() -> None:
     assert len(final.sentences) == 1
     assert "$14.5 million" in final.sentences[0].text
     assert {c.doc_id for c in final.sentences[0].citations} == {"fine"}
+
+
+def test_a_percentage_in_words_is_no_amount_of_a_level() -> None:
+    level = asked_measure("What were Norvale Copper's scope 1 emissions?")
+    assert level is not None
+    for sentence in (
+        "Norvale cut its scope 1 emissions by forty per cent.",
+        "Norvale cut its scope 1 emissions by twenty-five percent.",
+    ):
+        assert not gives_amount(sentence, level)
+        assert number_facts(sentence, "What were Norvale Copper's scope 1 emissions?") == []
+    change = asked_measure("How much did Norvale Copper cut its scope 1 emissions?")
+    assert change is not None
+    assert gives_amount("Norvale cut its scope 1 emissions by forty per cent.", change)

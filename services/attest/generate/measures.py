@@ -363,17 +363,26 @@ def gives_amount(sentence: str, measure: Measure) -> bool:
     # ("scope 3 emissions"), and a percentage is an amount only of a change
     # or a ratio (``in_percent``).
     label_words = {word for word, _ in measure.labels}
-    skip = frozenset(
+    skip = {
         j
         for j, m in enumerate(found)
-        if m.group()[0].isdigit()
-        and (
-            (j and words[j - 1] in label_words)
-            or (not measure.in_percent and _PERCENT_AFTER.match(body, m.end()))
-        )
-    )
+        if j and m.group()[0].isdigit() and words[j - 1] in label_words
+    }
+    if not measure.in_percent:
+        # "40%", "forty per cent", "twenty-five percent": every word of the number.
+        for j in reversed(range(len(found))):
+            if not (words[j][0].isdigit() or words[j] in _NUMBER_WORDS):
+                continue
+            end = found[j].end()
+            if _PERCENT_AFTER.match(body, end) or (
+                j + 1 in skip
+                and words[j + 1] in _NUMBER_WORDS
+                and not body[end : found[j + 1].start()].strip(" -")
+            ):
+                skip.add(j)
+    skipped = frozenset(skip)
     return any(
-        same_word(_stem(w), measure.head) and _amount_near(words, i, measure.given, skip)
+        same_word(_stem(w), measure.head) and _amount_near(words, i, measure.given, skipped)
         for i, w in enumerate(words)
     )
 
