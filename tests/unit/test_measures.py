@@ -413,3 +413,19 @@ def test_a_percentage_in_words_is_no_amount_of_a_level() -> None:
     change = asked_measure("How much did Norvale Copper cut its scope 1 emissions?")
     assert change is not None
     assert gives_amount("Norvale cut its scope 1 emissions by forty per cent.", change)
+
+
+def test_a_percentage_is_no_count_whatever_the_noun_counted() -> None:
+    # "shareholders" and "shares" begin like "share", a ratio; counted, neither is one.
+    for question, sentence in (
+        (
+            "How many shareholders voted against the pay report?",
+            "About 41% of shareholders voted against the pay report.",
+        ),
+        ("How many shares did Orrin Bay buy?", "Orrin Bay bought 5% of the shares."),
+    ):
+        count = asked_measure(question)
+        assert count is not None
+        assert not count.in_percent
+        assert not gives_amount(sentence, count)
+        assert number_facts(sentence, question) == []

@@ -140,8 +140,11 @@ class Measure:
         """Whether a percentage can be an amount of it: of a change, or of a
         measure that is itself a ratio ("gender pay gap", "recycling rate"),
         not of a level or a count ("scope 1 emissions", "turbines": "cut
-        emissions by 40%" does not say what they were)."""
-        return self.change or any(same_word(self.head, word) for word in _RATIO_STEMS)
+        emissions by 40%" does not say what they were; "41% of shareholders"
+        does not say how many)."""
+        return self.change or (
+            not self.counted and any(same_word(self.head, word) for word in _RATIO_STEMS)
+        )
 
 
 # Measures that are ratios or changes, whose amounts are percentages.
