@@ -429,3 +429,25 @@ def test_a_percentage_is_no_count_whatever_the_noun_counted() -> None:
         assert not count.in_percent
         assert not gives_amount(sentence, count)
         assert number_facts(sentence, question) == []
+
+
+async def test_one_sentence_answers_two_parts_when_it_gives_both_figures() -> None:
+    # "from six to four" answers both what was ordered and what it now plans to
+    # take: the fleet's 86 ships answer neither.
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source(
+            "b",
+            "Orrin Bay Shipping has reduced its order for methanol dual-fuel container ships "
+            "from six to four, citing a shortage of affordable methanol.",
+            0,
+        ),
+        Source("c", "Orrin Bay Shipping operates 86 container ships and employs 3,000 sailors.", 0),
+    ]
+    question = (
+        "How many methanol dual-fuel ships did Orrin Bay Shipping originally order, and how "
+        "many does it now plan to take?"
+    )
+    final = [e async for e in generator.answer(question, sources)][-1]
+    assert isinstance(final, FinalEvent)
+    assert [s.text for s in final.sentences] == [sources[0].text]

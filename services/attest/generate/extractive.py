@@ -522,8 +522,8 @@ class ExtractiveEngine:
         answer names), and a "how many/much" with no noun of its own counts
         what the first part counted ("how many [ships] does it ...")."""
         out: list[Candidate] = []
-        # The facts of its part's kind each chosen sentence gave.
-        given: dict[Candidate, set[Fact]] = {}
+        # The facts of its part's kind each chosen sentence gave, part by part.
+        given: dict[Candidate, list[set[Fact]]] = {}
         found = 0
         context: dict[str, None] = {}
         first = asked_measure(parts[0])
@@ -550,14 +550,21 @@ class ExtractiveEngine:
                     # gives a fact of the kind this part asks for that it did
                     # not give for an earlier one ("fined Quaystone $14.5
                     # million" names the regulator; "ordered six ships" does
-                    # not say how many it now plans to take).
-                    if not kind or facts - given[cand]:
-                        given[cand] |= facts
+                    # not say how many it now plans to take). Each earlier
+                    # part took one of the facts it gave: "from six to four"
+                    # answers two parts.
+                    earlier = given[cand]
+                    if (
+                        not kind
+                        or facts - set().union(*earlier)
+                        or len(facts) > sum(1 for f in earlier if f & facts)
+                    ):
+                        earlier.append(facts)
                         found += 1
                         break
                     continue
                 out.append(cand)
-                given[cand] = facts
+                given[cand] = [facts]
                 found += 1
                 context.update(dict.fromkeys(_names(strip_dateline(cand.text))))
                 break
