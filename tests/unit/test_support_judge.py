@@ -21,6 +21,7 @@ from attest.generate.judge import (
     SupportJudge,
     combine,
     grounded,
+    lacks_figures,
     relation_cover,
     relation_stems,
     same_word,
@@ -286,3 +287,28 @@ def test_an_answer_about_one_thing_a_choice_question_names_is_grounded() -> None
     assert grounded(question, [(sentence, sentence)])
     # Neither of the two named: about something else.
     assert not grounded(question, [("Jan Koum was born in 1976.", "Jan Koum was born in 1976.")])
+
+
+def test_a_figure_written_another_way_is_not_lacking() -> None:
+    pairs = [
+        ("Its emissions were 1,820,000 tonnes.", "Emissions were 1.82 million tonnes."),
+        ("It was fined $2.4m.", "It was fined $2.4 million."),
+        ("The mine discharged water on 11 occasions.", "It discharged water on eleven occasions."),
+        ("The 48-turbine wind farm opened.", "The wind farm has 48 turbines."),
+        ("Emissions fell 6 per cent.", "Emissions fell 6%."),
+    ]
+    sentences, sources = [s for s, _ in pairs], [s for _, s in pairs]
+    assert not lacks_figures(sentences, sources).diagonal().any()
+    # Another figure, or none, is still lacking.
+    assert lacks_figures(
+        ["Its emissions were 1,820,000 tonnes."],
+        ["Emissions were 1.9 million tonnes.", "Emissions were 820 tonnes.", "Emissions fell."],
+    ).all()
+    assert lacks_figures(["COVID-19 closed 19 mines."], ["19 mines closed."]).all()
+    # The features judge holds the pairs ``lacks_figures`` finds.
+    question = "What were Norvale Copper's emissions in 2025?"
+    sentence = "Norvale Copper reported emissions of 1,820,000 tonnes in 2025."
+    held = JUDGE.judge(
+        question, [sentence], [sentence, "Norvale Copper's 2025 emissions: 1.9 million tonnes."]
+    )
+    assert held[0, 1] <= PARTIAL_SUPPORT

@@ -303,24 +303,47 @@ def number_facts(text: str, question: str) -> list[Fact]:
             continue
         if in_window is not None and not in_window(m.start()):
             continue
-        found = m.groupdict()
-        if found.get("tens"):
-            ones = _ONES[found["ones"].lower()] if found["ones"] else 0
-            number = str(_NUMBER_WORDS[found["tens"].lower()] + ones)
-        elif found.get("word"):
-            number = str(_NUMBER_WORDS[found["word"].lower()])
-        else:
-            number = m.group("num").replace(",", "")
+        number, value = _amount(m)
         if number in asked:
             continue
-        unit = (m.group("unit") or "").lower()
-        if unit in ("%", "percent", "per cent"):
-            if measure is not None and not measure.in_percent:
-                continue  # "cut emissions by 40%" is no amount of emissions
-            out.append(Fact("number", (float(number), "%")))
-        else:
-            out.append(Fact("number", (float(number) * _SCALE.get(unit, 1.0), "")))
+        if value[1] == "%" and measure is not None and not measure.in_percent:
+            continue  # "cut emissions by 40%" is no amount of emissions
+        out.append(Fact("number", value))
     return list(dict.fromkeys(out))
+
+
+def _amount(m: re.Match[str]) -> tuple[str, tuple[float, str]]:
+    """An amount match's number as written in digits, and its (value, unit)."""
+    found = m.groupdict()
+    if found.get("tens"):
+        ones = _ONES[found["ones"].lower()] if found["ones"] else 0
+        number = str(_NUMBER_WORDS[found["tens"].lower()] + ones)
+    elif found.get("word"):
+        number = str(_NUMBER_WORDS[found["word"].lower()])
+    else:
+        number = m.group("num").replace(",", "")
+    unit = (m.group("unit") or "").lower()
+    if unit in ("%", "percent", "per cent"):
+        return number, (float(number), "%")
+    return number, (float(number) * _SCALE.get(unit, 1.0), "")
+
+
+def amounts(text: str) -> list[tuple[tuple[float, str], tuple[int, int]]]:
+    """Every amount ``text`` writes that is not part of a date, as (value,
+    unit) and where it is: "1,820,000", "1.82 million" and "1.82m" are one
+    value, "11" and "eleven" another. ``text`` is read as it is (no dateline
+    taken off), so the positions are its own."""
+    in_date = _Spans([span for _, span in _dates(text)])
+    return [
+        (_amount(m)[1], m.span())
+        for m in [*_AMOUNT.finditer(text), *_WORD_AMOUNT.finditer(text)]
+        if not in_date(m.start())
+    ]
+
+
+def same_amount(a: tuple[float, str], b: tuple[float, str]) -> bool:
+    """Whether two (value, unit) amounts are one."""
+    return _same_amount(a, b)
 
 
 def facts_of(text: str, kind: str, question: str, common: frozenset[str]) -> list[Fact]:

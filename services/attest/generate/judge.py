@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +67,11 @@ import numpy as np
 import numpy.typing as npt
 
 from attest.generate.facts import (
+    amounts,
     completeness,
     facts_of,
     primary_fact,
+    same_amount,
     same_word,
     stem,
     text_facts,
@@ -76,6 +79,7 @@ from attest.generate.facts import (
 from attest.generate.forms import mentions, named_things
 from attest.generate.measures import gives_asked_amount
 from attest.generate.text import (
+    WORD,
     answer_type,
     conflicts_with_question,
     content_tokens,
@@ -281,13 +285,35 @@ def relation_cover(relation: set[str], words: set[str]) -> float:
 def lacks_figures(sentences: Sequence[str], sources: Sequence[str]) -> npt.NDArray[np.bool_]:
     """Per (sentence, source): whether the source lacks a number or date the
     sentence gives (its dateline aside): it states the sentence only in part
-    (``PARTIAL_SUPPORT``)."""
+    (``PARTIAL_SUPPORT``). An amount the source writes another way is not
+    lacking ("1,820,000" and "1.82 million", "11" and "eleven")."""
     have = [key_terms(strip_dateline(s)) | content_tokens(s) for s in sources]
+    stated = [[value for value, _ in amounts(unicodedata.normalize("NFKC", s))] for s in sources]
     out = np.zeros((len(sentences), len(sources)), dtype=bool)
     for i, sentence in enumerate(sentences):
         numbers = {k for k in key_terms(strip_dateline(sentence)) if _DIGITS.search(k)}
-        if numbers:
-            out[i] = [not numbers <= h for h in have]
+        if not numbers:
+            continue
+        # The amounts each number of the sentence is part of ("1", "820" and
+        # "000" of "1,820,000"; "2.4m"; not the 19 of "COVID-19", a name).
+        body = unicodedata.normalize("NFKC", strip_dateline(sentence))
+        found = amounts(body)
+        parts: dict[str, list[tuple[float, str]]] = {}
+        for match in WORD.finditer(body):
+            token = match.group().strip(".-'’").lower()
+            if token in numbers and token[0].isdigit():
+                parts.setdefault(token, []).extend(
+                    value for value, (a, b) in found if a < match.end() and match.start() < b
+                )
+        for j, h in enumerate(have):
+            out[i, j] = any(
+                k not in h
+                and not (
+                    parts.get(k)
+                    and all(any(same_amount(v, w) for w in stated[j]) for v in parts[k])
+                )
+                for k in numbers
+            )
     return out
 
 
@@ -517,7 +543,7 @@ class SupportJudge:
         # in part: its rating stays below a citation's (``PARTIAL_SUPPORT``).
         # Applied after the answer model, whose corroboration features were
         # fitted on the support as the support model gives it.
-        missing = x[:, :, FEATURES.index("missing_number")] > 0
+        missing = lacks_figures(sentences, sources)
         support = np.where(missing, np.minimum(support, PARTIAL_SUPPORT), support)
         return np.asarray(support * answer[:, None], dtype=np.float64)
 
