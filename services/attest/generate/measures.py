@@ -143,20 +143,25 @@ class Measure:
         emissions by 40%" does not say what they were; "41% of shareholders"
         does not say how many)."""
         return self.change or (
-            not self.counted and any(same_word(self.head, word) for word in _RATIO_STEMS)
+            not self.counted and any(same_word(self.head, word) for word in _ratio_stems())
         )
 
 
 # Measures that are ratios or changes, whose amounts are percentages.
-_RATIO_STEMS = tuple(
-    stem(word)
-    for word in _set(
-        """
-        share rate percentage proportion ratio margin gap growth yield return turnout efficiency
-        reduction cut increase decrease decline fall rise change drop gain
-        """
-    )
+_RATIO_WORDS = _set(
+    """
+    share rate percentage proportion ratio margin gap growth yield return turnout efficiency
+    reduction cut increase decrease decline fall rise change drop gain
+    """
 )
+
+
+@functools.cache
+def _ratio_stems() -> tuple[str, ...]:
+    # Stemmed on first use: the stemmer is not loaded at import.
+    return tuple(stem(word) for word in _RATIO_WORDS)
+
+
 # A percentage sign or word right after a number.
 _PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b|per\s?cent\b)", re.IGNORECASE)
 
