@@ -380,9 +380,10 @@ class ExtractiveEngine:
         corroboration = np.zeros(len(cands), dtype=np.float32)
         n_top = self.settings.corroborating_sources
         # A source about another year, or another one of what the question
-        # names, neither corroborates nor votes.
+        # names, neither corroborates nor votes. Without ``corroborate`` the
+        # overlap is not read at all.
         off = off_topic([s.text for s in sources], question)
-        for i, cand in enumerate(cands):
+        for i, cand in enumerate(cands if corroborate else ()):
             others = sorted(
                 (
                     scorer.share(cand.text, j)
@@ -486,19 +487,19 @@ class ExtractiveEngine:
         by_part, answered = (
             self._answer_parts(parts, sources, memo) if len(parts) > 1 else ([], False)
         )
-        ranked = self._rank(question, sources, memo)
-        if ranked is None:
-            return by_part[:max_sentences]
-        cands, score, relevance, vectors, primary, kind, common = ranked
         k = min(max_sentences, self.settings.answer_sentences)
-        sims = vectors[1:] @ vectors[1:].T
-        chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
-        chosen = [i for i in chosen if relevance[i] >= self.settings.min_relevance]
-        out = self._one_answer(question, cands, chosen, primary, kind, common)
         if answered:
             # Every part has its sentence: the whole question's picks would add
             # sentences that answer none of them.
             return by_part[:k]
+        ranked = self._rank(question, sources, memo)
+        if ranked is None:
+            return by_part[:max_sentences]
+        cands, score, relevance, vectors, primary, kind, common = ranked
+        sims = vectors[1:] @ vectors[1:].T
+        chosen = mmr(score.tolist(), sims, k, self.settings.mmr_lambda)
+        chosen = [i for i in chosen if relevance[i] >= self.settings.min_relevance]
+        out = self._one_answer(question, cands, chosen, primary, kind, common)
         if by_part:
             return [*by_part, *(c for c in out if c not in by_part)][:k]
         if out and isinstance(self.judge, ReaderJudge) and k > 1:
