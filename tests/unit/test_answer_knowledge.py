@@ -435,3 +435,38 @@ def test_attest_ask_names_the_page_of_a_paged_source_only() -> None:
         "  [2] 10k-draft passage 4  10k-draft p. 7",
         "  [3] wire passage 4  Rates rose",
     ]
+
+
+def test_attest_ask_shows_the_knowledge_graph_path_of_a_listed_source() -> None:
+    def source(doc_id: str, path: list[str]) -> answer_pb2.AnswerSource:
+        return answer_pb2.AnswerSource(
+            source=common_pb2.Source(doc_id=doc_id, passage_index=0, title=doc_id),
+            kg_path=common_pb2.KgPath(
+                nodes=[common_pb2.KgPathNode(name=name, score=0.5) for name in path]
+            ),
+        )
+
+    answer = answer_pb2.Answer(
+        sentences=[
+            common_pb2.AnswerSentence(
+                text="Fennick cut food waste.",
+                citations=[common_pb2.Citation(source_index=1, doc_id="b", confidence=7)],
+            )
+        ],
+        sources=[
+            source("a", ["Marrowgate chair", "Governance", "Sustainability"]),
+            source("b", ["Fennick food waste", "Waste", "Sustainability"]),
+        ],
+    )
+    lines = list(render_answer(answer))
+    # Source [1] ranked first but is not cited, so not listed: the path shown
+    # is that of [2], under its own number.
+    assert "  [1] a passage 0  a" not in lines
+    (path,) = [line for line in lines if line.startswith("Knowledge graph path")]
+    assert path == (
+        "Knowledge graph path of [2]: Fennick food waste (0.50) → Waste (0.50) → "
+        "Sustainability (0.50)"
+    )
+    # No listed source with a path: no path line.
+    answer.sources[1].ClearField("kg_path")
+    assert not any(line.startswith("Knowledge graph") for line in render_answer(answer))

@@ -76,7 +76,8 @@ def _clip(text: str, limit: int) -> str:
 def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[str]:
     """Lines of a cited answer: sentences with numbered citations and 0-10 confidences,
     the cited sources (with their page, where known, and the personal facts that
-    led to them), the KG path of the top source, degradations and stage times."""
+    led to them), the KG path of the first listed source with one, degradations
+    and stage times."""
     if answer.insufficient_information:
         # The answer says what is missing ("... no source states the amount asked for.").
         reason = answer.sentences[0].text if answer.sentences else answer.text
@@ -114,8 +115,12 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
             # The personal fact that led the knowledge retriever to this passage.
             span = f" (characters {fact.start_char}-{fact.end_char})" if fact.end_char else ""
             yield f"      fact: {fact.statement}{span}"
-    if answer.sources and answer.sources[0].kg_path.nodes:
-        yield f"Knowledge graph path of [1]: {kg_path_line(answer.sources[0].kg_path)}"
+    # The knowledge-graph path of the first listed source that has one, under
+    # its own number: the best-ranked source need not be cited.
+    with_path = next((i for i in shown if answer.sources[i].kg_path.nodes), None)
+    if with_path is not None:
+        path = kg_path_line(answer.sources[with_path].kg_path)
+        yield f"Knowledge graph path of [{with_path + 1}]: {path}"
     for d in answer.degradations:
         yield f"Degraded: {_stage(d.stage)}: {d.reason}"
     stages = ", ".join(f"{_stage(t.stage)} {_ms(t.duration)}" for t in answer.timings)
