@@ -636,6 +636,12 @@ def test_demo_summary_reports_the_three_checks() -> None:
     assert "citations of an article that does not state the answer: 1 (q03:esg-026)" in lines
     assert "answer sentences that state no part of the answer: 1 (q03#2)" in lines
     assert "unanswerable questions answered with insufficient information: 1 of 1" in lines
+    # Each sentence is kept with its own citations, for reading by hand.
+    q03 = next(r for r in records if r["id"] == "q03")
+    assert q03["sentences"] == [
+        {"text": "It found 14 workers under 16.", "citations": [["esg-005", 10]]},
+        {"text": "Fennick ranked 8th.", "citations": [["esg-026", 7]]},
+    ]
 
 
 def test_an_abstention_is_never_a_right_answer() -> None:

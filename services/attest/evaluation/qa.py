@@ -710,6 +710,14 @@ def per_question(items: Sequence[QAItem], answers: Sequence[Answered]) -> list[d
                 if item.has_answer
                 else [],
                 "confidences": [[c for _, c in cs] for cs, _ in answer.sentences],
+                # Each sentence and its citations as [passage id, confidence].
+                "sentences": [
+                    {
+                        "text": answer.sentence_texts[k] if k < len(answer.sentence_texts) else "",
+                        "citations": [[d, c] for d, c in cs],
+                    }
+                    for k, (cs, _) in enumerate(answer.sentences)
+                ],
                 "revisions": len(answer.revisions),
                 "withdrawn": len(answer.withdrawals),
                 "researches": answer.researches,
