@@ -116,6 +116,14 @@ def test_a_choice_by_count_compares_the_numbers_stated() -> None:
     fewer = choose(choice_of("Which genus has fewer species, Salvia or Arachis?"), texts, places)  # type: ignore[arg-type]
     assert fewer is not None
     assert fewer.picked == "Arachis"
+    # Counts in words, past twelve too: the generator reads one table of them.
+    words = ["The Harrow Quartet has fifteen members.", "The Brell Ensemble has forty members."]
+    bands = [Place("Harrow Quartet", 0), Place("Brell Ensemble", 0)]
+    larger = choose(  # type: ignore[arg-type]
+        choice_of("Which has more members, Harrow Quartet or Brell Ensemble?"), words, bands
+    )
+    assert larger is not None
+    assert larger.picked == "Brell Ensemble"
 
 
 def test_an_option_no_source_names_leaves_the_choice_undecided() -> None:

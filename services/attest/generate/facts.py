@@ -109,9 +109,12 @@ _UNITS = (
     *("eighteen", "nineteen", "twenty"),
 )
 _TENS = ("thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety")
-_NUMBER_WORDS = {word: value for value, word in enumerate(_UNITS) if value > 1} | {
+# Every number this module reads in words, zero to twenty and the tens: the one
+# table the generator's readers of counts and spans share.
+WORD_VALUES: dict[str, int] = {word: value for value, word in enumerate(_UNITS)} | {
     word: 10 * k for k, word in enumerate(_TENS, 3)
 }
+_NUMBER_WORDS = {word: value for word, value in WORD_VALUES.items() if value > 1}
 # "twenty-four", "thirty one": a ten and a unit, one amount.
 _ONES = {word: value for value, word in enumerate(_UNITS[:10]) if value > 0}
 _WORD_AMOUNT = re.compile(

@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from attest.generate.facts import stem
+from attest.generate.facts import WORD_VALUES, stem
 from attest.generate.text import STOPWORDS, content_tokens, key_terms, tokens
 
 
@@ -266,22 +266,6 @@ _MORE = _set(
     "longest busier busiest"
 )
 _FEWER = _set("fewer fewest less least smaller smallest lower lowest shorter shortest")
-_NUMBERS_IN_WORDS = (
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-)
-_NUMBER_WORDS = {w: n for n, w in enumerate(_NUMBERS_IN_WORDS)}
 
 
 # A sentence that denies what it says of a thing states nothing in its favour.
@@ -300,8 +284,8 @@ def _quantity(sentence: str, noun: str) -> int | None:
             value = words[back].replace(",", "").lower()
             if value.isdigit():
                 return int(value)
-            if value in _NUMBER_WORDS:
-                return _NUMBER_WORDS[value]
+            if value in WORD_VALUES:
+                return WORD_VALUES[value]
     return None
 
 

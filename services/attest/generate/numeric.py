@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from attest.core.numbers import parse_number
+from attest.generate.facts import WORD_VALUES
 from attest.generate.models import Source
 
 _ROW = re.compile(r"^(?P<left>[^\n|]+?) \| (?P<cells>[^\n|]+?)\.$", re.MULTILINE)
@@ -584,7 +585,6 @@ _FY = re.compile(
     re.IGNORECASE,
 )
 _AVERAGE = re.compile(r"\b(\d|two|three|four|five)[- ]year average\b", re.IGNORECASE)
-_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,7 +671,7 @@ def _years(question: str) -> list[int]:
     if average is None:
         return named[-1:]
     word = average.group(1).lower()
-    span = _WORDS.get(word) or int(word)
+    span = WORD_VALUES.get(word) or int(word)
     first = min(named[0], named[-1] - span + 1)
     return list(range(first, named[-1] + 1))
 
@@ -679,7 +679,7 @@ def _years(question: str) -> list[int]:
 def _decimals(question: str, percent: bool) -> int:
     m = re.search(r"(one|two|three|\d) decimal", question, re.IGNORECASE)
     if m:
-        return {"one": 1, "two": 2, "three": 3}.get(m.group(1).lower()) or int(m.group(1))
+        return WORD_VALUES.get(m.group(1).lower()) or int(m.group(1))
     return 1 if percent else 2
 
 
