@@ -415,6 +415,23 @@ def test_a_percentage_in_words_is_no_amount_of_a_level() -> None:
     assert gives_amount("Norvale cut its scope 1 emissions by forty per cent.", change)
 
 
+def test_a_full_width_percent_sign_or_percentage_points_are_percentages() -> None:
+    question = "What were Norvale Copper's scope 1 emissions?"
+    level = asked_measure(question)
+    assert level is not None
+    for sentence in (
+        "Norvale cut its scope 1 emissions by 40\uff05.",
+        "Norvale's scope 1 emissions share fell 4 percentage points.",
+        "Norvale's scope 1 emissions share fell four percentage points.",
+    ):
+        assert not gives_amount(sentence, level), sentence
+        assert number_facts(sentence, question) == [], sentence
+    # A ratio's change in points is an amount of it, read as a percentage.
+    margin = "How much did Norvale Copper's operating margin change in 2024?"
+    facts = number_facts("Norvale's operating margin rose 2 percentage points in 2024.", margin)
+    assert [f.value for f in facts] == [(2.0, "%")]
+
+
 def test_a_percentage_is_no_count_whatever_the_noun_counted() -> None:
     # "shareholders" and "shares" begin like "share", a ratio; counted, neither is one.
     for question, sentence in (

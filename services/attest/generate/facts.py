@@ -97,8 +97,8 @@ _SCALE = {
 }
 _AMOUNT = re.compile(
     r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
-    r"\s*(?P<unit>%|percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b"
-    r"|mln\b|mn\b|bn\b|tn\b|[kmb]\b)?",
+    r"\s*(?P<unit>%|percent\b|per cent\b|percentage\s+points?\b"
+    r"|thousand\b|million\b|billion\b|trillion\b|mln\b|mn\b|bn\b|tn\b|[kmb]\b)?",
     re.IGNORECASE,
 )
 # Amounts in words ("six ships", "twenty million"); "one" is left out, being
@@ -120,7 +120,8 @@ _ONES = {word: value for value, word in enumerate(_UNITS[:10]) if value > 0}
 _WORD_AMOUNT = re.compile(
     rf"\b(?:(?P<tens>twenty|{'|'.join(_TENS)})(?:[\s-](?P<ones>{'|'.join(_ONES)}))?"
     rf"|(?P<word>{'|'.join(_NUMBER_WORDS)}))\b"
-    r"(?:\s+(?P<unit>percent\b|per cent\b|thousand\b|million\b|billion\b|trillion\b))?",
+    r"(?:\s+(?P<unit>percent\b|per cent\b|percentage\s+points?\b"
+    r"|thousand\b|million\b|billion\b|trillion\b))?",
     re.IGNORECASE,
 )
 # Lower-case words that may sit inside a name ("Bank of America", "Vincent van Gogh").
@@ -326,7 +327,7 @@ def _amount(m: re.Match[str]) -> tuple[str, tuple[float, str]]:
     else:
         number = m.group("num").replace(",", "")
     unit = (m.group("unit") or "").lower()
-    if unit in ("%", "percent", "per cent"):
+    if unit in ("%", "percent", "per cent") or unit.startswith("percentage"):
         return number, (float(number), "%")
     return number, (float(number) * _SCALE.get(unit, 1.0), "")
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -163,7 +164,9 @@ def _ratio_stems() -> tuple[str, ...]:
 
 
 # A percentage sign or word right after a number.
-_PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b|per\s?cent\b)", re.IGNORECASE)
+_PERCENT_AFTER = re.compile(
+    r"\s*(?:%|percent\b|per\s?cent\b|percentage\s+points?\b)", re.IGNORECASE
+)
 
 # Plurals whose stem is not their singular's: "one person" is an amount of people.
 _SINGULAR = {
@@ -358,7 +361,8 @@ def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
 
 def gives_amount(sentence: str, measure: Measure) -> bool:
     """Whether ``sentence`` gives an amount of ``measure`` (module docstring)."""
-    body = strip_dateline(sentence)
+    # NFKC: a full-width "４０％" is "40%".
+    body = unicodedata.normalize("NFKC", strip_dateline(sentence))
     if not _may_name(body, measure):
         return False
     if measure.labels:
