@@ -468,3 +468,30 @@ async def test_one_sentence_answers_two_parts_when_it_gives_both_figures() -> No
     final = [e async for e in generator.answer(question, sources)][-1]
     assert isinstance(final, FinalEvent)
     assert [s.text for s in final.sentences] == [sources[0].text]
+
+
+def test_a_change_is_of_the_last_noun_of_its_object_asked_with_or_without_by() -> None:
+    for question in (
+        "How much did Norvale Copper cut its scope 1 emissions in 2024?",
+        "By how much did Norvale Copper cut its scope 1 emissions in 2024?",
+    ):
+        measure = asked_measure(question)
+        assert measure is not None, question
+        assert measure.change
+        assert (measure.phrase, measure.head) == ("scope 1 emissions", "emiss")
+        assert measure.labels == (("scope", frozenset({"1"})),)
+        assert gives_amount("Norvale cut its scope 1 emissions by 12% in 2024.", measure)
+        # Scope 3 is another measure, whatever its amount.
+        assert not gives_amount("Norvale cut its scope 3 emissions by 12% in 2024.", measure)
+    facility = asked_measure(
+        "By how much did Orrin Bay increase its unsecured five-year revolving credit facility?"
+    )
+    assert facility is not None
+    assert facility.change
+    assert facility.head == "facil"
+    assert gives_amount(
+        "Orrin Bay increased its revolving credit facility by $400 million to $4.2 billion.",
+        facility,
+    )
+    # "by how much" asks for a number, as "how much" does.
+    assert measure_check("By how much did Google raise its dividend?", []) is not None

@@ -106,8 +106,9 @@ _HOW = re.compile(r"^how\s+(?P<word>many|much)\s+(?P<rest>.+)$", re.IGNORECASE)
 # The object of "how much did <subject> <verb> its/their <noun> ...", in lower
 # case (not "... to settle with the Selbury Securities Commission").
 _OBJECT = re.compile(
-    r"^\S+\s+(?:the\s+)?\S.*?\s(?:its|their|his|her|the)\s+(?P<np>[a-z][a-z\s-]*[a-z])"
+    r"^\S+\s+(?:the\s+)?\S.*?\s(?:its|their|his|her|the)\s+(?P<np>[a-z][a-z0-9\s-]*[a-z])"
 )
+_BY_HOW = re.compile(r"^by\s+(?=how\s+(?:many|much)\b)", re.IGNORECASE)
 # "how many does it ...": a count with no noun of its own.
 _HOW_BARE = re.compile(
     r"^how\s+(?:many|much)\s+(?:did|does|do|was|were|is|are|has|have|had|will|would)\b",
@@ -240,6 +241,8 @@ def asked_measure(question: str) -> Measure | None:
     text = " ".join(question.split())
     if len(text) > _LONGEST_QUESTION:
         return None
+    # "By how much did ..." asks what "How much did ..." asks.
+    text = _BY_HOW.sub("", text)
     measure = _asked(text)
     if measure is None:
         return None
@@ -276,8 +279,10 @@ def _asked(text: str) -> Measure | None:
             obj = _OBJECT.search(rest)
             if obj is None:
                 return None
-            measure = _measure(_phrase(obj.group("np")), True, False)
-            return None if measure is None else replace(measure, change=True)
+            # The object is a noun phrase whose last noun is what changed:
+            # "its scope 1 emissions", "its revolving credit agreement".
+            measure = _measure(_phrase(obj.group("np")), False, False)
+            return None if measure is None else replace(measure, by_form=True, change=True)
         return _measure(_phrase(rest), True, how.group("word").lower() == "many")
     kind = answer_type(text)
     if kind not in ("number", ""):
