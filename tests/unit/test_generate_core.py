@@ -40,6 +40,7 @@ from attest.generate.text import (
     contains_answer,
     dateline_year,
     is_compound,
+    heading_spans,
     lower_case_words,
     names_holder,
     names_kind,
@@ -858,3 +859,22 @@ def test_a_capitalized_run_that_starts_a_sentence_is_a_name() -> None:
     assert "results" in common
     assert "brightwater" not in common
     assert "utilities" not in common
+
+
+def test_a_word_capitalized_only_in_headings_is_no_name() -> None:
+    texts = [
+        "Round by Round Harrow Open Bracket: Men's Singles Bracket and Draw on Courtside.com.",
+        "2024 Aldermoor Prize Semifinalist ...",
+        "Ines Varga won the Harrow Open in June.",
+        # A sentence full of names is running text, not a heading.
+        "The film stars Dell Avery, Mara Quill and Tomas Brandt.",
+    ]
+    common = ordinary_words(texts)
+    assert {"round", "bracket", "draw", "courtside.com", "semifinalist"} <= common
+    # Capitalized in running text too: a name ("Harrow Open"), headings or not.
+    assert not {"harrow", "open", "ines", "varga", "dell", "avery", "mara", "quill"} & common
+    assert heading_spans(texts[3]) == []
+    # So a heading names no winner: it is no answer to "who".
+    question = "Who won the men's singles at the Harrow Open in 2024?"
+    assert name_facts(texts[0], question, common) == []
+    assert name_facts(texts[1], "Who won the Aldermoor Prize in 2024?", common) == []

@@ -269,11 +269,15 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
     """Words of ``texts`` that are not names: those written in lower case
     somewhere (``lower_case_words``) and, lower-cased, those capitalized only
     where a sentence starts ("Results of the election ...", "Two winners
-    were named"): a name is capitalized inside sentences too."""
+    were named") or only in headings (``heading_spans``: "Round by Round
+    Wimbledon Bracket", "Maxwell Award Winners"): a name is capitalized inside
+    running text too."""
     texts = [unicodedata.normalize("NFKC", t) for t in texts]
     initial: set[str] = set()
     inside: set[str] = set()
+    headed: set[str] = set()
     for text in texts:
+        headings = heading_spans(text)
         end = -1
         previous = ""  # a capitalized word that started a sentence, just before
         for match in WORD.finditer(text):
@@ -283,6 +287,10 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
             if not word or not word[0].isupper():
                 previous = ""
                 continue
+            if any(a <= match.start() < b for a, b in headings):
+                headed.add(word.lower())
+                previous = ""
+                continue
             starts = any(ch in gap for ch in ".!?…")
             if not starts and previous and not gap.strip():
                 # A run of capitalized words that starts a sentence is a name
@@ -290,7 +298,29 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
                 inside.add(previous)
             (initial if starts else inside).add(word.lower())
             previous = word.lower() if starts and word.lower() not in STOPWORDS else ""
-    return lower_case_words(texts) | frozenset(initial - inside)
+    return lower_case_words(texts) | frozenset((initial | headed) - inside)
+
+
+# A piece of text between sentence ends, colons, semicolons, bullets and bars.
+_SEGMENT = re.compile(r"[^.!?…:;·|•\n]+")
+# Content words a heading has at least.
+_HEADING_WORDS = 3
+
+
+def heading_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` has a heading: a piece of it (``_SEGMENT``) of at least
+    ``_HEADING_WORDS`` content words, every one of them capitalized ("Round by
+    Round Wimbledon Bracket", "2017 Walter Camp Award Semifinalist"). Running
+    text has lower-case words between its names ("The film stars James
+    Franco, Michelle Williams and Mila Kunis")."""
+    out = []
+    for piece in _SEGMENT.finditer(text):
+        words = [
+            w for w in WORD.findall(piece.group()) if w[0].isalpha() and w.lower() not in STOPWORDS
+        ]
+        if len(words) >= _HEADING_WORDS and all(w[0].isupper() for w in words):
+            out.append(piece.span())
+    return out
 
 
 _MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
