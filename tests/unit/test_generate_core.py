@@ -878,3 +878,15 @@ def test_a_word_capitalized_only_in_headings_is_no_name() -> None:
     question = "Who won the men's singles at the Harrow Open in 2024?"
     assert name_facts(texts[0], question, common) == []
     assert name_facts(texts[1], "Who won the Aldermoor Prize in 2024?", common) == []
+
+
+def test_ordinary_words_takes_linear_time_on_a_long_text_of_many_headings() -> None:
+    # Each capitalized word was looked up in every heading: 400,000 characters
+    # of headings and sentences took seconds.
+    para = "Round by Round Wimbledon Bracket\nThe champion was named in London. "
+    text = para * (400_000 // len(para))
+    started = time.perf_counter()
+    common = ordinary_words([text])
+    assert time.perf_counter() - started < 1.0
+    assert {"round", "bracket", "wimbledon"} <= common
+    assert "london" not in common

@@ -8,6 +8,7 @@ the trailing ellipses of search snippets.
 
 from __future__ import annotations
 
+import bisect
 import re
 import string
 import unicodedata
@@ -278,6 +279,9 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
     headed: set[str] = set()
     for text in texts:
         headings = heading_spans(text)
+        # The headings' starts, in order (they do not overlap): each word is
+        # looked up by bisection, not against every heading.
+        starts_at = [a for a, _ in headings]
         end = -1
         previous = ""  # a capitalized word that started a sentence, just before
         for match in WORD.finditer(text):
@@ -287,7 +291,8 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
             if not word or not word[0].isupper():
                 previous = ""
                 continue
-            if any(a <= match.start() < b for a, b in headings):
+            k = bisect.bisect_right(starts_at, match.start()) - 1
+            if k >= 0 and match.start() < headings[k][1]:
                 headed.add(word.lower())
                 previous = ""
                 continue
