@@ -890,3 +890,13 @@ def test_ordinary_words_takes_linear_time_on_a_long_text_of_many_headings() -> N
     assert time.perf_counter() - started < 1.0
     assert {"round", "bracket", "wimbledon"} <= common
     assert "london" not in common
+
+
+def test_a_list_of_names_is_no_heading() -> None:
+    # Names listed after a colon or a bar are every one capitalized, as a
+    # heading's words are, but a list separates them with commas: they stay names.
+    texts = ["Cast: Dell Avery, Mara Quill, Tomas Brandt.", "Winners | Ines Varga, Oda Lund"]
+    assert [heading_spans(t) for t in texts] == [[], []]
+    common = ordinary_words(texts)
+    assert not {"dell", "avery", "mara", "quill", "tomas", "brandt", "ines", "varga"} & common
+    assert name_facts(texts[0], "Who starred in the film?", common)

@@ -317,9 +317,12 @@ def heading_spans(text: str) -> list[tuple[int, int]]:
     ``_HEADING_WORDS`` content words, every one of them capitalized ("Round by
     Round Wimbledon Bracket", "2017 Walter Camp Award Semifinalist"). Running
     text has lower-case words between its names ("The film stars James
-    Franco, Michelle Williams and Mila Kunis")."""
+    Franco, Michelle Williams and Mila Kunis"), and a piece with a comma is a
+    list of names, not a heading ("Cast: James Franco, Michelle Williams")."""
     out = []
     for piece in _SEGMENT.finditer(text):
+        if "," in piece.group():
+            continue
         words = [
             w for w in WORD.findall(piece.group()) if w[0].isalpha() and w.lower() not in STOPWORDS
         ]
