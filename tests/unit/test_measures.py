@@ -495,3 +495,19 @@ def test_a_change_is_of_the_last_noun_of_its_object_asked_with_or_without_by() -
     )
     # "by how much" asks for a number, as "how much" does.
     assert measure_check("By how much did Google raise its dividend?", []) is not None
+
+
+def test_how_many_percentage_or_basis_points_asks_for_its_unit_not_a_count() -> None:
+    # "By how many percentage points ..." was read as a count of points, and
+    # a count takes no percentage: the right answer gave no amount of it.
+    for question in (
+        "By how many percentage points did Orrin Bay raise its operating margin?",
+        "How many basis points did the Selbury central bank cut its rate by?",
+    ):
+        assert asked_measure(question) is None, question
+        sentence = "Orrin Bay raised its operating margin by 2.5 percentage points in 2024."
+        assert number_facts(sentence, question) == [Fact("number", (2.5, "%"))]
+    # Points of a game are still counted.
+    points = asked_measure("How many points did Ines Varga score in the final?")
+    assert points is not None
+    assert points.counted

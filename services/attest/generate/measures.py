@@ -37,11 +37,11 @@ unambiguous (``asked_measure``):
 
 A question asking for a date, a name, a rank ("year-end No 1") or a kind
 ("what type of ..."), one asking for a generic amount that its unit states
-("how much money", "how many times", "how much did Google pay") and one
-over 400 characters name no measure: the check does not apply to them. A
-question asking several things names one only when every part asks for an
-amount of the same one ("How many ships did it order, and how many does it
-now plan to take?").
+("how much money", "how many times", "how many percentage points", "how
+much did Google pay") and one over 400 characters name no measure: the
+check does not apply to them. A question asking several things names one
+only when every part asks for an amount of the same one ("How many ships did
+it order, and how many does it now plan to take?").
 """
 
 from __future__ import annotations
@@ -224,6 +224,11 @@ def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
     elif len(nouns) > 1 and not by_form:
         head = nouns[-1]  # "scope 1 emissions", "total revenue"
     if head in _GENERIC:
+        return None
+    at = len(words) - 1 - words[::-1].index(head)
+    if _stem(head) == "point" and at and words[at - 1] in ("percentage", "basis"):
+        # "how many percentage points", "basis points": its unit is the answer,
+        # a change of a ratio, not a count.
         return None
     if plural:
         # The counted noun ends what is counted: "how many people live in
