@@ -511,3 +511,22 @@ def test_how_many_percentage_or_basis_points_asks_for_its_unit_not_a_count() -> 
     points = asked_measure("How many points did Ines Varga score in the final?")
     assert points is not None
     assert points.counted
+
+
+def test_a_change_is_of_its_object_not_of_the_time_after_it() -> None:
+    # "its revenue this year": the measure is revenue; "year" is when.
+    for question in (
+        "How much did Orrin Bay increase its revenue this year?",
+        "By how much did Orrin Bay increase its revenue last year?",
+        "What was the revenue last year?",
+    ):
+        measure = asked_measure(question)
+        assert measure is not None, question
+        assert (measure.phrase, measure.head) == ("revenue", "revenu"), question
+    change = asked_measure("How much did Orrin Bay increase its revenue this year?")
+    assert change is not None
+    assert gives_amount("Orrin Bay's revenue rose 8% in 2024.", change)
+    # A time word that starts the phrase is kept ("its last dividend").
+    last = asked_measure("How much did Orrin Bay raise its last dividend?")
+    assert last is not None
+    assert last.head == "dividend"

@@ -122,6 +122,9 @@ _PHRASE_END = _set(
     "according including excluding"
 )
 
+# Words that start a time after a measure's phrase: "its revenue | this year".
+_TIME = _set("this last next")
+
 
 @dataclass(frozen=True, slots=True)
 class Measure:
@@ -196,7 +199,7 @@ def _phrase(text: str) -> str:
     out: list[str] = []
     for word in text.split():
         bare = word.strip("?.!,;:").lower()
-        if bare in _PHRASE_END or bare in _AUX:
+        if bare in _PHRASE_END or bare in _AUX or (out and bare in _TIME):
             break
         out.append(word.strip("?.!,;:"))
         if word.endswith((",", "?", ";", ":")):
