@@ -530,3 +530,15 @@ def test_a_change_is_of_its_object_not_of_the_time_after_it() -> None:
     last = asked_measure("How much did Orrin Bay raise its last dividend?")
     assert last is not None
     assert last.head == "dividend"
+
+
+def test_a_hyphenated_percentage_point_is_a_percentage() -> None:
+    question = "What were Norvale Copper's scope 1 emissions?"
+    level = asked_measure(question)
+    assert level is not None
+    sentence = "Norvale's scope 1 emissions share fell by a 4 percentage-point margin."
+    assert not gives_amount(sentence, level)
+    assert number_facts(sentence, question) == []
+    margin = "How much did Norvale Copper's operating margin change in 2024?"
+    facts = number_facts("Norvale's operating margin rose by a 2 percentage-point step.", margin)
+    assert [f.value for f in facts] == [(2.0, "%")]

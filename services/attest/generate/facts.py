@@ -97,7 +97,7 @@ _SCALE = {
 }
 _AMOUNT = re.compile(
     r"(?<![\w.])(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
-    r"\s*(?P<unit>%|percent\b|per cent\b|percentage\s+points?\b"
+    r"\s*(?P<unit>%|percent\b|per cent\b|percentage[\s-]+points?\b"
     r"|thousand\b|million\b|billion\b|trillion\b|mln\b|mn\b|bn\b|tn\b|[kmb]\b)?",
     re.IGNORECASE,
 )
@@ -120,7 +120,7 @@ _ONES = {word: value for value, word in enumerate(_UNITS[:10]) if value > 0}
 _WORD_AMOUNT = re.compile(
     rf"\b(?:(?P<tens>twenty|{'|'.join(_TENS)})(?:[\s-](?P<ones>{'|'.join(_ONES)}))?"
     rf"|(?P<word>{'|'.join(_NUMBER_WORDS)}))\b"
-    r"(?:\s+(?P<unit>percent\b|per cent\b|percentage\s+points?\b"
+    r"(?:\s+(?P<unit>percent\b|per cent\b|percentage[\s-]+points?\b"
     r"|thousand\b|million\b|billion\b|trillion\b))?",
     re.IGNORECASE,
 )

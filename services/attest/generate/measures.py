@@ -169,7 +169,7 @@ def _ratio_stems() -> tuple[str, ...]:
 
 # A percentage sign or word right after a number.
 _PERCENT_AFTER = re.compile(
-    r"\s*(?:%|percent\b|per\s?cent\b|percentage\s+points?\b)", re.IGNORECASE
+    r"\s*(?:%|percent\b|per\s?cent\b|percentage[\s-]+points?\b)", re.IGNORECASE
 )
 
 # Plurals whose stem is not their singular's: "one person" is an amount of people.
