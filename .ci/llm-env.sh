@@ -29,6 +29,17 @@ index=${UV_DEFAULT_INDEX:-${UV_INDEX_URL:-${PIP_INDEX_URL:-https://pypi.org/simp
 cmake_args="-DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 cmake_args+=" -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF"
 cmake_args+=" -DLLAVA_BUILD=OFF -DLLAMA_OPENSSL=OFF -DGGML_NATIVE=ON -DGGML_CCACHE=OFF"
+# ... except AMX: a virtual machine can report the AMX flags without enabling their
+# register state, and ggml's AMX matrix product then dies on its first tile
+# instruction (a general protection fault in ldtilecfg, seen on a CI machine). An
+# explicit -mno-amx-* holds whatever -march=native enables; compilers too old to know
+# the flags build no AMX code anyway.
+# CMake reads them from CFLAGS and CXXFLAGS at its first configure.
+no_amx=
+if echo 'int main(void){return 0;}' |
+  ${CC:-cc} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -x c -o /dev/null - 2>/dev/null; then
+  no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
 log() { echo "llm-env: $*" >&2; }
 work=
 fail() {
@@ -46,7 +57,7 @@ flock 9 # one build or install at a time on this machine
 
 cpu=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m)
 cc=$({ ${CC:-cc} --version 2>/dev/null || echo none; } | head -n1)
-key=$(printf '%s\n' "$version" "$sdist_sha256" "$cmake_args" "common-not-forced" "$cpu" "$cc" |
+key=$(printf '%s\n' "$version" "$sdist_sha256" "$cmake_args" "common-not-forced" "$cpu" "$cc" "$no_amx" |
   sha256sum | cut -c1-16)
 wheel_dir=$cache/wheels/llama-cpp-python-$version-$key
 wheel=
@@ -74,7 +85,7 @@ for f in json.load(sys.stdin)["files"]:
     "$src/CMakeLists.txt"
   grep -q '^\s*set(LLAMA_BUILD_COMMON ON CACHE BOOL "Build llama.cpp common library")' \
     "$src/CMakeLists.txt" || fail "the CMakeLists.txt patch no longer applies"
-  CMAKE_ARGS=$cmake_args CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  CMAKE_ARGS=$cmake_args CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CFLAGS=$no_amx CXXFLAGS=$no_amx \
     uv build --wheel --out-dir "$work/dist" "$src" >"$work/build.log" 2>&1 || {
     tail -n 40 "$work/build.log" >&2
     fail "the build failed"
