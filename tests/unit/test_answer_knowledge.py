@@ -470,3 +470,32 @@ def test_attest_ask_shows_the_knowledge_graph_path_of_a_listed_source() -> None:
     # No listed source with a path: no path line.
     answer.sources[1].ClearField("kg_path")
     assert not any(line.startswith("Knowledge graph") for line in render_answer(answer))
+
+
+def test_attest_ask_marks_a_citation_of_a_source_the_answer_does_not_list() -> None:
+    # An answer from a server of another version, or built by hand, may cite
+    # a source index past its source list: the sentence says so, the list
+    # keeps the sources it has, and nothing fails.
+    answer = answer_pb2.Answer(
+        sentences=[
+            common_pb2.AnswerSentence(
+                text="Fennick cut food waste.",
+                citations=[
+                    common_pb2.Citation(source_index=0, doc_id="a", confidence=8),
+                    common_pb2.Citation(source_index=4, doc_id="ghost", confidence=6),
+                    common_pb2.Citation(source_index=-1, confidence=5),
+                ],
+            )
+        ],
+        sources=[
+            answer_pb2.AnswerSource(
+                source=common_pb2.Source(doc_id="a", passage_index=0, title="Fennick")
+            )
+        ],
+    )
+    lines = list(render_answer(answer))
+    assert lines[0] == (
+        "  Fennick cut food waste. [1: 8/10] [ghost, not among the answer's sources: 6/10] "
+        "[source index -1, not among the answer's sources: 5/10]"
+    )
+    assert lines[1:3] == ["Sources:", "  [1] a passage 0  Fennick"]

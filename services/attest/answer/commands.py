@@ -85,9 +85,18 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
     for s in answer.sentences:
         if answer.insufficient_information:
             break
-        marks = " ".join(f"[{c.source_index + 1}: {c.confidence}/10]" for c in s.citations)
+        marks = " ".join(_mark(c, len(answer.sources)) for c in s.citations)
         yield f"  {s.text} {marks or '[unsupported]'}"
-    cited = sorted({c.source_index for s in answer.sentences for c in s.citations})
+    # A citation of a source the answer does not list (a server of another
+    # version, a hand-built answer) is marked on its sentence, not listed.
+    cited = sorted(
+        {
+            c.source_index
+            for s in answer.sentences
+            for c in s.citations
+            if 0 <= c.source_index < len(answer.sources)
+        }
+    )
     shown = cited or list(range(min(sources, len(answer.sources))))
     if shown:
         yield "Sources:"
@@ -125,6 +134,14 @@ def render_answer(answer: answer_pb2.Answer, *, sources: int = 5) -> Iterator[st
         yield f"Degraded: {_stage(d.stage)}: {d.reason}"
     stages = ", ".join(f"{_stage(t.stage)} {_ms(t.duration)}" for t in answer.timings)
     yield f"Time: {_ms(answer.total)} ({stages}); re-searched sentences: {answer.researches}"
+
+
+def _mark(citation: common_pb2.Citation, sources: int) -> str:
+    """A citation as the answer's text shows it: "[2: 7/10]"."""
+    if 0 <= citation.source_index < sources:
+        return f"[{citation.source_index + 1}: {citation.confidence}/10]"
+    where = citation.doc_id or f"source index {citation.source_index}"
+    return f"[{where}, not among the answer's sources: {citation.confidence}/10]"
 
 
 GENERATION_MODES = {
