@@ -45,6 +45,7 @@ from attest.generate.text import (
     names_holder,
     names_kind,
     ordinary_words,
+    refers_elsewhere,
     says_role,
     split_sentences,
 )
@@ -900,3 +901,51 @@ def test_a_list_of_names_is_no_heading() -> None:
     common = ordinary_words(texts)
     assert not {"dell", "avery", "mara", "quill", "tomas", "brandt", "ines", "varga"} & common
     assert name_facts(texts[0], "Who starred in the film?", common)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "points"),
+    [
+        ("For additional information regarding costs in SG&A, refer to Note 1.", True),
+        ("For more information, see our website.", True),
+        ("See Note 5 for details.", True),
+        ("Please refer to Item 7.", True),
+        ("See also: climate change.", True),
+        ("See's Candies was bought in 1972.", False),
+        ("Seeing the results, the board raised guidance.", False),
+        ("For additional information, net sales were $3 billion.", False),
+        ("For 2023, revenue rose 5% (see Note 3).", False),
+    ],
+)
+def test_a_sentence_that_only_refers_the_reader_elsewhere_is_told(
+    sentence: str, points: bool
+) -> None:
+    assert refers_elsewhere(sentence) is points
+
+
+async def test_a_cross_reference_is_never_the_answer() -> None:
+    # The pointer repeats the question's words more closely than the
+    # sentence that answers it does, but states nothing of its own.
+    sources = [
+        Source(
+            "10k-p1",
+            "For additional information regarding SG&A expense as a percent of net sales "
+            "in fiscal 2023, refer to Note 1, Summary of Significant Accounting Policies.",
+            0,
+        ),
+        Source(
+            "10k-p2",
+            "SG&A expense as a percent of net sales decreased in fiscal 2023, driven by lower "
+            "marketing expenses and leverage of incentive compensation on higher sales.",
+            0,
+        ),
+    ]
+    final = await _final(
+        "What drove the reduction in SG&A expense as a percent of net sales in fiscal 2023?",
+        sources,
+    )
+    texts = [s.text for s in final.sentences]
+    assert texts
+    assert "lower marketing expenses" in texts[0]
+    assert not any("refer to Note 1" in t for t in texts)
+    assert {c.doc_id for c in final.sentences[0].citations} == {"10k-p2"}

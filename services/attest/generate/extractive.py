@@ -75,8 +75,10 @@ from attest.generate.text import (
     names_holder,
     names_kind,
     ordinary_words,
+    refers_elsewhere,
     says_role,
     split_sentences,
+    stated_text,
     strip_dateline,
     tokens,
 )
@@ -358,7 +360,8 @@ class ExtractiveEngine:
         Without ``corroborate`` a sentence's score is its relevance alone, not
         weighed with how much the other sources back it."""
         # A question states no fact, and a sentence that only repeats the
-        # question's words adds none, so neither can be an answer sentence.
+        # question's words adds none, nor does one that only refers the reader
+        # elsewhere ("refer to Note 1"), so none can be an answer sentence.
         asked = content_tokens(question)
         # A sentence several sources print word for word (syndicated copies, a
         # repeated boilerplate line) is one candidate, taken from the first of
@@ -367,7 +370,9 @@ class ExtractiveEngine:
             Candidate(text, i)
             for i, s in enumerate(sources)
             for text in fragments(s.text, self.settings.min_fragment_words)
-            if not text.rstrip(" .…").endswith("?") and content_tokens(strip_dateline(text)) - asked
+            if not text.rstrip(" .…").endswith("?")
+            and not refers_elsewhere(text)
+            and content_tokens(strip_dateline(text)) - asked
         )
         if not cands:
             return None
@@ -639,7 +644,7 @@ class ExtractiveEngine:
             found.extend(
                 Candidate(text, j)
                 for text in fragments(source.text, self.settings.min_fragment_words)
-                if not text.rstrip(" .…").endswith("?")
+                if not text.rstrip(" .…").endswith("?") and not refers_elsewhere(text)
             )
         if not found:
             return None
@@ -690,9 +695,16 @@ class ExtractiveEngine:
         vectors: TextVectors | None = None,
     ) -> npt.NDArray[np.float64]:
         """The support judge's probability that each source (columns) supports
-        each sentence (rows) as an answer to ``question`` (``judge``)."""
+        each sentence (rows) as an answer to ``question`` (``judge``).
+
+        A source's cross-references ("refer to Note 1") are not read: they
+        state nothing, yet repeat the words of what they point to."""
         return await asyncio.to_thread(
-            self.judge.judge, question, sentences, sources, self.vectors(vectors)
+            self.judge.judge,
+            question,
+            sentences,
+            [stated_text(s) for s in sources],
+            self.vectors(vectors),
         )
 
     async def cite(

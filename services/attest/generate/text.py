@@ -169,6 +169,14 @@ _VERBS_AFTER_WHAT = _words(
 )
 
 
+# "What drove / caused / led to X?" asks for a cause, as "why" does, whatever
+# X names: "what drove the fall in sales" asks for no amount.
+_CAUSE_VERBS = _words(
+    """
+    drove drives drive caused causes cause led leads explains explained explain
+    contributed contributes prompted prompts triggered triggers motivated motivates
+    """
+)
 _WH_WORDS = _words("what which who whom whose when where why how")
 # A question with no wh-word that asks for a place ("... location", "... venue").
 _PLACE_WORDS = _words("location venue place city country host")
@@ -181,7 +189,8 @@ def answer_type(question: str) -> str:
     year ...", "what is the release date of ...") → a date; how many/much and
     questions about an amount → a number; who/whom/whose, which/what + noun,
     "what is the name of" and a question without a wh-word that asks for a
-    place ("... location") → a name.
+    place ("... location") → a name; "what drove/caused ..." asks for a cause
+    (any).
     """
     words = tokens(question)
     if not words:
@@ -193,6 +202,8 @@ def answer_type(question: str) -> str:
         or (words[0] in ("what", "which") and {"date", "dates"} & set(words))
     ):
         return "date"
+    if words[0] == "what" and len(words) > 1 and words[1] in _CAUSE_VERBS:
+        return ""  # a cause
     if ("how" in head and ({"many", "much", "long", "old"} & set(words[1:3]))) or (
         words[0] == "what" and _NUMBER_HINTS & set(words)
     ):
@@ -333,6 +344,33 @@ def heading_spans(text: str) -> list[tuple[int, int]]:
 
 _MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
 # A leading dateline: "Jul 22, 2020 ...", "22 July 2020 -", "LONDON, May 5 (Reuters) -".
+# A sentence that only sends the reader elsewhere: "For additional
+# information regarding costs, refer to Note 1", "See Item 7 for a
+# discussion", "Please refer to page 12". Reports, filings and encyclopedias
+# write their cross-references this way; such a sentence states nothing.
+_POINTER = re.compile(
+    r"^\W*(?:for\s+(?:additional|further|more)(?:\s+detailed)?\s+"
+    r"(?:information|discussion|details?|detail)\b[^.;]*?\b(?:see|refer|refers|read)\b"
+    r"|(?:please\s+)?(?:see|refer\s+to|refer\s+also\s+to|see\s+also)\s)",
+    re.IGNORECASE,
+)
+
+
+def refers_elsewhere(text: str) -> bool:
+    """Whether a sentence only points to another part of the document
+    ("For more information, see Note 4.", "Refer to Item 7."): an answer
+    cannot be taken from it."""
+    return bool(_POINTER.match(text))
+
+
+def stated_text(text: str) -> str:
+    """``text`` without its sentences that only refer the reader elsewhere
+    (``refers_elsewhere``); ``text`` itself when it has none."""
+    sentences = split_sentences(text)
+    kept = [s for s in sentences if not refers_elsewhere(s)]
+    return text if len(kept) == len(sentences) else " ".join(kept)
+
+
 _DATELINE = re.compile(
     rf"^\s*(?:[A-Z][A-Za-z .]{{1,30}},\s*)?"
     rf"(?:{_MONTH_RE}\s+\d{{1,2}}(?:,?\s+\d{{4}})?|\d{{1,2}}\s+{_MONTH_RE}(?:,?\s+\d{{4}})?)"
