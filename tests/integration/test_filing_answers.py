@@ -99,9 +99,10 @@ async def test_a_metric_is_computed_from_the_named_company_rows_and_pages(tmp_pa
         )
     question = json.loads((folder / "qa.jsonl").read_text().splitlines()[0])["question"]
     assert operand_queries(question) == [
-        "statements of operations income total net revenues total net sales total revenues 2019",
-        "balance sheets property and equipment, net property, plant and equipment, net "
-        "net property, plant and equipment 2019 2018",
+        "statements of operations income earnings total net revenues total net sales "
+        "total revenues 2019",
+        "balance sheets financial position property and equipment, net property, plant and "
+        "equipment, net net property, plant and equipment 2019 2018",
     ]
     async with embedded_stack(tmp_path / "data") as address:
         await ingest_documents(address, docs, progress=False)

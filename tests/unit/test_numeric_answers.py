@@ -6,7 +6,14 @@ import pytest
 
 from attest.generate.extractive import ExtractiveEngine
 from attest.generate.models import FinalEvent, Mode, Source
-from attest.generate.numeric import Computed, Missing, company_sources, compute, table_rows
+from attest.generate.numeric import (
+    Computed,
+    Missing,
+    company_sources,
+    compute,
+    operand_queries,
+    table_rows,
+)
 from attest.generate.pipeline import AnswerOptions, Generator
 from attest.ingest.tables import read_page_lines
 from attest.semantic.embedding import Embedder
@@ -269,3 +276,55 @@ def test_a_sustainability_key_figure_with_its_unit() -> None:
         compute("What were SMA Solar's combined scope 1 and scope 2 emissions in 2023?", [report])
         is None
     )
+
+
+def test_labels_are_read_whatever_their_commas_dashes_and_ampersands() -> None:
+    # Statements write one line item many ways: an Oxford comma, a dash
+    # before "net", "&" for "and"; a company's own capital expenditure label.
+    balance = _page(
+        [
+            "CONSOLIDATED STATEMENTS OF FINANCIAL POSITION",
+            "(Dollars in millions)",
+            "December 31, 2020 December 31, 2019",
+            "Property, plant, and equipment – net 12,645 12,672",
+        ]
+    )
+    cash = _page(
+        [
+            "CONSOLIDATED STATEMENTS OF CASH FLOWS",
+            "(In Millions)",
+            "2020 2019 2018",
+            "Net cash provided by operating activities 3,676.2 2,807.0 2,841.0",
+            "Purchases of land, buildings, and equipment (460.8) (537.6) (622.7)",
+        ]
+    )
+    sources = [
+        Source(doc_id="HALVER_2020_10K", passage_index=0, title="HALVER_2020_10K", text=balance),
+        Source(doc_id="HALVER_2020_10K", passage_index=1, title="HALVER_2020_10K", text=cash),
+    ]
+    ppe = compute(
+        "What is Halver's year end FY2020 net property, plant, and equipment (in USD millions)?",
+        sources,
+    )
+    assert isinstance(ppe, Computed)
+    assert ppe.value == pytest.approx(12645)
+    fcf = compute(
+        "What is the FY2020 free cash flow (FCF) for Halver? FCF here is defined as: "
+        "(cash from operations - capex). Answer in USD millions.",
+        sources,
+    )
+    assert isinstance(fcf, Computed)
+    assert fcf.value == pytest.approx(3676.2 - 460.8)
+    assert "3,676.2" in fcf.text
+    assert "460.8" in fcf.text
+
+
+def test_a_line_item_search_names_every_name_of_its_statement() -> None:
+    # A balance sheet is also a "statement of financial position", an income
+    # statement a "statement of earnings": the search names them all.
+    (query,) = operand_queries("What is Halver's FY2020 net property, plant and equipment?")
+    assert "balance sheets" in query
+    assert "financial position" in query
+    (query,) = operand_queries("What is Halver's FY2020 cost of sales?")
+    assert "earnings" in query
+    assert "operations" in query

@@ -300,9 +300,13 @@ class AnswerPipeline:
         documents already found whose title names the company the question
         names (their title is part of the query; a passage of any other
         document is dropped), at most ``numeric_search_documents`` of them,
-        the filing of the year asked first. Added after the reranked sources."""
-        queries = numeric.operand_queries(plan.question)
-        if not queries:
+        the filing of the year asked first. Of each search's passages, those
+        that hold a row of its line item (``numeric.holds_line_item``) come
+        first: a note or a cash flow row that repeats the label's words
+        ("Property, plant and equipment additions") can outrank the balance
+        sheet's own row. Added after the reranked sources."""
+        searches = numeric.line_item_searches(plan.question)
+        if not searches:
             return []
         found = [GenSource(doc_id=s.source.doc_id, text="", title=s.source.title) for s in sources]
         owned = numeric.company_sources(plan.question, found)
@@ -333,26 +337,34 @@ class AnswerPipeline:
             )
 
         start = time.perf_counter()
-        asked = [f"{title} {query}" for _, title in docs for query in queries]
-        results = await asyncio.gather(*(one(q) for q in asked))
+        asked = [(concept, f"{title} {query}") for _, title in docs for concept, query in searches]
+        results = await asyncio.gather(*(one(q) for _, q in asked))
         clock.record(answer_pb2.STAGE_RETRIEVE_BM25, time.perf_counter() - start)
         out: list[answer_pb2.AnswerSource] = []
         keep = self.settings.numeric_search_keep
-        for retrieval in results:
+        for (concept, _), retrieval in zip(asked, results, strict=True):
             for failure in retrieval.failures:
                 reason = f"line-item search skipped: {failure.reason}"
                 degradations.append(
                     answer_pb2.Degradation(stage=answer_pb2.STAGE_RETRIEVE_BM25, reason=reason)
                 )
+            passages = [
+                (hit, index, text)
+                for ranked in retrieval.lists
+                for hit in (retrieval.hits[key] for key, _ in ranked.items)
+                if hit.doc_id in wanted
+                for index, (text, _rank) in hit.passages.items()
+            ]
+            # Stable: search order within each of the two groups.
+            passages.sort(key=lambda f: not numeric.holds_line_item(f[2], concept))
             kept = 0
-            for ranked in retrieval.lists:
-                for key, _ in ranked.items:
-                    hit = retrieval.hits[key]
-                    for index, (text, _rank) in hit.passages.items():
-                        if kept < keep and hit.doc_id in wanted and (hit.doc_id, index) not in have:
-                            have.add((hit.doc_id, index))
-                            out.append(self._source(hit, index, text))
-                            kept += 1
+            for hit, index, text in passages:
+                if kept == keep:
+                    break
+                if (hit.doc_id, index) not in have:
+                    have.add((hit.doc_id, index))
+                    out.append(self._source(hit, index, text))
+                    kept += 1
         return out
 
     # -- rerank --------------------------------------------------------------------------

@@ -161,6 +161,11 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
         "payments for acquisition of property, plant and equipment",
         "additions to property and equipment",
         "capital expenditures, including internal-use software",
+        "purchases of land, buildings and equipment",
+        "property, plant and equipment additions",
+        "additions to property, plant and equipment",
+        "payments for property, plant and equipment",
+        "expenditures for property, plant and equipment",
     ),
     "operating cash flow": (
         "net cash provided by operating activities",
@@ -254,11 +259,11 @@ _PRIMARY = re.compile(
 
 _STATEMENT_WORDS = {
     concept: (
-        "balance sheets"
+        "balance sheets financial position"
         if pattern is _BALANCE
         else "statements of cash flows"
         if pattern is _CASH
-        else "statements of operations income"
+        else "statements of operations income earnings"
         if pattern is _INCOME
         else "emissions"
     )
@@ -279,11 +284,27 @@ def _statement_rank(concept: str, row: TableRow) -> int:
     return 0 if _PRIMARY.match(title) else 1
 
 
+def _label_key(label: str) -> str:
+    """A label as compared with the catalogue's: lower case, "&" read as "and",
+    without commas and with dashes as spaces ("Property, plant, and equipment –
+    net" and "property, plant and equipment, net" are one label)."""
+    text = label.lower().replace("&", " and ")
+    text = re.sub(r"[,\u2013\u2014\u2212]|(?<=\s)-(?=\s)", " ", text)
+    text = re.sub(r"\band and\b", "and", " ".join(text.split()))
+    return text
+
+
+_CONCEPT_KEYS: dict[str, tuple[str, ...]] = {
+    concept: tuple(_label_key(name) for name in names) for concept, names in CONCEPTS.items()
+}
+
+
 def _concept_rank(concept: str, row: TableRow) -> int | None:
     own = _label_of(row.label)
     if _NOT_OWN.search(own):
         return None
-    for rank, name in enumerate(CONCEPTS[concept]):
+    own = _label_key(own)
+    for rank, name in enumerate(_CONCEPT_KEYS[concept]):
         if own == name or (name.endswith(" to") and own.startswith(name)):
             return rank
         # A unit written after the label ("Scope 1 t", "Energy consumption MWh").
@@ -800,6 +821,17 @@ def operand_queries(question: str) -> list[str]:
     """What to search for a question that asks for a metric or line item: one
     query per line item it reads, its most common label and the years asked
     ("property and equipment, net 2019 2018"); [] for any other question."""
+    return [query for _, query in line_item_searches(question)]
+
+
+def holds_line_item(text: str, concept: str) -> bool:
+    """Whether a passage holds a table row of ``concept`` (by one of its labels)."""
+    rows = table_rows([Source(doc_id="", text=text, passage_index=0)])
+    return any(_concept_rank(concept, row) is not None for row in rows)
+
+
+def line_item_searches(question: str) -> list[tuple[str, str]]:
+    """``operand_queries`` with the line item each query is for."""
     years = _years(question)
     metric, item = _asked(question)
     needed: dict[str, set[int]] = {}
@@ -818,8 +850,11 @@ def operand_queries(question: str) -> list[str]:
     # the name of the statement that states it (every row repeats its table's
     # title, so the statement's rows match it).
     return [
-        f"{_STATEMENT_WORDS[concept]} {' '.join(CONCEPTS[concept][:3])} "
-        f"{' '.join(str(y) for y in sorted(ys, reverse=True))}"
+        (
+            concept,
+            f"{_STATEMENT_WORDS[concept]} {' '.join(CONCEPTS[concept][:3])} "
+            f"{' '.join(str(y) for y in sorted(ys, reverse=True))}",
+        )
         for concept, ys in needed.items()
     ]
 
