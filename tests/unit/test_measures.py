@@ -542,3 +542,41 @@ def test_a_hyphenated_percentage_point_is_a_percentage() -> None:
     margin = "How much did Norvale Copper's operating margin change in 2024?"
     facts = number_facts("Norvale's operating margin rose by a 2 percentage-point step.", margin)
     assert [f.value for f in facts] == [(2.0, "%")]
+
+
+@pytest.mark.parametrize(
+    ("question", "sentence", "gives"),
+    [
+        # A company's revenue is written as its net sales, and its sales as revenue.
+        ("What was Fennick's revenue in 2024?", "Fennick's net sales rose to $3.2 billion.", True),
+        ("What were Fennick's total sales in 2024?", "Its revenue rose to $3.2 billion.", True),
+        # The price of one sale is no revenue.
+        (
+            "What was Fennick's revenue in 2024?",
+            "Fennick agreed the sale of its bakery unit for $3 billion.",
+            False,
+        ),
+        # A turnover is not assumed to be revenue: staff turnover is a measure too.
+        ("What was Fennick's revenue in 2024?", "Staff turnover fell to 12 percent.", False),
+    ],
+)
+def test_revenue_is_also_written_as_sales(question: str, sentence: str, gives: bool) -> None:
+    measure = asked_measure(question)
+    assert measure is not None
+    assert gives_amount(sentence, measure) is gives
+
+
+async def test_a_revenue_question_is_answered_by_the_net_sales_a_source_gives() -> None:
+    generator = Generator(ExtractiveEngine(EMBEDDER))
+    sources = [
+        Source("a", "Fennick Retail Group opened 40 stores and hired 2,000 staff in 2024.", 0),
+        Source("b", "Fennick Retail Group's net sales rose 6 percent to $3.2 billion in 2024.", 0),
+    ]
+    final = [
+        e
+        async for e in generator.answer("What was Fennick Retail Group's revenue in 2024?", sources)
+    ][-1]
+    assert isinstance(final, FinalEvent)
+    assert not final.insufficient_information
+    assert "$3.2 billion" in final.sentences[0].text
+    assert {c.doc_id for c in final.sentences[0].citations} == {"b"}

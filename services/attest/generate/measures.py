@@ -347,6 +347,22 @@ def _is_amount(words: list[str], j: int, given: frozenset[str]) -> bool:
     return word in _NUMBER_WORDS and not (word == "one" and words[j + 1 : j + 2] == ["of"])
 
 
+# Words that name a measure whose own word they are not, by the measure's
+# stem: a company's revenue is written as its (net) sales, and its sales as
+# its revenue. Only the plural "sales": "the sale of its unit for $3 billion"
+# is no revenue. ("Turnover" is left out: it is also a workforce measure.)
+_ALSO_NAMED: dict[str, frozenset[str]] = {
+    "revenu": frozenset({"sales"}),
+    "sale": frozenset({"revenue", "revenues"}),
+}
+
+
+def _names_measure(word: str, measure: Measure) -> bool:
+    """Whether a lower-case word of a text names the measure: of its word
+    family (``same_word``) or one of the names it also goes by."""
+    return same_word(_stem(word), measure.head) or word in _ALSO_NAMED.get(measure.head, ())
+
+
 def _may_name(text: str, measure: Measure) -> bool:
     """False when no word of ``text`` can be of the measure's family: such a
     word shares at least the first four letters of its stem with the
@@ -354,8 +370,10 @@ def _may_name(text: str, measure: Measure) -> bool:
     so its first three letters are in the text ("copy" is stemmed "copi").
     A test on the text, before any word is stemmed."""
     lower = text.lower()
-    return measure.head[:3] in lower or any(
-        plural in lower for plural, one in _SINGULAR.items() if stem(one) == measure.head
+    return (
+        measure.head[:3] in lower
+        or any(plural in lower for plural, one in _SINGULAR.items() if stem(one) == measure.head)
+        or any(word in lower for word in _ALSO_NAMED.get(measure.head, ()))
     )
 
 
@@ -368,7 +386,7 @@ def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
     return [
         (found[max(0, i - _BEFORE)].start(), found[min(len(found) - 1, i + _AFTER)].end())
         for i, token in enumerate(found)
-        if same_word(_stem(token.group().lower()), measure.head)
+        if _names_measure(token.group().lower(), measure)
     ]
 
 
@@ -407,7 +425,7 @@ def gives_amount(sentence: str, measure: Measure) -> bool:
                 skip.add(j)
     skipped = frozenset(skip)
     return any(
-        same_word(_stem(w), measure.head) and _amount_near(words, i, measure.given, skipped)
+        _names_measure(w, measure) and _amount_near(words, i, measure.given, skipped)
         for i, w in enumerate(words)
     )
 
