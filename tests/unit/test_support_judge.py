@@ -178,7 +178,8 @@ def test_without_a_question_the_rating_is_support_alone() -> None:
 
 @pytest.mark.parametrize(
     ("model", "judge", "expected"),
-    [(8, 9, 8), (9, 9, 9), (10, 2, 2), (2, 10, 2), (7, 4, 6), (0, 0, 0)],
+    # Halves round up, whatever the parity: 8.5 is 9 as 7.5 is 8 and 6.5 is 7.
+    [(8, 9, 9), (7, 8, 8), (6, 7, 7), (9, 9, 9), (10, 2, 2), (2, 10, 2), (7, 4, 6), (0, 0, 0)],
 )
 def test_model_and_judge_combine_by_the_documented_rule(
     model: int, judge: int, expected: int
@@ -312,3 +313,13 @@ def test_a_figure_written_another_way_is_not_lacking() -> None:
         question, [sentence], [sentence, "Norvale Copper's 2025 emissions: 1.9 million tonnes."]
     )
     assert held[0, 1] <= PARTIAL_SUPPORT
+
+
+@pytest.mark.parametrize(
+    ("probability", "confidence"),
+    [(0.45, 5), (0.55, 6), (0.65, 7), (0.449, 4), (0.0, 0), (1.0, 10), (1.3, 10), (-0.2, 0)],
+)
+def test_a_probability_becomes_a_confidence_with_halves_rounded_up(
+    probability: float, confidence: int
+) -> None:
+    assert to_confidence(probability) == confidence

@@ -111,7 +111,8 @@ RGB_ANSWER_FLOOR = 0.57
 # at most 4 of 10, below the citation floor of 5. "The Authority fined
 # Norvale $2.4 million for 11 discharges" is not stated by an article that
 # names Norvale and the mine but neither figure, however close it reads.
-PARTIAL_SUPPORT = 0.45
+# (0.44, not 0.45: ten times it must round to 4, and halves round up.)
+PARTIAL_SUPPORT = 0.44
 
 FEATURES: tuple[str, ...] = (
     "semantic",  # best cosine between the sentence and a sentence of the source
@@ -232,8 +233,15 @@ class JudgeModels:
         return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
+def _half_up(value: float) -> int:
+    """``value`` rounded to the nearest whole number, halves up (Python's
+    ``round`` takes halves to the even neighbour: 4.5 to 4 but 5.5 to 6)."""
+    return math.floor(value + 0.5)
+
+
 def to_confidence(probability: float) -> int:
-    return round(10 * min(1.0, max(0.0, probability)))
+    """A probability as a 0-10 confidence, halves rounded up (0.45 is 5)."""
+    return _half_up(10 * min(1.0, max(0.0, probability)))
 
 
 def combine(model_confidence: int, judge_confidence: int, disagreement: int = 3) -> int:
@@ -242,7 +250,7 @@ def combine(model_confidence: int, judge_confidence: int, disagreement: int = 3)
     than ``disagreement`` points (a citation needs both to hold)."""
     if abs(model_confidence - judge_confidence) > disagreement:
         return min(model_confidence, judge_confidence)
-    return round((model_confidence + judge_confidence) / 2)
+    return _half_up((model_confidence + judge_confidence) / 2)
 
 
 def _negated(text: str) -> bool:
