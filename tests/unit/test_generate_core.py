@@ -949,3 +949,20 @@ async def test_a_cross_reference_is_never_the_answer() -> None:
     assert "lower marketing expenses" in texts[0]
     assert not any("refer to Note 1" in t for t in texts)
     assert {c.doc_id for c in final.sentences[0].citations} == {"10k-p2"}
+
+
+def test_an_abbreviation_full_stop_does_not_cut_a_sentence_into_a_heading() -> None:
+    # "Martin Luther King Jr" between the stops of "Dr." and "Jr." is running
+    # text, not a heading, so its words stay names.
+    text = "Dr. Martin Luther King Jr. spoke to the crowd in Washington."
+    assert heading_spans(text) == []
+    assert not {"martin", "luther", "king"} & ordinary_words([text])
+    heading = "Round by Round Harrow Open Bracket: Men's Singles Draw."
+    assert [heading[a:b].strip() for a, b in heading_spans(heading)] == [
+        "Round by Round Harrow Open Bracket",
+        "Men's Singles Draw",
+    ]
+    # Initials one after another are read in linear time too.
+    started = time.perf_counter()
+    heading_spans("A. " * 100_000 + "B")
+    assert time.perf_counter() - started < 2.0

@@ -329,21 +329,32 @@ def heading_spans(text: str) -> list[tuple[int, int]]:
     Round Wimbledon Bracket", "2017 Walter Camp Award Semifinalist"). Running
     text has lower-case words between its names ("The film stars James
     Franco, Michelle Williams and Mila Kunis"), and a piece with a comma is a
-    list of names, not a heading ("Cast: James Franco, Michelle Williams")."""
-    out = []
+    list of names, not a heading ("Cast: James Franco, Michelle Williams").
+    The full stop of an abbreviation ends no piece: "Dr. Martin Luther King
+    Jr. spoke" is one piece, with the lower-case words of running text."""
+    pieces: list[tuple[int, int]] = []
+    start: int | None = None
     for piece in _SEGMENT.finditer(text):
-        if "," in piece.group():
+        if start is None:
+            start = piece.start()
+        end = piece.end()
+        if text[end : end + 1] == "." and _ends_with_abbreviation(text[piece.start() : end + 1]):
+            continue  # "Dr." "Jr.": the piece goes on after the stop
+        pieces.append((start, end))
+        start = None
+    if start is not None:
+        pieces.append((start, len(text)))
+    out = []
+    for begin, end in pieces:
+        span = text[begin:end]
+        if "," in span:
             continue
-        words = [
-            w for w in WORD.findall(piece.group()) if w[0].isalpha() and w.lower() not in STOPWORDS
-        ]
+        words = [w for w in WORD.findall(span) if w[0].isalpha() and w.lower() not in STOPWORDS]
         if len(words) >= _HEADING_WORDS and all(w[0].isupper() for w in words):
-            out.append(piece.span())
+            out.append((begin, end))
     return out
 
 
-_MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
-# A leading dateline: "Jul 22, 2020 ...", "22 July 2020 -", "LONDON, May 5 (Reuters) -".
 # A sentence that only sends the reader elsewhere: "For additional
 # information regarding costs, refer to Note 1", "See Item 7 for a
 # discussion", "Please refer to page 12". Reports, filings and encyclopedias
@@ -371,6 +382,8 @@ def stated_text(text: str) -> str:
     return text if len(kept) == len(sentences) else " ".join(kept)
 
 
+_MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
+# A leading dateline: "Jul 22, 2020 ...", "22 July 2020 -", "LONDON, May 5 (Reuters) -".
 _DATELINE = re.compile(
     rf"^\s*(?:[A-Z][A-Za-z .]{{1,30}},\s*)?"
     rf"(?:{_MONTH_RE}\s+\d{{1,2}}(?:,?\s+\d{{4}})?|\d{{1,2}}\s+{_MONTH_RE}(?:,?\s+\d{{4}})?)"
