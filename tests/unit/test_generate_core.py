@@ -915,6 +915,13 @@ def test_a_list_of_names_is_no_heading() -> None:
         ("Seeing the results, the board raised guidance.", False),
         ("For additional information, net sales were $3 billion.", False),
         ("For 2023, revenue rose 5% (see Note 3).", False),
+        # What the pointer names may be numbered, and a year is no figure.
+        ("See Part II, Item 7 and Item 7A of our Form 10-K for fiscal 2023.", True),
+        ("Refer to pages 12-14 and Exhibit 10.1.", True),
+        # A sentence that opens as a pointer but gives a figure states it.
+        ("Refer to the table: emissions fell 30% in 2023.", False),
+        ("See how revenue grew 20% to $3 billion in 2023.", False),
+        ("For more detail on the merger, see Note 3, which shows goodwill of $4 billion.", False),
     ],
 )
 def test_a_sentence_that_only_refers_the_reader_elsewhere_is_told(

@@ -367,11 +367,26 @@ _POINTER = re.compile(
 )
 
 
+# What a cross-reference names and may number ("Note 1", "Items 7 and 7A",
+# "pages 12-14", "Exhibit 10.1", "Form 10-K"), and a year ("fiscal 2023"):
+# the numbers a pointer carries without stating a figure.
+_DESIGNATOR = r"(?:\d+(?:[.\-\u2013]?[a-z0-9]+)*|[ivxlc]+[a-z]?\b)"
+_REFERENCE = re.compile(
+    r"\b(?:notes?|items?|parts?|sections?|pages?|pp?\.|exhibits?|schedules?|tables?"
+    r"|appendix|appendices|annex(?:es)?|chapters?|figures?|fig\.|articles?|forms?)"
+    rf"\s+{_DESIGNATOR}(?:\s*(?:,|and|or|to|through|-|\u2013)\s*{_DESIGNATOR})*\b"
+    r"|\b(?:19|20)\d\d\b",
+    re.IGNORECASE,
+)
+
+
 def refers_elsewhere(text: str) -> bool:
     """Whether a sentence only points to another part of the document
     ("For more information, see Note 4.", "Refer to Item 7."): an answer
-    cannot be taken from it."""
-    return bool(_POINTER.match(text))
+    cannot be taken from it. One that gives a figure besides what it points
+    to states it ("Refer to the table: emissions fell 30%", "See how revenue
+    grew 20% to $3 billion"), whatever its first words."""
+    return bool(_POINTER.match(text)) and not any(ch.isdigit() for ch in _REFERENCE.sub(" ", text))
 
 
 def stated_text(text: str) -> str:
