@@ -48,6 +48,7 @@ from attest.generate.text import (
     refers_elsewhere,
     says_role,
     split_sentences,
+    stated_text,
 )
 from attest.semantic.embedding import Embedder
 
@@ -928,6 +929,24 @@ def test_a_sentence_that_only_refers_the_reader_elsewhere_is_told(
     sentence: str, points: bool
 ) -> None:
     assert refers_elsewhere(sentence) is points
+
+
+def test_a_source_without_its_cross_references_keeps_its_other_sentences_apart() -> None:
+    source = (
+        "Highlights\n\nRevenue rose 5% to $3 billion\n\nSee Note 3.\n\n"
+        "Segment data\n- Retail: $2 billion\n- Online: $1 billion"
+    )
+    assert split_sentences(stated_text(source)) == [
+        "Highlights",
+        "Revenue rose 5% to $3 billion",
+        "Segment data",
+        "- Retail: $2 billion",
+        "- Online: $1 billion",
+    ]
+    assert stated_text("Revenue rose 5%. See Note 3.") == "Revenue rose 5%."
+    assert stated_text("See Note 3.") == ""
+    plain = "Revenue rose 5%.\nIt fell in 2022."
+    assert stated_text(plain) is plain
 
 
 async def test_a_cross_reference_is_never_the_answer() -> None:

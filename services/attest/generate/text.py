@@ -391,10 +391,12 @@ def refers_elsewhere(text: str) -> bool:
 
 def stated_text(text: str) -> str:
     """``text`` without its sentences that only refer the reader elsewhere
-    (``refers_elsewhere``); ``text`` itself when it has none."""
+    (``refers_elsewhere``); ``text`` itself when it has none. The sentences
+    kept stay sentences of their own (a blank line between them): a heading
+    or a list item without a final stop is not run into the next sentence."""
     sentences = split_sentences(text)
     kept = [s for s in sentences if not refers_elsewhere(s)]
-    return text if len(kept) == len(sentences) else " ".join(kept)
+    return text if len(kept) == len(sentences) else "\n\n".join(kept)
 
 
 _MONTH_RE = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?"
