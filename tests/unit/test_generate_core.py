@@ -113,6 +113,25 @@ def test_question_types() -> None:
     assert answer_type("Emissions of the Dunmarch smelter") == ""
 
 
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        # A verb of cause after "what" asks for a cause, not the amount it names.
+        ("What drove the reduction in SG&A expense as a percent of net sales?", ""),
+        ("What caused revenue to fall in 2023?", ""),
+        ("What led to the 2008 crisis?", ""),
+        # The same words as nouns ask for a name, as any "what" + noun does.
+        ("What cause of death was listed on the certificate?", "name"),
+        ("What drive capacity does the laptop ship with?", "name"),
+        ("What drives are in the NAS?", "name"),
+        ("What triggers are available in Zapier?", "name"),
+        ("What LED bulbs does the store sell?", "name"),
+    ],
+)
+def test_a_cause_is_asked_by_a_verb_of_cause_not_by_its_noun(question: str, kind: str) -> None:
+    assert answer_type(question) == kind
+
+
 def _completeness(sentence: str, kind: str, question: str, sources: list[str]) -> float:
     stated = [text_facts(t, kind, question, frozenset()) for t in sources]
     facts = facts_of(sentence, kind, question, frozenset())

@@ -170,13 +170,31 @@ _VERBS_AFTER_WHAT = _words(
 
 
 # "What drove / caused / led to X?" asks for a cause, as "why" does, whatever
-# X names: "what drove the fall in sales" asks for no amount.
+# X names: "what drove the fall in sales" asks for no amount. Only the forms
+# a verb takes right after "what": "what cause of death", "what drive
+# capacity" are nouns.
 _CAUSE_VERBS = _words(
     """
-    drove drives drive caused causes cause led leads explains explained explain
+    drove drives caused causes led leads explains explained
     contributed contributes prompted prompts triggered triggers motivated motivates
     """
 )
+# After a plural noun ("what drives are in the NAS", "what causes does the
+# foundation support"), not after the verb of a cause.
+_AUXILIARIES = _words("is are was were do does did have has had can could will would")
+
+
+def _asks_cause(question: str, words: list[str]) -> bool:
+    """Whether a "what" question is led by a verb of cause ("What drove ...")."""
+    if words[0] != "what" or len(words) < 2 or words[1] not in _CAUSE_VERBS:
+        return False
+    if words[1].endswith("s") and words[2:3] and words[2] in _AUXILIARIES:
+        return False  # "What causes are ...": a noun
+    # "What LED bulbs ...": an acronym, not the verb.
+    written = WORD.findall(unicodedata.normalize("NFKC", question))
+    return not (len(written) > 1 and written[1].isupper())
+
+
 _WH_WORDS = _words("what which who whom whose when where why how")
 # A question with no wh-word that asks for a place ("... location", "... venue").
 _PLACE_WORDS = _words("location venue place city country host")
@@ -202,7 +220,7 @@ def answer_type(question: str) -> str:
         or (words[0] in ("what", "which") and {"date", "dates"} & set(words))
     ):
         return "date"
-    if words[0] == "what" and len(words) > 1 and words[1] in _CAUSE_VERBS:
+    if _asks_cause(question, words):
         return ""  # a cause
     if ("how" in head and ({"many", "much", "long", "old"} & set(words[1:3]))) or (
         words[0] == "what" and _NUMBER_HINTS & set(words)
