@@ -558,6 +558,20 @@ def test_a_hyphenated_percentage_point_is_a_percentage() -> None:
         ),
         # A turnover is not assumed to be revenue: staff turnover is a measure too.
         ("What was Fennick's revenue in 2024?", "Staff turnover fell to 12 percent.", False),
+        # Sales that are no revenue: their cost, a count of units, a tax, a spend.
+        ("What was Fennick's revenue in 2024?", "Cost of sales rose to $2.1 billion.", False),
+        ("What was Fennick's revenue in 2024?", "Unit sales rose to 2 million cars.", False),
+        ("What was Fennick's revenue in 2024?", "Sales tax of $12 million was paid.", False),
+        ("What was Fennick's revenue in 2024?", "It employs 300 sales staff.", False),
+        (
+            "What was Fennick's revenue in 2024?",
+            "Sales and marketing expenses were $400 million.",
+            False,
+        ),
+        ("What was Fennick's revenue in 2024?", "Sales and revenues were $6.7 billion.", True),
+        # Revenue counts no sales.
+        ("How many home sales did Fennick record in 2024?", "Its revenue was $4 million.", False),
+        ("How many home sales did Fennick record in 2024?", "Home sales totalled 4,200.", True),
     ],
 )
 def test_revenue_is_also_written_as_sales(question: str, sentence: str, gives: bool) -> None:

@@ -357,10 +357,36 @@ _ALSO_NAMED: dict[str, frozenset[str]] = {
 }
 
 
-def _names_measure(word: str, measure: Measure) -> bool:
-    """Whether a lower-case word of a text names the measure: of its word
-    family (``same_word``) or one of the names it also goes by."""
-    return same_word(_stem(word), measure.head) or word in _ALSO_NAMED.get(measure.head, ())
+# "Sales" that are no revenue: what the company pays for them ("cost of
+# sales"), the sales it counts ("unit sales"), and what a "sales tax", a
+# "sales force" or "sales and marketing" spend is.
+_NOT_REVENUE_AFTER = _words(
+    """
+    tax taxes force forces staff team teams people representatives reps agents office offices
+    commission commissions volume volumes units per
+    """
+)
+_NOT_REVENUE_BEFORE = _words("unit units volume")
+
+
+def _names_measure(words: Sequence[str], i: int, measure: Measure) -> bool:
+    """Whether the lower-case word ``words[i]`` of a text names the measure:
+    of its word family (``same_word``) or one of the names it also goes by,
+    where it is used as that name ("net sales" for revenue, not "cost of
+    sales"; revenue is never a count of sales)."""
+    word = words[i]
+    if same_word(_stem(word), measure.head):
+        return True
+    if word not in _ALSO_NAMED.get(measure.head, ()) or measure.counted:
+        return False
+    before = " ".join(words[max(0, i - 2) : i])
+    after = " ".join(words[i + 1 : i + 3])
+    return not (
+        before in ("cost of", "costs of")
+        or before.rpartition(" ")[2] in _NOT_REVENUE_BEFORE
+        or after.partition(" ")[0] in _NOT_REVENUE_AFTER
+        or after in ("and marketing", "and administrative", "and general")
+    )
 
 
 def _may_name(text: str, measure: Measure) -> bool:
@@ -383,10 +409,11 @@ def amount_windows(text: str, measure: Measure) -> list[tuple[int, int]]:
     if not _may_name(text, measure):
         return []
     found = list(_TOKEN.finditer(text))
+    words = [token.group().lower() for token in found]
     return [
         (found[max(0, i - _BEFORE)].start(), found[min(len(found) - 1, i + _AFTER)].end())
-        for i, token in enumerate(found)
-        if _names_measure(token.group().lower(), measure)
+        for i in range(len(found))
+        if _names_measure(words, i, measure)
     ]
 
 
@@ -425,8 +452,8 @@ def gives_amount(sentence: str, measure: Measure) -> bool:
                 skip.add(j)
     skipped = frozenset(skip)
     return any(
-        _names_measure(w, measure) and _amount_near(words, i, measure.given, skipped)
-        for i, w in enumerate(words)
+        _names_measure(words, i, measure) and _amount_near(words, i, measure.given, skipped)
+        for i in range(len(words))
     )
 
 
