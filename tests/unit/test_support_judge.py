@@ -315,6 +315,12 @@ def test_a_figure_written_another_way_is_not_lacking() -> None:
     assert held[0, 1] <= PARTIAL_SUPPORT
 
 
+def test_a_held_judge_rating_beside_the_model_s_as_documented() -> None:
+    # confidence.md: a model rating of 5 to 7 beside a held 4 averages to a
+    # citation; 8 or more disagrees by more than 3 points and the 4 stands.
+    assert [combine(m, 4) for m in range(4, 11)] == [4, 5, 5, 6, 4, 4, 4]
+
+
 @pytest.mark.parametrize(
     ("probability", "confidence"),
     [(0.45, 5), (0.55, 6), (0.65, 7), (0.449, 4), (0.0, 0), (1.0, 10), (1.3, 10), (-0.2, 0)],
