@@ -178,8 +178,9 @@ def test_without_a_question_the_rating_is_support_alone() -> None:
 
 @pytest.mark.parametrize(
     ("model", "judge", "expected"),
-    # Halves round up, whatever the parity: 8.5 is 9 as 7.5 is 8 and 6.5 is 7.
-    [(8, 9, 9), (7, 8, 8), (6, 7, 7), (9, 9, 9), (10, 2, 2), (2, 10, 2), (7, 4, 6), (0, 0, 0)],
+    # A mean half-way between two ratings is rounded down, whatever the
+    # parity: 8.5 is 8 as 7.5 is 7 and 4.5 is 4 (a citation needs both).
+    [(8, 9, 8), (7, 8, 7), (5, 4, 4), (9, 9, 9), (10, 2, 2), (2, 10, 2), (7, 4, 5), (0, 0, 0)],
 )
 def test_model_and_judge_combine_by_the_documented_rule(
     model: int, judge: int, expected: int
@@ -316,9 +317,10 @@ def test_a_figure_written_another_way_is_not_lacking() -> None:
 
 
 def test_a_held_judge_rating_beside_the_model_s_as_documented() -> None:
-    # confidence.md: a model rating of 5 to 7 beside a held 4 averages to a
-    # citation; 8 or more disagrees by more than 3 points and the 4 stands.
-    assert [combine(m, 4) for m in range(4, 11)] == [4, 5, 5, 6, 4, 4, 4]
+    # confidence.md: a model rating of 6 or 7 beside a held 4 averages to a
+    # citation; 5 does not (4.5 is rounded down); 8 or more disagrees by more
+    # than 3 points and the 4 stands.
+    assert [combine(m, 4) for m in range(4, 11)] == [4, 4, 5, 5, 4, 4, 4]
 
 
 @pytest.mark.parametrize(

@@ -247,10 +247,12 @@ def to_confidence(probability: float) -> int:
 def combine(model_confidence: int, judge_confidence: int, disagreement: int = 3) -> int:
     """The confidence of a citation rated by both an LLM and the judge: their
     mean when they roughly agree, the lower one when they disagree by more
-    than ``disagreement`` points (a citation needs both to hold)."""
+    than ``disagreement`` points (a citation needs both to hold, so a mean
+    half-way between two ratings is rounded down, to the lower one's side:
+    a model's 5 beside the judge's 4 is no citation)."""
     if abs(model_confidence - judge_confidence) > disagreement:
         return min(model_confidence, judge_confidence)
-    return _half_up((model_confidence + judge_confidence) / 2)
+    return (model_confidence + judge_confidence) // 2
 
 
 def _negated(text: str) -> bool:
