@@ -103,6 +103,32 @@ async def test_filters_and_highlights(lexical):
         common_pb2.Filter(field="published_at", gte="2025-01-01", lte="2025-03-31T23:59:59Z"),
         common_pb2.Filter(field="entity", any_of=["gri-303", "gri-305"]),
     ) == ["w1"]
+    # Named documents: exact ids, two filters keep the ids both name.
+    assert await ids(common_pb2.Filter(field="doc_id", any_of=["e1", "l1", "nowhere"])) == [
+        "e1",
+        "l1",
+    ]
+    assert await ids(
+        common_pb2.Filter(field="doc_id", any_of=["e1", "l1"]),
+        common_pb2.Filter(field="doc_id", any_of=["l1", "w1"]),
+    ) == ["l1"]
+    assert (
+        await ids(
+            common_pb2.Filter(field="doc_id", any_of=["e1"]),
+            common_pb2.Filter(field="doc_id", any_of=["w1"]),
+        )
+        == []
+    )
+    assert await ids(common_pb2.Filter(field="doc_id", any_of=["E1"])) == []
+    passages = await stub.Search(
+        lexical_pb2.SearchRequest(
+            query="water emissions mains",
+            top_k=10,
+            level=lexical_pb2.SEARCH_LEVEL_PASSAGE,
+            filters=[common_pb2.Filter(field="doc_id", any_of=["w1"])],
+        )
+    )
+    assert {h.doc_id for h in passages.hits} == {"w1"}
 
     r = await stub.Search(
         lexical_pb2.SearchRequest(query="emissions target", top_k=1, highlight=True)

@@ -134,6 +134,17 @@ async def test_filters_restrict_dense_and_kg(semantic):
         r = await search(stub, "emissions target", top_k=20, filters=[org], mode=mode)
         expected = {d.id for d in docs if "Norvale Copper" in d.organizations}
         assert {h.doc_id for h in r.hits} == expected, mode
+    named = [docs[0].id, docs[3].id]
+    by_id = common_pb2.Filter(field="doc_id", any_of=[*named, "never-ingested"])
+    for mode in (
+        semantic_pb2.SEARCH_MODE_DENSE,
+        semantic_pb2.SEARCH_MODE_KG,
+        semantic_pb2.SEARCH_MODE_FUSED,
+    ):
+        r = await search(stub, "emissions water workers", top_k=20, filters=[by_id], mode=mode)
+        assert {h.doc_id for h in r.hits} <= set(named), mode
+        if mode == semantic_pb2.SEARCH_MODE_DENSE:
+            assert {h.doc_id for h in r.hits} == set(named)
     dated = common_pb2.Filter(field="published_at", gte="2026-01-01")
     r = await search(stub, "water", top_k=50, filters=[dated])
     assert r.hits

@@ -71,6 +71,8 @@ async def _sources(found: list[str], **overrides: Any) -> list[str]:
     (request,) = fake.generated
     (lookup,) = fake.lookups
     assert lookup.query.startswith(f"{DOC} balance sheets financial position")
+    # Searched within the filing alone, however many others the store holds.
+    assert [(f.field, list(f.any_of)) for f in lookup.filters] == [("doc_id", [DOC])]
     return [s.text for s in request.sources]
 
 

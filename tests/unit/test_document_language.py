@@ -148,8 +148,15 @@ def test_the_registry_keeps_the_language_for_deletes_by_filter():
     }
     german = filters_from_proto([language_filter("de")], max_filters=8, max_values=8)
     french = filters_from_proto([language_filter("fr")], max_filters=8, max_values=8)
-    assert _matches(again, german)
-    assert not _matches(again, french)
+    assert _matches("a1", again, german)
+    assert not _matches("a1", again, french)
+    named = filters_from_proto(
+        [common_pb2.Filter(field="doc_id", any_of=["a1", "a2"]), language_filter("de")],
+        max_filters=8,
+        max_values=8,
+    )
+    assert _matches("a2", again, named)
+    assert not _matches("a3", again, named)
 
 
 # -- BM25 (tantivy; OpenSearch in the integration tier) --------------------------------------

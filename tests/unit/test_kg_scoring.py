@@ -161,6 +161,12 @@ def test_filters(setup):
         )
     }
     assert linked == {a.doc_id for a in articles if entity in a.entity_ids}
+    named = [articles[3].doc_id, articles[40].doc_id, "never-upserted"]
+    only = scorer.score("default", query, top_k=500, flt=KgFilter(doc_ids=tuple(named)))
+    assert {s.doc_id for s in only} == set(named[:2])
+    both = KgFilter(keywords={"organizations": ("org a",)}, doc_ids=tuple(named))
+    got = {s.doc_id for s in scorer.score("default", query, top_k=500, flt=both)}
+    assert got == {a.doc_id for a in (articles[3], articles[40]) if a.organizations}
 
 
 def test_warm_up_builds_what_the_first_query_would(setup):

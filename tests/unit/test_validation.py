@@ -356,3 +356,33 @@ def test_an_empty_filter_value_is_rejected_with_its_index(values: list[str]):
     filters = [common_pb2.Filter(field=field, any_of=values)]
     where = field_of(lambda: common.filters_from_proto(filters, max_filters=16, max_values=256))
     assert where == f"filters[0].any_of[{len(values) - 1}]"
+
+
+def test_a_document_filter_names_exact_ids_and_two_keep_what_both_name():
+    def parsed(*filters: common_pb2.Filter) -> common.Filters:
+        return common.filters_from_proto(list(filters), max_filters=16, max_values=256)
+
+    one = parsed(common_pb2.Filter(field="doc_id", any_of=["10-K 2023", "a", "a"]))
+    assert one.doc_ids == ("10-K 2023", "a")
+    assert one.restricts
+    assert not one.restricts_keywords
+    both = parsed(
+        common_pb2.Filter(field="doc_id", any_of=["a", "b"]),
+        common_pb2.Filter(field="doc_id", any_of=["b", "c"]),
+    )
+    assert both.doc_ids == ("b",)
+    # Nothing both name: a filter that matches nothing, not no filter at all.
+    none = parsed(
+        common_pb2.Filter(field="doc_id", any_of=["a"]),
+        common_pb2.Filter(field="doc_id", any_of=["c"]),
+    )
+    assert none.doc_ids == (common.NO_MATCH,)
+    assert not parsed().restricts
+    bad = [common_pb2.Filter(field="doc_id", any_of=["a", " "])]
+    assert field_of(lambda: common.filters_from_proto(bad, max_filters=16, max_values=256)) == (
+        "filters[0].any_of[1]"
+    )
+    dated = [common_pb2.Filter(field="doc_id", gte="2025-01-01")]
+    assert field_of(lambda: common.filters_from_proto(dated, max_filters=16, max_values=256)) == (
+        "filters[0]"
+    )

@@ -222,6 +222,29 @@ async def test_tenants_are_isolated(store: VectorStore):
     assert point_id("acme", "d1", -1) != point_id("globex", "d1", -1)
 
 
+async def test_a_search_keeps_to_the_documents_named(store: VectorStore):
+    await store.upsert(
+        "passages",
+        "acme",
+        [passage(d, i, axis(i, tilt=0.1 * k)) for k, d in enumerate("abc") for i in range(3)],
+    )
+
+    async def hits(*doc_ids: str, **more: object) -> set[str]:
+        flt = VectorFilter(tenant="acme", doc_ids=doc_ids, **more)  # type: ignore[arg-type]
+        return {h.doc_id for h in await store.search("passages", axis(1), 20, flt)}
+
+    assert await hits() == {"a", "b", "c"}
+    assert await hits("b") == {"b"}
+    assert await hits("a", "c", "zzz") == {"a", "c"}
+    assert await hits("zzz") == set()
+    # With another condition, both hold.
+    assert await hits("a", keywords={"entity_ids": ("gri-303",)}) == set()
+    # Per passage: every passage of the named document, none of another.
+    flt = VectorFilter(tenant="acme", doc_ids=("c",))
+    found = await store.search("passages", axis(1), 20, flt)
+    assert sorted(h.passage_index for h in found) == [0, 1, 2]
+
+
 async def test_filters_by_organization_entity_and_date(store: VectorStore):
     await store.upsert(
         "articles",

@@ -30,6 +30,7 @@ from attest.answer.options import Plan
 from attest.answer.settings import AnswerSettings
 from attest.answer.v1 import answer_pb2
 from attest.common.v1 import common_pb2
+from attest.core.common import DOC_FILTER
 from attest.core.document import keywords_to_message
 from attest.core.errors import DeadlineExceeded, InvalidArgument, Unavailable
 from attest.generate import numeric
@@ -296,11 +297,12 @@ class AnswerPipeline:
     ) -> list[answer_pb2.AnswerSource]:
         """For a question that asks for a financial metric or line item, the
         table rows of what it is computed from (``numeric.operand_queries``):
-        each line item searched again with BM25, at passage level, within the
-        documents already found whose title names the company the question
-        names (their title is part of the query; a passage of any other
-        document is dropped), at most ``numeric_search_documents`` of them,
-        the filing of the year asked first. Of each search's passages, those
+        each line item searched again with BM25, at passage level, within each
+        of the documents already found whose title names the company the
+        question names (a ``doc_id`` filter, so how deep a row ranks does not
+        depend on how many other documents the store holds; their title is
+        part of the query), at most ``numeric_search_documents`` of them, the
+        filing of the year asked first. Of each search's passages, those
         that hold a row of its line item (``numeric.holds_line_item``) come
         first: a note or a cash flow row that repeats the label's words
         ("Property, plant and equipment additions") can outrank the balance
@@ -323,13 +325,16 @@ class AnswerPipeline:
         have = {(s.source.doc_id, s.source.passage_index) for s in sources}
         limits = Limits(clock.timeout(self.settings.timeouts.retrieve, "searching line items"))
 
-        async def one(text: str) -> Retrieval:
+        async def one(doc_id: str, text: str) -> Retrieval:
+            # Within the one document: how deep its row ranks cannot depend on
+            # how many other filings the store holds.
+            within = common_pb2.Filter(field=DOC_FILTER, any_of=[doc_id])
             return await retrieve(
                 self.backends,
                 Query(
                     text=text,
                     retrievers=(common_pb2.RETRIEVER_BM25,),
-                    filters=plan.filters,
+                    filters=(*plan.filters, within),
                     top_k=self.settings.numeric_search_top_k,
                     level=Level.PASSAGE,
                 ),
@@ -337,12 +342,16 @@ class AnswerPipeline:
             )
 
         start = time.perf_counter()
-        asked = [(concept, f"{title} {query}") for _, title in docs for concept, query in searches]
-        results = await asyncio.gather(*(one(q) for _, q in asked))
+        asked = [
+            (doc_id, concept, f"{title} {query}")
+            for doc_id, title in docs
+            for concept, query in searches
+        ]
+        results = await asyncio.gather(*(one(d, q) for d, _, q in asked))
         clock.record(answer_pb2.STAGE_RETRIEVE_BM25, time.perf_counter() - start)
         out: list[answer_pb2.AnswerSource] = []
         keep = self.settings.numeric_search_keep
-        for (concept, _), retrieval in zip(asked, results, strict=True):
+        for (_, concept, _), retrieval in zip(asked, results, strict=True):
             for failure in retrieval.failures:
                 reason = f"line-item search skipped: {failure.reason}"
                 degradations.append(

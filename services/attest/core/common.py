@@ -18,7 +18,10 @@ from attest.core.errors import InvalidArgument
 from attest.core.validation import check_enum, datetime_from_timestamp, parse_date
 
 DATE_FILTER = "published_at"
-FILTER_FIELDS = (*BY_FILTER, DATE_FILTER)
+# Restricts a search to named documents (their passages too): the id a
+# document was ingested under, compared exactly.
+DOC_FILTER = "doc_id"
+FILTER_FIELDS = (*BY_FILTER, DOC_FILTER, DATE_FILTER)
 NO_MATCH = "\x00no-match"
 
 
@@ -27,16 +30,25 @@ class Filters(HasKeywords):
     """Conjunctive restrictions; no values and None mean "no restriction".
 
     ``keywords`` maps a keyword field's name (``attest.core.document``) to the
-    values a record must have at least one of.
+    values a record must have at least one of; ``doc_ids``, when not empty,
+    the documents a record must belong to.
     """
 
     keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
+    doc_ids: tuple[str, ...] = ()
 
     @property
     def restricts_keywords(self) -> bool:
         return any(self.keywords.values())
+
+    @property
+    def restricts(self) -> bool:
+        """Whether anything beyond the tenant is restricted."""
+        return bool(
+            self.restricts_keywords or self.doc_ids or self.published_from or self.published_to
+        )
 
 
 def filters_from_proto(
@@ -45,6 +57,7 @@ def filters_from_proto(
     if len(filters) > max_filters:
         raise InvalidArgument(f"at most {max_filters} filters are allowed", field="filters")
     keywords: dict[str, list[str]] = {}
+    doc_ids: list[str] | None = None
     published_from: datetime | None = None
     published_to: datetime | None = None
     for i, f in enumerate(filters):
@@ -81,6 +94,11 @@ def filters_from_proto(
             if not value.strip():
                 # An empty value would silently match nothing.
                 raise InvalidArgument("must not be empty", field=f"{where}.any_of[{k}]")
+        if f.field == DOC_FILTER:
+            ids = list(dict.fromkeys(f.any_of))
+            # Two document filters are ANDed: the ids both name.
+            doc_ids = ids if doc_ids is None else [d for d in doc_ids if d in set(ids)]
+            continue
         declared = BY_FILTER[f.field]
         try:
             values = declared.clean(f.any_of)
@@ -99,6 +117,7 @@ def filters_from_proto(
         keywords={name: tuple(values) for name, values in keywords.items()},
         published_from=published_from,
         published_to=published_to,
+        doc_ids=tuple(doc_ids or [NO_MATCH]) if doc_ids is not None else (),
     )
 
 

@@ -595,9 +595,11 @@ class InlineDispatcher:
 # -- the core ----------------------------------------------------------------------
 
 
-def _matches(entry: RegistryEntry, filters: Filters) -> bool:
+def _matches(doc_id: str, entry: RegistryEntry, filters: Filters) -> bool:
     from datetime import datetime
 
+    if filters.doc_ids and doc_id not in filters.doc_ids:
+        return False
     for name, values in filters.keywords.items():
         key = BY_NAME[name].key
         wanted = {key(v) for v in values}
@@ -874,7 +876,7 @@ class IngestCore:
         """Remove documents from every store and from the registry."""
         if filters is not None:
             registry = await asyncio.to_thread(self.store.registry_all, tenant)
-            matched = sorted(d for d, e in registry.items() if _matches(e, filters))
+            matched = sorted(d for d, e in registry.items() if _matches(d, e, filters))
         else:
             known = await asyncio.to_thread(
                 self.store.registry_get, tenant, list(dict.fromkeys(doc_ids))

@@ -174,6 +174,8 @@ def filter_clauses(tenant: str, filters: Filters) -> list[dict[str, Any]]:
     for name, values in filters.keywords.items():
         if values:
             clauses.append({"terms": {name: list(values)}})
+    if filters.doc_ids:
+        clauses.append({"terms": {"doc_id": list(filters.doc_ids)}})
     if filters.published_from or filters.published_to:
         bounds = {}
         if filters.published_from:

@@ -643,6 +643,7 @@ class SemanticIndex:
             keywords=f.keywords,
             published_from=f.published_from,
             published_to=f.published_to,
+            doc_ids=f.doc_ids,
         )
         kind: Literal["articles", "passages"] = (
             PASSAGES if query.level is Level.PASSAGE else ARTICLES
@@ -684,8 +685,8 @@ class SemanticIndex:
     ) -> list[SemanticHit]:
         f = query.filters
         flt = None
-        if f.restricts_keywords or f.published_from or f.published_to:
-            flt = KgFilter(f.keywords, f.published_from, f.published_to)
+        if f.restricts:
+            flt = KgFilter(f.keywords, f.published_from, f.published_to, f.doc_ids)
         scores: list[ArticleScore] = await asyncio.to_thread(
             self.scorer.score,
             tenant,

@@ -109,6 +109,8 @@ class KgFilter:
     keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
+    # When not empty, the articles to score (by id); the others are left out.
+    doc_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,10 @@ class _Table:
                 rows = set().union(*(index.get(BY_NAME[name].key(v), set()) for v in wanted))
                 hit[list(rows)] = True
                 keep &= hit
+        if flt.doc_ids:
+            named = np.zeros(n, dtype=bool)
+            named[[self.row_of[d] for d in flt.doc_ids if d in self.row_of]] = True
+            keep &= named
         if flt.published_from or flt.published_to:
             published = np.asarray(self.published, dtype=np.float64)
             with np.errstate(invalid="ignore"):

@@ -111,6 +111,8 @@ class VectorFilter:
     keywords: Keywords = field(default_factory=dict)
     published_from: datetime | None = None
     published_to: datetime | None = None
+    # When not empty, the documents a point must belong to.
+    doc_ids: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)  # built per hit: see SemanticHit on why not frozen
@@ -371,6 +373,7 @@ class _Conditions:
     keywords: dict[str, list[str]]  # field name -> stored (folded) values, any of which matches
     published_from: int | None
     published_to: int | None
+    doc_ids: list[str]
 
 
 def _conditions(flt: VectorFilter) -> _Conditions:
@@ -388,6 +391,7 @@ def _conditions(flt: VectorFilter) -> _Conditions:
         },
         published_from=lo,
         published_to=hi,
+        doc_ids=list(dict.fromkeys(flt.doc_ids)),
     )
 
 
@@ -528,6 +532,8 @@ def _edge_filter(c: _Conditions) -> qe.Filter:
     ]
     for name, values in c.keywords.items():
         must.append(qe.FieldCondition(name, match=qe.MatchAny(values)))
+    if c.doc_ids:
+        must.append(qe.FieldCondition("doc_id", match=qe.MatchAny(c.doc_ids)))
     if c.published_from is not None or c.published_to is not None:
         window = qe.RangeFloat(gte=c.published_from, lte=c.published_to)
         must.append(qe.FieldCondition(DATE_FIELD, range=window))
@@ -971,6 +977,8 @@ def _client_filter(c: _Conditions) -> qm.Filter:
     ]
     for name, values in c.keywords.items():
         must.append(qm.FieldCondition(key=name, match=qm.MatchAny(any=values)))
+    if c.doc_ids:
+        must.append(qm.FieldCondition(key="doc_id", match=qm.MatchAny(any=c.doc_ids)))
     if c.published_from is not None or c.published_to is not None:
         window = qm.Range(gte=c.published_from, lte=c.published_to)
         must.append(qm.FieldCondition(key=DATE_FIELD, range=window))

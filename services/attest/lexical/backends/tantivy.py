@@ -389,6 +389,8 @@ class TantivyBackend:
         for name, values in f.keywords.items():
             if values:
                 must.append(_any(level, KEYWORD_TERMS, [_keyword_term(name, v) for v in values]))
+        if f.doc_ids:
+            must.append(_any(level, "doc_id", list(f.doc_ids)))
         if f.published_from or f.published_to:
             # tantivy holds dates from 1677 to 2262 only, and every stored date
             # is inside EARLIEST..LATEST_PUBLISHED, so wider bounds are clamped

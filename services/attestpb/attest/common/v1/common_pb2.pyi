@@ -342,16 +342,19 @@ class Filter(_message.Message):
     GTE_FIELD_NUMBER: _builtins.int
     LTE_FIELD_NUMBER: _builtins.int
     field: _builtins.str
-    """Field to restrict: "organization", "entity", "language" or "published_at"."""
+    """Field to restrict: "organization", "entity", "language", "doc_id" or
+    "published_at".
+    """
     gte: _builtins.str
     """For "published_at": inclusive lower bound, an ISO-8601 date or date-time; empty for none."""
     lte: _builtins.str
     """For "published_at": inclusive upper bound, an ISO-8601 date or date-time; empty for none."""
     @_builtins.property
     def any_of(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """For "organization", "entity" and "language": the record must have at least
-        one of these values (organizations compared without regard to case,
-        languages as ISO 639-1 codes). An empty value is INVALID_ARGUMENT.
+        """For "organization", "entity", "language" and "doc_id": the record must have
+        at least one of these values (organizations compared without regard to
+        case, languages as ISO 639-1 codes, document ids exactly; a passage has its
+        document's id). An empty value is INVALID_ARGUMENT.
         """
 
     def __init__(
