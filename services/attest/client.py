@@ -11,12 +11,13 @@ DeadlineExceeded, Unavailable, ...) with the server's message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 
 import grpc
 
 from attest.answer.v1 import answer_pb2, answer_pb2_grpc
+from attest.common.v1 import common_pb2
 from attest.core import errors
 from attest.core.channels import create_channel
 from attest.core.rpc_errors import from_rpc
@@ -38,9 +39,13 @@ def options(
     max_researches: int | None = None,
     time_budget_seconds: float | None = None,
     explain: bool = False,
+    documents: Sequence[str] = (),
 ) -> answer_pb2.AskOptions:
-    """AskOptions from keyword arguments; 0 and None keep the server's defaults."""
+    """AskOptions from keyword arguments; 0 and None keep the server's defaults.
+    ``documents``: answer from these documents only (their ids)."""
     out = answer_pb2.AskOptions(rerank_top_k=rerank_top_k, skip_rerank=skip_rerank, explain=explain)
+    if documents:
+        out.retrieval.filters.append(common_pb2.Filter(field="doc_id", any_of=list(documents)))
     if confidence_threshold is not None:
         out.confidence_threshold = confidence_threshold
     if max_researches is not None:

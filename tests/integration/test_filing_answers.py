@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from attest.answer.commands import render_answer
 from attest.answer.embedded import embedded_stack
-from attest.client import AnswerClient
+from attest.client import AnswerClient, options
 from attest.common.v1 import common_pb2
 from attest.evaluation.filings_commands import eval_filings
 from attest.evaluation.pooled import ingest_documents
@@ -108,6 +108,13 @@ async def test_a_metric_is_computed_from_the_named_company_rows_and_pages(tmp_pa
         await ingest_documents(address, docs, progress=False)
         async with AnswerClient(address) as client:
             answer = await client.ask(question, timeout=300)
+            # Asked of the other filing alone: nothing of Acme's is a source.
+            elsewhere = await client.ask(
+                question, options(documents=["GLOBEX_2019_10K"]), timeout=300
+            )
+    assert elsewhere.sources
+    assert {s.source.doc_id for s in elsewhere.sources} == {"GLOBEX_2019_10K"}
+    assert "24.26" not in " ".join(s.text for s in elsewhere.sentences)
     assert not answer.insufficient_information
     (sentence,) = answer.sentences
     assert sentence.text == "Fixed asset turnover ratio, FY2019: 6,489 / ((282 + 253) / 2) = 24.26."

@@ -25,3 +25,22 @@ def test_status_codes_map_to_typed_errors(code: grpc.StatusCode, kind: type) -> 
     assert type(got) is kind
     assert "why" in str(got)
     assert got.code == kind.code
+
+
+def test_asking_of_named_documents_filters_every_retriever_by_doc_id():
+    from attest.client import options
+
+    asked = options(documents=["ACME_2019_10K", "GLOBEX_2019_10K"])
+    (only,) = asked.retrieval.filters
+    assert (only.field, list(only.any_of)) == ("doc_id", ["ACME_2019_10K", "GLOBEX_2019_10K"])
+    assert not options().retrieval.filters
+
+
+def test_attest_ask_refuses_an_empty_document_id_before_calling_anyone():
+    from click.testing import CliRunner
+
+    from attest.answer.commands import ask
+
+    result = CliRunner().invoke(ask, ["What?", "--document", " ", "--address", "127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "a document id must not be empty" in result.output

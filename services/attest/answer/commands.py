@@ -182,6 +182,13 @@ GENERATION_MODES = {
     help="How the answer is written; default: as the server is configured. With llm, "
     "each sentence is printed as the model writes it, then the cited answer.",
 )
+@click.option(
+    "--document",
+    "documents",
+    multiple=True,
+    metavar="ID",
+    help="Answer from this document only (its id as ingested; repeat for several).",
+)
 def ask(
     question: str,
     address: str,
@@ -190,15 +197,19 @@ def ask(
     threshold: int | None,
     timeout: float,
     mode: str | None,
+    documents: tuple[str, ...],
 ) -> None:
     """Ask a running answer service QUESTION; print the cited answer."""
     from attest.client import AnswerClient, options
 
+    if any(not d.strip() for d in documents):
+        raise click.BadParameter("a document id must not be empty", param_hint="--document")
     ask_options = options(
         rerank_top_k=top_k,
         skip_rerank=no_rerank,
         confidence_threshold=threshold,
         explain=True,
+        documents=documents,
     )
     if mode is not None:
         ask_options.generation_mode = GENERATION_MODES[mode]
