@@ -10,6 +10,8 @@ from typing import Any
 from attest.answer.options import validate
 from attest.answer.pipeline import AnswerPipeline, collect
 from attest.common.v1 import common_pb2
+from attest.core.settings import RequestLimits
+from attest.lexical.convert import search_from_proto
 from attest.lexical.v1 import lexical_pb2
 from tests.unit.test_answer_knowledge import Backends, options, settings
 
@@ -89,3 +91,33 @@ async def test_without_a_row_of_the_item_the_search_order_stands() -> None:
     texts = await _sources(NEARBY, numeric_search_keep=3)
     assert ROW not in texts
     assert texts[-3:] == NEARBY[:3]
+
+
+class CheckedFiling(Filing):
+    """The filing behind a lexical service that checks each search as the real
+    one does (``search_from_proto``): at most ``max_filters`` filters."""
+
+    async def lexical_search(
+        self, request: lexical_pb2.SearchRequest, seconds: float
+    ) -> lexical_pb2.SearchResponse:
+        search_from_proto(request, RequestLimits())
+        return await super().lexical_search(request, seconds)
+
+
+async def test_a_question_with_as_many_filters_as_allowed_still_gets_its_rows() -> None:
+    # The answer service allows as many filters as the lexical service; the
+    # line-item search must not add one more and have its searches refused.
+    config = settings(numeric_search_keep=5)
+    assert config.limits.max_filters == RequestLimits().max_filters
+    opts = options(common_pb2.RETRIEVER_BM25)
+    opts.retrieval.filters.extend(
+        common_pb2.Filter(field="language", any_of=["en"]) for _ in range(config.limits.max_filters)
+    )
+    fake = CheckedFiling([*NEARBY, ROW])
+    plan = validate(QUESTION, opts, config, deadline_seconds=None)
+    await collect(AnswerPipeline(fake, config).run(plan))
+    (request,) = fake.generated
+    (lookup,) = fake.lookups
+    assert len(lookup.filters) <= RequestLimits().max_filters
+    assert [list(f.any_of) for f in lookup.filters if f.field == "doc_id"] == [[DOC]]
+    assert ROW in [s.text for s in request.sources]

@@ -327,14 +327,18 @@ class AnswerPipeline:
 
         async def one(doc_id: str, text: str) -> Retrieval:
             # Within the one document: how deep its row ranks cannot depend on
-            # how many other filings the store holds.
+            # how many other filings the store holds. The document was found
+            # under the plan's filters, and each filter restricts a property a
+            # passage shares with its document, so this filter alone says all:
+            # adding it to the plan's would make one more than the index
+            # services allow when the question came with as many as allowed.
             within = common_pb2.Filter(field=DOC_FILTER, any_of=[doc_id])
             return await retrieve(
                 self.backends,
                 Query(
                     text=text,
                     retrievers=(common_pb2.RETRIEVER_BM25,),
-                    filters=(*plan.filters, within),
+                    filters=(within,),
                     top_k=self.settings.numeric_search_top_k,
                     level=Level.PASSAGE,
                 ),
