@@ -39,11 +39,15 @@ def options(
     max_researches: int | None = None,
     time_budget_seconds: float | None = None,
     explain: bool = False,
-    documents: Sequence[str] = (),
+    documents: Sequence[str] | str = (),
 ) -> answer_pb2.AskOptions:
     """AskOptions from keyword arguments; 0 and None keep the server's defaults.
-    ``documents``: answer from these documents only (their ids)."""
+    ``documents``: answer from these documents only (their ids; one id may be
+    given as a string)."""
     out = answer_pb2.AskOptions(rerank_top_k=rerank_top_k, skip_rerank=skip_rerank, explain=explain)
+    if isinstance(documents, str):
+        # A str is a Sequence[str] too: its characters are not the ids meant.
+        documents = (documents,)
     if documents:
         out.retrieval.filters.append(common_pb2.Filter(field="doc_id", any_of=list(documents)))
     if confidence_threshold is not None:

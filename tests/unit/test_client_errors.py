@@ -44,3 +44,10 @@ def test_attest_ask_refuses_an_empty_document_id_before_calling_anyone():
     result = CliRunner().invoke(ask, ["What?", "--document", " ", "--address", "127.0.0.1:9"])
     assert result.exit_code == 2
     assert "a document id must not be empty" in result.output
+
+
+def test_one_document_id_given_as_a_string_is_that_document_not_its_characters():
+    from attest.client import options
+
+    (only,) = options(documents="ACME_2019_10K").retrieval.filters
+    assert (only.field, list(only.any_of)) == ("doc_id", ["ACME_2019_10K"])
