@@ -163,10 +163,10 @@ class AskOptions(_message.Message):
     """
     @_builtins.property
     def retrieval(self) -> _common_pb2.RetrievalOptions:
-        """Retrievers, fusion method, filters (organization, entity, language, date
-        range) and candidates per retriever. Also used to re-search weak sentences,
-        where a retriever the fusion gives no weight runs only when no weighted one
-        finds anything.
+        """Retrievers, fusion method, filters (organization, entity, language,
+        document id, date range) and candidates per retriever. Also used to
+        re-search weak sentences, where a retriever the fusion gives no weight runs
+        only when no weighted one finds anything.
         """
 
     @_builtins.property
