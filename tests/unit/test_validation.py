@@ -382,6 +382,13 @@ def test_a_document_filter_names_exact_ids_and_two_keep_what_both_name():
     assert field_of(lambda: common.filters_from_proto(bad, max_filters=16, max_values=256)) == (
         "filters[0].any_of[1]"
     )
+    for odd in ("a ", "a\x00b", "x" * 5000):
+        refused = [common_pb2.Filter(field="doc_id", any_of=["ok", odd])]
+        assert field_of(
+            lambda refused=refused: common.filters_from_proto(
+                refused, max_filters=16, max_values=256
+            )
+        ) == ("filters[0].any_of[1]")
     dated = [common_pb2.Filter(field="doc_id", gte="2025-01-01")]
     assert field_of(lambda: common.filters_from_proto(dated, max_filters=16, max_values=256)) == (
         "filters[0]"

@@ -15,7 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from attest.common.v1 import common_pb2
 from attest.core.document import BY_FILTER, HasKeywords, Keywords
 from attest.core.errors import InvalidArgument
-from attest.core.validation import check_enum, datetime_from_timestamp, parse_date
+from attest.core.validation import check_enum, check_id, datetime_from_timestamp, parse_date
 
 DATE_FILTER = "published_at"
 # Restricts a search to named documents (their passages too): the id a
@@ -95,6 +95,11 @@ def filters_from_proto(
                 # An empty value would silently match nothing.
                 raise InvalidArgument("must not be empty", field=f"{where}.any_of[{k}]")
         if f.field == DOC_FILTER:
+            # An id no document can have (control characters, white space at
+            # either end, too long) would match nothing without a word: refused
+            # as ingest refuses it.
+            for k, value in enumerate(f.any_of):
+                check_id(value, f"{where}.any_of[{k}]")
             ids = list(dict.fromkeys(f.any_of))
             # Two document filters are ANDed: the ids both name.
             doc_ids = ids if doc_ids is None else [d for d in doc_ids if d in set(ids)]
