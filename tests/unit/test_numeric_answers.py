@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from attest.generate.extractive import ExtractiveEngine
@@ -308,6 +310,14 @@ def test_labels_are_read_whatever_their_commas_dashes_and_ampersands() -> None:
     )
     assert isinstance(ppe, Computed)
     assert ppe.value == pytest.approx(12645)
+    # A hyphen attached to "net", as some filings print it.
+    hyphened = [replace(sources[0], text=balance.replace("equipment – net", "equipment-net"))]
+    again = compute(
+        "What is Halver's year end FY2020 net property, plant, and equipment (in USD millions)?",
+        hyphened,
+    )
+    assert isinstance(again, Computed)
+    assert again.value == pytest.approx(12645)
     fcf = compute(
         "What is the FY2020 free cash flow (FCF) for Halver? FCF here is defined as: "
         "(cash from operations - capex). Answer in USD millions.",

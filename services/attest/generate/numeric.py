@@ -286,10 +286,12 @@ def _statement_rank(concept: str, row: TableRow) -> int:
 
 def _label_key(label: str) -> str:
     """A label as compared with the catalogue's: lower case, "&" read as "and",
-    without commas and with dashes as spaces ("Property, plant, and equipment –
-    net" and "property, plant and equipment, net" are one label)."""
+    without commas and with dashes and hyphens as spaces ("Property, plant,
+    and equipment – net", "Property, plant and equipment-net" and "property,
+    plant and equipment, net" are one label; both sides are read alike, so
+    "non-current" is "non current" in the catalogue too)."""
     text = label.lower().replace("&", " and ")
-    text = re.sub(r"[,\u2013\u2014\u2212]|(?<=\s)-(?=\s)", " ", text)
+    text = re.sub(r"[,\-\u2010\u2011\u2013\u2014\u2212]", " ", text)
     text = re.sub(r"\band and\b", "and", " ".join(text.split()))
     return text
 
