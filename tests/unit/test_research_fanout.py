@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -161,6 +162,11 @@ class Backends:
         raise Unavailable("no knowledge service here")
 
 
+# The fusion these tests configure, not the shipped one (which is refitted
+# now and then): BM25, dense and KG enhanced weighed, plain KG at 0.
+FUSION_FILE = Path(__file__).with_name("research_fusion.json")
+
+
 @pytest.fixture
 async def services() -> AsyncIterator[tuple[Lexical, Semantic, GenerateServicer]]:
     lexical, semantic = Lexical(), Semantic()
@@ -174,7 +180,9 @@ async def services() -> AsyncIterator[tuple[Lexical, Semantic, GenerateServicer]
         try:
             settings = GenerateSettings(
                 llm=LLMSettings(url=fake.url),
-                research=ResearchSettings(lexical_address=address, semantic_address=address),
+                research=ResearchSettings(
+                    lexical_address=address, semantic_address=address, fusion_settings=FUSION_FILE
+                ),
                 # The fake model's ratings as given, weak sentences kept marked.
                 pipeline=PipelineSettings(llm_citation_rating="model", withdraw_unsupported=False),
             )
@@ -194,7 +202,7 @@ async def ask(
     retrievers: list[common_pb2.Retriever.ValueType],
     fusion: common_pb2.FusionMethod.ValueType,
 ) -> answer_pb2.Answer:
-    settings = AnswerSettings()
+    settings = AnswerSettings(fusion_settings=FUSION_FILE)
     options = answer_pb2.AskOptions(
         retrieval=common_pb2.RetrievalOptions(retrievers=retrievers, fusion=fusion),
         fused_top_k=2,
@@ -259,8 +267,7 @@ async def test_without_kg_the_revision_does_not_find_it(services: Any) -> None:
 
 
 async def test_the_revision_fuses_with_the_requests_fusion(services: Any) -> None:
-    # The configured fusion (a linear model fitted on BM25 and dense) gives KG
-    # no weight: the answer's own search asks KG (its scores explain the
+    # The configured fusion (``FUSION_FILE``) gives plain KG no weight: the answer's own search asks KG (its scores explain the
     # sources), the re-search does not, and the audit is not found.
     lexical, semantic, _ = services
     answer = await ask(services, [BM25, DENSE, KG], common_pb2.FUSION_METHOD_UNSPECIFIED)
@@ -367,9 +374,13 @@ def degraded_research(
 
     monkeypatch.setattr(servicer, "_StubSearcher", Degraded)
     settings = GenerateSettings(
-        research=ResearchSettings(lexical_address="127.0.0.1:1", semantic_address="127.0.0.1:1")
+        research=ResearchSettings(
+            lexical_address="127.0.0.1:1",
+            semantic_address="127.0.0.1:1",
+            fusion_settings=FUSION_FILE,
+        )
     )
-    # The shipped fusion weighs plain KG 0 (it weighs BM25, dense and KG enhanced).
+    # ``FUSION_FILE`` weighs plain KG 0 (it weighs BM25, dense and KG enhanced).
     return servicer.Researcher(settings).search_fn(
         common_pb2.RetrievalOptions(retrievers=list(retrievers))
     )

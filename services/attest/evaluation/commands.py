@@ -650,9 +650,8 @@ def _echo_leave_one_set_out(report: Mapping[str, Any]) -> None:
             + "  ".join(f"{family} {v:.4f} ({v - rrf:+.4f})" for family, v in row.items())
         )
     click.echo(
-        f"chosen by leave-one-set-out: {report['chosen_family']} (of the families that lose "
-        f"at most {LOSO_TOLERANCE} to rrf on every left-out set, the best mean gain over rrf "
-        "less its standard deviation; rrf when none is above 0)"
+        f"chosen by leave-one-set-out: {report['chosen_family']} (the best mean over the "
+        f"left-out sets of the families that lose at most {LOSO_TOLERANCE} to rrf on every one)"
     )
     for name, n in report["nested_leave_one_set_out"].items():
         click.echo(
