@@ -45,6 +45,7 @@ from attest.generate.text import (
     names_holder,
     names_kind,
     ordinary_words,
+    question_proper,
     refers_elsewhere,
     says_role,
     split_sentences,
@@ -111,6 +112,40 @@ def test_question_types() -> None:
     assert answer_type("Super Bowl 2021 location") == "name"
     assert answer_type("What is the name of the company's new mine?") == "name"
     assert answer_type("Emissions of the Dunmarch smelter") == ""
+
+
+@pytest.mark.parametrize(
+    ("question", "proper", "kind"),
+    [
+        (
+            "As of May 26, 2023, what is the total amount PepsiCo may borrow?",
+            "what is the total amount PepsiCo may borrow?",
+            "number",
+        ),
+        (
+            "Using only the balance sheet, how much total assets did Costco have?",
+            "how much total assets did Costco have?",
+            "number",
+        ),
+        ("In  2023,  who chaired the  board?", "who chaired the board?", "name"),
+        (
+            "As of FY2023Q1, by how many percentage points did PepsiCo raise guidance?",
+            "by how many percentage points did PepsiCo raise guidance?",
+            "number",
+        ),
+        ("During the Siege of Bharatpur, which commander stormed the castle?", None, "name"),
+        # A clause, not a lead-in phrase, before the comma: the question as it is.
+        ("Marion Greene worked for a company, which had how many operations?", "", ""),
+        # No comma before the wh-word, or a question that starts with one.
+        ("In which year did the mine close?", "", "date"),
+        ("Who won, and when did she retire?", "", "name"),
+    ],
+)
+def test_a_lead_in_phrase_is_read_past(question: str, proper: str | None, kind: str) -> None:
+    expected = " ".join(question.split()) if proper == "" else proper
+    if proper is not None:
+        assert question_proper(question) == expected
+    assert answer_type(question) == kind
 
 
 @pytest.mark.parametrize(
@@ -340,6 +375,7 @@ def test_a_who_question_about_a_two_word_role_asks_for_its_holder() -> None:
     chair = "Who became the independent chair of Marrowgate Bank in 2025?"
     assert asked_role(chair) == "independent chair"
     assert asked_role("Who is the chief executive of Nintendo?") == "chief executive"
+    assert asked_role("In 2021, who was the chief executive of Nintendo?") == "chief executive"
     # One word: said as often by a verb ("directed", "won") as by the noun.
     assert asked_role("Who is the director of the Avatar movie?") == ""
     assert asked_role("Who is the new chair of Marrowgate Bank?") == ""

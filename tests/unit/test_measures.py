@@ -34,6 +34,13 @@ EMBEDDER = Embedder()
         ("What revenue did Orrin Bay Shipping report for 2024?", "revenue", False),
         ("How much did Fennick Retail Group cut its emissions in 2025?", "emissions", False),
         ("What is the population of the town where the archive is?", "population", False),
+        # A lead-in phrase is read past.
+        (
+            "As of December 31, 2025, what were Fennick Retail Group's scope 1 emissions?",
+            "scope 1 emissions",
+            False,
+        ),
+        ("Using the sustainability report, how many people work at Calder?", "people", True),
     ],
 )
 def test_the_measure_is_read_from_the_question_form(

@@ -62,6 +62,7 @@ from attest.generate.text import (
     compound_parts,
     is_compound,
     numbered_labels,
+    question_proper,
     strip_dateline,
 )
 
@@ -245,8 +246,9 @@ def _measure(phrase: str, by_form: bool, plural: bool) -> Measure | None:
 
 @functools.lru_cache(maxsize=1024)
 def asked_measure(question: str) -> Measure | None:
-    """The measure ``question`` asks an amount of, or None (module docstring)."""
-    text = " ".join(question.split())
+    """The measure ``question`` asks an amount of, or None (module docstring);
+    a lead-in phrase is read past (``question_proper``)."""
+    text = question_proper(question)
     if len(text) > _LONGEST_QUESTION:
         return None
     # "By how much did ..." asks what "How much did ..." asks.

@@ -200,6 +200,34 @@ _WH_WORDS = _words("what which who whom whose when where why how")
 _PLACE_WORDS = _words("location venue place city country host")
 
 
+# A lead-in phrase before the question proper starts with a preposition or a
+# participle: "As of May 26, 2023, what ...", "Using only the balance sheet,
+# how much ...", "During the siege, which commander ...". A clause before it
+# ("Marion Greene worked for a company, which had how many ...") is no lead-in.
+_LEAD_IN_STARTS = _words(
+    "about according across after among as at based before between by considering "
+    "during excluding following for from given in including looking on over per "
+    "regarding since through throughout under until using with within without"
+)
+_LEAD_IN_END = re.compile(
+    r",\s+(?=(?:by\s+how|who|whom|whose|what|which|when|where|why|how)\b)", re.IGNORECASE
+)
+
+
+def question_proper(question: str) -> str:
+    """``question`` without a lead-in phrase (``_LEAD_IN_STARTS``): what is
+    asked starts at the wh-word after its comma. "As of May 26, 2023, what is
+    the total amount PepsiCo may borrow?" asks "what is the total amount
+    PepsiCo may borrow?" (as of that date). White space is collapsed; a
+    question without a lead-in is returned as it is."""
+    text = " ".join(question.split())
+    words = tokens(text[:40])
+    if not words or words[0] not in _LEAD_IN_STARTS:
+        return text
+    end = _LEAD_IN_END.search(text)
+    return text[end.end() :] if end is not None else text
+
+
 def answer_type(question: str) -> str:
     """The kind of fact a question asks for: "date", "number", "name" or "" (any).
 
@@ -208,8 +236,9 @@ def answer_type(question: str) -> str:
     questions about an amount → a number; who/whom/whose, which/what + noun,
     "what is the name of" and a question without a wh-word that asks for a
     place ("... location") → a name; "what drove/caused ..." asks for a cause
-    (any).
+    (any). A lead-in phrase is read past (``question_proper``).
     """
+    question = question_proper(question)
     words = tokens(question)
     if not words:
         return ""
@@ -218,6 +247,12 @@ def answer_type(question: str) -> str:
         "when" in words[:3]
         or ("what" in head and ({"year", "date", "day"} & set(words[1:3])))
         or (words[0] in ("what", "which") and {"date", "dates"} & set(words))
+        # "In which year ...", "On what date ...", "Since what year ..."
+        or (
+            words[0] in ("in", "on", "since", "until", "by")
+            and words[1:2] in (["which"], ["what"])
+            and words[2:3] in (["year"], ["date"], ["day"], ["month"])
+        )
     ):
         return "date"
     if _asks_cause(question, words):
@@ -539,7 +574,7 @@ def asked_kind(question: str) -> str:
     ("Norway topped the table") as with it. A verb read as part of the kind
     ("which country won") names nothing in the sources, so the ranking that
     prefers sentences naming the kind (``extractive``) leaves them as they are."""
-    text = " ".join(question.split())
+    text = question_proper(question)
     match = _WHICH_KIND.match(text)
     # A choice ("Which board game was published first, Pirate's Cove or
     # Catan?") is answered by one of its options, not by any named one.
@@ -571,7 +606,7 @@ def asked_role(question: str) -> str:
     executive"): a sentence that names its holder says the role ("Rosalind
     Achebe-Fry was named independent chair"). "" otherwise: a one-word role
     ("director", "winner") is as often said by a verb ("directed", "won")."""
-    text = " ".join(question.split())
+    text = question_proper(question)
     match = _WHO_ROLE.match(text[:1].lower() + text[1:])
     if match is None:
         return ""
