@@ -724,3 +724,32 @@ def test_convert_qa_pools_passages_into_a_retrieval_set(tmp_path: Path) -> None:
     clash = CliRunner().invoke(main, ["eval", "convert-qa", str(source), str(tmp_path / "b2")])
     assert clash.exit_code == 1
     assert "passage id 'p2' names two different texts" in clash.output
+
+
+def test_sources_out_needs_a_pooled_run_and_a_writable_path(tmp_path: Path) -> None:
+    dataset = tmp_path / "one.jsonl"
+    dataset.write_text(
+        json.dumps(
+            {
+                "id": "1",
+                "question": "Who won?",
+                "answers": ["Ann Lee"],
+                "passages": [{"id": "1-p0", "title": "", "text": "Ann Lee won.", "gold": True}],
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    # Refused before any question is answered, each saying what to do.
+    alone = CliRunner().invoke(
+        main, ["eval", "qa", "--dataset", str(dataset), "--sources-out", str(tmp_path / "s.jsonl")]
+    )
+    assert alone.exit_code == 2
+    assert "add --pooled" in alone.output
+    folder = CliRunner().invoke(
+        main,
+        ["eval", "qa", "--dataset", str(dataset), "--pooled", "--sources-out", str(tmp_path)],
+    )
+    assert folder.exit_code == 2
+    assert "is a directory" in folder.output
+    assert not (tmp_path / "s.jsonl").exists()

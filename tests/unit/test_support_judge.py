@@ -4,6 +4,7 @@ withdrawal and abstention in the pipeline."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -331,3 +332,160 @@ def test_a_probability_becomes_a_confidence_with_halves_rounded_up(
     probability: float, confidence: int
 ) -> None:
     assert to_confidence(probability) == confidence
+
+
+def test_single_source_variants_keep_one_stating_gold_passage() -> None:
+    from attest.evaluation.judge_fit import single_source_variants
+    from attest.evaluation.qa import QAItem, QAPassage
+
+    def item(qid: str, golds: list[str], others: int = 2) -> QAItem:
+        passages = [QAPassage(f"{qid}-p{k}", "", text, True) for k, text in enumerate(golds)]
+        passages += [QAPassage(f"{qid}-n{k}", "", "Nothing here.", False) for k in range(others)]
+        return QAItem(qid, "Who won?", ("Ann Lee",), tuple(passages))
+
+    items = [
+        # Three passages state the answer: one is kept, the others go.
+        item("0", ["Ann Lee won.", "Ann Lee took the title.", "The winner: Ann Lee."]),
+        # Only one states it on its own: nothing to vary.
+        item("1", ["Ann Lee won.", "The final was in May."]),
+        # Multi-hop: neither gold passage states it alone.
+        item("2", ["She won.", "Her name is Lee."]),
+        item("3", ["Ann Lee won.", "It went to Ann Lee."], others=0),
+    ]
+    variants = single_source_variants(items)
+    assert [v.id for v in variants] == ["0", "3"]
+    for v, original in zip(variants, (items[0], items[3]), strict=True):
+        gold = [p for p in v.passages if p.gold]
+        assert len(gold) == 1
+        assert "Ann Lee" in gold[0].text
+        # The other passages as they were, in their order.
+        assert [p for p in v.passages if not p.gold] == [p for p in original.passages if not p.gold]
+        assert (v.question, v.answers) == (original.question, original.answers)
+    # Seeded: the same draw every time.
+    assert single_source_variants(items) == variants
+
+
+def test_the_sources_of_pooled_asks_become_a_question_set() -> None:
+    from attest.evaluation.pooled import retrieved_sets
+    from attest.evaluation.qa import Answered, QAItem, QAPassage, load_qa
+
+    items = [
+        QAItem(
+            "1",
+            "Who won?",
+            ("Ann Lee",),
+            (QAPassage("1-p0", "T", "Ann Lee won.", True), QAPassage("1-n0", "", "No.", False)),
+        ),
+        QAItem("2", "Who lost?", ("Bo Ray",), (QAPassage("2-p0", "", "Bo Ray lost.", True),)),
+    ]
+    answers = [
+        # Another question's gold passage is no gold of this one.
+        Answered("Ann Lee won.", (), 0, False, retrieved=("2-p0", "1-p0", "unknown")),
+        Answered("", (), 0, True, retrieved=()),
+    ]
+    rows = retrieved_sets(items, answers)
+    assert [(p["id"], p["gold"]) for p in rows[0]["passages"]] == [  # type: ignore[union-attr]
+        ("2-p0", False),
+        ("1-p0", True),
+    ]
+    assert rows[0]["passages"][1]["title"] == "T"  # type: ignore[index]
+    # An Ask given no source has nothing to judge: no row.
+    assert len(rows) == 1
+    # load_qa reads them back.
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "sources.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        loaded = load_qa(path)
+    assert [p.id for p in loaded[0].passages] == ["2-p0", "1-p0"]
+    assert loaded[0].has_answer
+
+
+def test_fit_judge_fits_one_half_with_single_source_variants(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from attest.cli import main
+    from attest.generate.judge import JudgeModels
+
+    people = ["Ann Lee", "Bo Ray", "Cy Dunn", "Di Park"]
+    rows = []
+    for q, who in enumerate(people):
+        rows.append(
+            {
+                "id": str(q),
+                "question": f"Who won the {2020 + q} Harrow Open?",
+                "answers": [who],
+                "passages": [
+                    {
+                        "id": f"{q}-p0",
+                        "title": "",
+                        "text": f"{who} won the {2020 + q} Harrow Open.",
+                        "gold": True,
+                    },
+                    {
+                        "id": f"{q}-p1",
+                        "title": "",
+                        "text": f"The {2020 + q} Harrow Open went to {who} in three sets.",
+                        "gold": True,
+                    },
+                    {
+                        "id": f"{q}-n0",
+                        "title": "",
+                        "text": "The Harrow Open is played on grass courts in June.",
+                        "gold": False,
+                    },
+                    {
+                        "id": f"{q}-n1",
+                        "title": "",
+                        "text": "Tickets for the Harrow Open sold out within a day.",
+                        "gold": False,
+                    },
+                ],
+            }
+        )
+    dataset = tmp_path / "harrow.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "weights.json"
+    result = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "fit-judge",
+            "--dataset",
+            str(dataset),
+            "--split",
+            "even",
+            "--single-source",
+            "--output",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    # Questions 0 and 2 only, each also read with one of its two stating passages.
+    assert report["questions"] == {"harrow": 2, "harrow (one stating source)": 2}
+    assert report["held_out_half"] is None
+    assert report["single_source_variants"] is True
+    models = JudgeModels.load(out)
+    assert len(models.answer.weights) == len(models.answer.features)
+
+    odd = CliRunner().invoke(
+        main,
+        [
+            "eval",
+            "fit-judge",
+            "--dataset",
+            str(dataset),
+            "--split",
+            "odd",
+            "--output",
+            str(tmp_path / "odd.json"),
+        ],
+    )
+    assert odd.exit_code == 0, odd.output
+    odd_report = json.loads(odd.stdout[: odd.stdout.rindex("}") + 1])
+    # Without --single-source (the default), the sets as they are.
+    assert odd_report["questions"] == {"harrow": 2}
+    assert odd_report["single_source_variants"] is False

@@ -138,6 +138,13 @@ def _in_data_dir(data_dir: Path | None, go: Callable[[Path], Coroutine[Any, Any,
     help="Pooled: sources given to the generator after reranking; retrieval recall is "
     "reported up to this k.",
 )
+@click.option(
+    "--sources-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Pooled: also write each question as a QA set row whose passages are the sources "
+    "its Ask was given (gold where they are its gold passages), for attest eval fit-judge.",
+)
 @_DATA_DIR
 def eval_qa(
     dataset: Path,
@@ -148,6 +155,7 @@ def eval_qa(
     output: Path | None,
     pooled: bool,
     top_k: int,
+    sources_out: Path | None,
     data_dir: Path | None,
 ) -> None:
     """Answer each question from its passages; print answer, abstention,
@@ -177,6 +185,12 @@ def eval_qa(
     asked = [i for i in items if split is None or half_of(i.id) == split]
     if not asked:
         raise click.ClickException(f"no questions in the {split} half")
+    if sources_out is not None:
+        if not pooled:
+            raise click.UsageError(
+                "--sources-out writes the sources of pooled Asks: add --pooled", None
+            )
+        check_output(sources_out)
     kept: int | None = None
     if pooled:
         _check_pooled_mode(mode)
@@ -204,6 +218,14 @@ def eval_qa(
     click.echo(f"{name}  ({dataset})  mode={kind}" + (f"  split={split}" if split else ""))
     click.echo(table(result, by_half if halves else None))
     click.echo(f"wrote {output}")
+    if sources_out is not None:
+        from attest.evaluation.pooled import retrieved_sets
+
+        rows = retrieved_sets(asked, answers)
+        write_whole(
+            sources_out, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        )
+        click.echo(f"wrote the sources of {len(rows)} Asks to {sources_out}")
 
 
 def _answer_each(items: list[QAItem], mode: str) -> list[Answered]:
@@ -361,11 +383,33 @@ def convert_rgb_command(source: Path, target: Path, negatives_only: bool) -> Non
     show_default=True,
     help="Inverse L2 regularization strength.",
 )
-def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float) -> None:
+@click.option(
+    "--single-source/--no-single-source",
+    default=False,
+    show_default=True,
+    help="Also fit each question that several gold passages answer on their own as it "
+    "reads with one of them (a set of its own, '<set> (one stating source)'). Measured, "
+    "not used for the shipped weights (docs/results/answer-quality.md).",
+)
+@click.option(
+    "--split",
+    type=click.Choice(["even", "odd"]),
+    default=None,
+    help="Fit on this half of every set's questions only (attest eval qa's halves), so that "
+    "the other half can be answered with weights that never saw it.",
+)
+def fit_judge_command(
+    datasets: tuple[Path, ...],
+    output: Path | None,
+    c: float,
+    single_source: bool,
+    split: str | None,
+) -> None:
     """Fit the support judge's weights on labelled question sets.
 
     Prints, per data set and half, the AUROC of the shipped weights and of
-    weights fitted on the other half, then writes weights fitted on all.
+    weights fitted on the other half, then writes weights fitted on all
+    (with --split, on that half).
     """
     from attest.evaluation.judge_fit import fit_judge
 
@@ -373,7 +417,7 @@ def fit_judge_command(datasets: tuple[Path, ...], output: Path | None, c: float)
     output = output or Path(".attest") / "eval" / "judge_weights.json"
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
-        report = fit_judge(list(datasets), output, c)
+        report = fit_judge(list(datasets), output, c, single_source=single_source, split=split)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(report, indent=2))

@@ -9,6 +9,17 @@ model, labelled by whether it contains a gold answer. Both are logistic
 regressions (scikit-learn, L2, balanced classes); the answer model reads the
 support model's probabilities, so it is fitted second, on the same questions.
 
+A question that several gold passages answer on their own teaches the
+answer model that a fact many sources state is an answer; a real Ask often
+has one source that states it among others that do not. So each such
+question is also fitted as it would read with one of them
+(``single_source_variants``): the same question and passages, one of its
+stating gold passages, drawn with a fixed seed, kept and its other gold
+passages left out (``--single-source``; measured and not used for the
+shipped weights, docs/results/answer-quality.md). The sources a pooled Ask
+was given (``attest eval qa --pooled --sources-out``) are a set like any
+other.
+
 So that a reader can see what generalizes, the questions are split into
 halves (``half_of``: even and odd ids): both models are fitted on one half
 and scored on the other, both ways, then fitted on everything for the
@@ -18,8 +29,9 @@ weights that ship.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +84,32 @@ def collect(
         gold = np.array([p.gold for p in item.passages], dtype=bool)
         right = np.array([any(contains_answer(t, a) for a in item.answers) for t in texts])
         out.append(Judged(item.id, half_of(item.id), x, gold, right))
+    return out
+
+
+# The seed of the draw of the one stating passage a variant keeps.
+VARIANT_SEED = 13
+
+
+def single_source_variants(items: Sequence[QAItem], seed: int = VARIANT_SEED) -> list[QAItem]:
+    """Each question two or more of whose gold passages state a gold answer
+    (``contains_answer``), with one of those kept (a seeded draw, in the
+    questions' order) and every other gold passage left out; its other
+    passages as they are. A question a single passage answers, or one whose
+    gold passages only answer together (multi-hop), has none."""
+    rng = random.Random(seed)
+    out: list[QAItem] = []
+    for item in items:
+        stating = [
+            p
+            for p in item.passages
+            if p.gold and any(contains_answer(p.text, a) for a in item.answers)
+        ]
+        if len(stating) < 2:
+            continue
+        keep = rng.choice(stating)
+        passages = tuple(p for p in item.passages if not p.gold or p is keep)
+        out.append(replace(item, passages=passages))
     return out
 
 
@@ -155,12 +193,21 @@ def cross_fit(
 
 
 def fit_judge(
-    datasets: Sequence[Path], output: Path, c: float = 1.0, progress: bool = True
+    datasets: Sequence[Path],
+    output: Path,
+    c: float = 1.0,
+    progress: bool = True,
+    single_source: bool = False,
+    split: str | None = None,
 ) -> dict[str, object]:
-    """Collect examples from every data set, report each set's AUROC with the
-    shipped weights and on each half with weights fitted on the other half of
-    every set, then fit on everything and write the weights to ``output``."""
-    from attest.evaluation.qa import load_qa
+    """Collect examples from every data set (and, with ``single_source``, from
+    its ``single_source_variants``, a set of their own named "<set> (one
+    stating source)"), report each set's AUROC with the shipped weights and on
+    each half with weights fitted on the other half of every set, then fit on
+    everything and write the weights to ``output``. With ``split`` ("even" or
+    "odd"), only that half of every set's questions is read, and the
+    held-out-half figures are left out."""
+    from attest.evaluation.qa import dataset_name, load_qa
     from attest.semantic.embedding import Embedder
 
     # The hand-built features and their logistic models are what this fits.
@@ -168,16 +215,25 @@ def fit_judge(
     assert isinstance(engine.judge, SupportJudge)
     sets: dict[str, list[Judged]] = {}
     for path in datasets:
-        sets[path.name] = collect(load_qa(path), engine, progress=progress)
+        items = [i for i in load_qa(path) if split is None or half_of(i.id) == split]
+        if not items:
+            raise ValueError(f"{path}: no questions in the {split} half")
+        name = dataset_name(path)
+        sets[name] = collect(items, engine, progress=progress)
+        variants = single_source_variants(items) if single_source else []
+        if variants:
+            sets[f"{name} (one stating source)"] = collect(variants, engine, progress=progress)
     everything = [j for judged in sets.values() for j in judged]
     models = fit(everything, c)
     report: dict[str, object] = {
         "regularization_c": c,
+        "single_source_variants": single_source,
         "questions": {name: len(judged) for name, judged in sets.items()},
         "shipped_weights": {
             name: score(engine.judge.models, judged) for name, judged in sets.items()
         },
-        "held_out_half": cross_fit(sets, c),
+        # With one half read, there is no other half to score.
+        "held_out_half": cross_fit(sets, c) if split is None else None,
         "weights": models.to_json(),
     }
     output.write_text(json.dumps(models.to_json(), indent=2) + "\n", encoding="utf-8")

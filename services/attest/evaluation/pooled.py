@@ -41,6 +41,42 @@ def pooled_documents(items: list[QAItem]) -> list[common_pb2.Document]:
     return list(docs.values())
 
 
+def retrieved_sets(items: list[QAItem], answers: list[Answered]) -> list[dict[str, object]]:
+    """Each question as a QA set row (``load_qa``'s format) whose passages are
+    the sources its pooled Ask was given, in their order, gold where they are
+    the question's own gold passages: what the judge reads in a real Ask, for
+    ``attest eval fit-judge``. A source that is no passage of the set (none,
+    in a pooled run) is left out, and so is a question whose Ask was given no
+    source: there is nothing for a judge to read."""
+    passages = {p.id: p for item in items for p in item.passages}
+    rows: list[dict[str, object]] = []
+    for item, answer in zip(items, answers, strict=True):
+        gold = {p.id for p in item.passages if p.gold}
+        row: dict[str, object] = {
+            "id": item.id,
+            "question": item.question,
+            "answers": list(item.answers),
+            "passages": [
+                {
+                    "id": doc_id,
+                    "title": passages[doc_id].title,
+                    "text": passages[doc_id].text,
+                    "gold": doc_id in gold,
+                }
+                for doc_id in answer.retrieved or ()
+                if doc_id in passages
+            ],
+        }
+        if not row["passages"]:
+            continue
+        if item.answer_parts:
+            row["answer_parts"] = [list(part) for part in item.answer_parts]
+        if not item.answerable:
+            row["answerable"] = False
+        rows.append(row)
+    return rows
+
+
 def answered_from_proto(
     answer: answer_pb2.Answer,
     revisions: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (),
