@@ -423,6 +423,7 @@ def fit_judge_command(
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     output = output or Path(".attest") / "eval" / "judge_weights.json"
+    check_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         report = fit_judge(list(datasets), output, c, single_source=single_source, split=split)
