@@ -753,3 +753,102 @@ def test_sources_out_needs_a_pooled_run_and_a_writable_path(tmp_path: Path) -> N
     assert folder.exit_code == 2
     assert "is a directory" in folder.output
     assert not (tmp_path / "s.jsonl").exists()
+
+
+def _two_questions(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "id": str(q),
+            "question": f"Who won in {2020 + q}?",
+            "answers": [who],
+            "passages": [
+                {"id": f"{q}-p0", "title": "", "text": f"{who} won in {2020 + q}.", "gold": True}
+            ],
+        }
+        for q, who in ((1, "Ann Lee"), (2, "Bo Ray"))
+    ]
+    dataset = tmp_path / "two.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return dataset
+
+
+def test_sources_out_of_one_half_keeps_the_other_halfs_passages_it_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attest.evaluation import commands
+
+    dataset = _two_questions(tmp_path)
+
+    def answer_pooled(
+        items: list[QAItem], asked: list[QAItem], top_k: int, data_dir: Path | None
+    ) -> list[Answered]:
+        # Every passage is in the corpus; question 1 was given question 2's first.
+        assert [i.id for i in items] == ["1", "2"]
+        assert [i.id for i in asked] == ["1"]
+        return [Answered("Ann Lee won.", (), 0, False, retrieved=("2-p0", "1-p0"))]
+
+    monkeypatch.setattr(commands, "_answer_pooled", answer_pooled)
+    out = tmp_path / "sources.jsonl"
+    args = ["eval", "qa", "--dataset", str(dataset), "--pooled", "--split", "odd"]
+    result = CliRunner().invoke(
+        main, [*args, "--output", str(tmp_path / "m.json"), "--sources-out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = load_qa(out)
+    assert [(p.id, p.gold) for p in row.passages] == [("2-p0", False), ("1-p0", True)]
+
+
+def test_sources_out_is_refused_where_it_would_overwrite_the_set_or_the_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attest.evaluation import commands
+
+    dataset = _two_questions(tmp_path)
+    before = dataset.read_text(encoding="utf-8")
+
+    def answer_pooled(*_: object) -> list[Answered]:
+        raise AssertionError("refused before any question is asked")
+
+    monkeypatch.setattr(commands, "_answer_pooled", answer_pooled)
+    metrics = tmp_path / "m.json"
+    args = ["eval", "qa", "--dataset", str(dataset), "--pooled", "--output", str(metrics)]
+    for same in (dataset, metrics, tmp_path / "." / "two.jsonl"):
+        result = CliRunner().invoke(main, [*args, "--sources-out", str(same)])
+        assert result.exit_code == 2, result.output
+        assert "--sources-out" in result.output
+    assert dataset.read_text(encoding="utf-8") == before
+    # The metrics' default path too.
+    monkeypatch.chdir(tmp_path)
+    default = Path(".attest") / "eval" / "two-qa-extractive-pooled.json"
+    result = CliRunner().invoke(
+        main, ["eval", "qa", "--dataset", str(dataset), "--pooled", "--sources-out", str(default)]
+    )
+    assert result.exit_code == 2, result.output
+
+
+def test_sources_out_with_no_ask_given_a_source_writes_no_unreadable_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from attest.evaluation import commands
+
+    dataset = _two_questions(tmp_path)
+
+    def answer_pooled(
+        items: list[QAItem], asked: list[QAItem], top_k: int, data_dir: Path | None
+    ) -> list[Answered]:
+        return [Answered("", (), 0, True, retrieved=()) for _ in asked]
+
+    monkeypatch.setattr(commands, "_answer_pooled", answer_pooled)
+    out = tmp_path / "sources.jsonl"
+    result = CliRunner().invoke(
+        main,
+        [
+            *("eval", "qa", "--dataset", str(dataset), "--pooled"),
+            *("--output", str(tmp_path / "m.json"), "--sources-out", str(out)),
+        ],
+    )
+    # The metrics are written; a set load_qa refuses ("no questions") is not.
+    assert result.exit_code == 1
+    assert "no Ask was given a source" in result.output
+    assert (tmp_path / "m.json").exists()
+    assert not out.exists()

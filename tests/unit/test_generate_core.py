@@ -139,6 +139,12 @@ def test_question_types() -> None:
         # No comma before the wh-word, or a question that starts with one.
         ("In which year did the mine close?", "", "date"),
         ("Who won, and when did she retire?", "", "name"),
+        # The question starts in the phrase: a comma in it ends a clause of it.
+        ("In which year did the company, which makes widgets, go public?", "", "date"),
+        ("On what date did Apple, which was founded in 1976, list its shares?", "", "date"),
+        ("For how many years did Ann Lee, who founded Acme, lead it?", "", "number"),
+        ("By how much did revenue, which fell in 2022, rise in 2023?", "", "number"),
+        ("According to which source, who won?", "", ""),
     ],
 )
 def test_a_lead_in_phrase_is_read_past(question: str, proper: str | None, kind: str) -> None:

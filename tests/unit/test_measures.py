@@ -106,6 +106,19 @@ def test_the_measures_numbered_labels_and_the_questions_numbers_are_not_the_amou
     assert not gives_amount("Its scope 1 emissions rose in 2024.", scope1)
 
 
+def test_the_numbers_of_a_lead_in_phrase_are_the_questions_own_not_the_amount() -> None:
+    scope1 = asked_measure(
+        "As of December 31, 2025, what were Fennick Retail Group's scope 1 emissions?"
+    )
+    assert scope1 is not None
+    assert scope1.phrase == "scope 1 emissions"
+    # "31" is the date the question asks about, not an amount of emissions.
+    assert not gives_amount(
+        "Fennick Retail Group reported its scope 1 emissions on December 31, 2025.", scope1
+    )
+    assert gives_amount("Its scope 1 emissions were 12,400 tonnes on December 31, 2025.", scope1)
+
+
 def test_a_measure_the_question_does_not_type_is_one_when_the_sources_count_it() -> None:
     question = "What were Marrowgate Bank's scope 1 emissions in 2024?"
     counted = ["Marrowgate's scope 1 emissions were 3,100 tonnes in 2024."]

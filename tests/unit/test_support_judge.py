@@ -489,3 +489,83 @@ def test_fit_judge_fits_one_half_with_single_source_variants(tmp_path: Path) -> 
     # Without --single-source (the default), the sets as they are.
     assert odd_report["questions"] == {"harrow": 2}
     assert odd_report["single_source_variants"] is False
+
+
+def test_fit_judge_refuses_two_sets_of_one_name_and_an_output_under_a_file(
+    tmp_path: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    from attest.cli import main
+
+    row = {
+        "id": "1",
+        "question": "Who won?",
+        "answers": ["Ann Lee"],
+        "passages": [{"id": "p", "title": "", "text": "Ann Lee won.", "gold": True}],
+    }
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "harrow.jsonl").write_text(json.dumps(row) + "\n", encoding="utf-8")
+    out = tmp_path / "weights.json"
+    # Both would be reported (and one silently dropped) as "harrow".
+    for second in (tmp_path / "b" / "harrow.jsonl", tmp_path / "a" / "harrow.jsonl"):
+        result = CliRunner().invoke(
+            main,
+            [
+                *("eval", "fit-judge", "--dataset", str(tmp_path / "a" / "harrow.jsonl")),
+                *("--dataset", str(second), "--output", str(out)),
+            ],
+        )
+        assert result.exit_code == 1, result.output
+        assert "two data sets are called 'harrow'" in result.output
+    assert not out.exists()
+    # An output under a file is refused with a message, not a traceback.
+    blocked = tmp_path / "file"
+    blocked.write_text("", encoding="utf-8")
+    result = CliRunner().invoke(
+        main,
+        [
+            *("eval", "fit-judge", "--dataset", str(tmp_path / "a" / "harrow.jsonl")),
+            *("--output", str(blocked / "weights.json")),
+        ],
+    )
+    assert result.exit_code == 1
+    assert "is not a folder" in result.output
+
+
+def test_fit_judge_fits_a_set_of_one_half_and_leaves_the_other_halfs_figures_out(
+    tmp_path: Path,
+) -> None:
+    """A set of one half only (``attest eval qa --split odd --sources-out``)
+    has no other half to fit on for scoring its own: those figures are null,
+    and the weights are still fitted on it."""
+    from click.testing import CliRunner
+
+    from attest.cli import main
+
+    rows = [
+        {
+            "id": str(q),
+            "question": f"Who won the {2020 + q} Harrow Open?",
+            "answers": [who],
+            "passages": [
+                {"id": f"{q}-p0", "title": "", "text": f"{who} won the {2020 + q} Harrow Open."}
+                | {"gold": True},
+                {"id": f"{q}-n0", "title": "", "text": f"The {2010 + q} final was rained off."}
+                | {"gold": False},
+            ],
+        }
+        for q, who in ((1, "Ann Lee"), (3, "Bo Ray"))
+    ]
+    dataset = tmp_path / "odd-sources.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "weights.json"
+    result = CliRunner().invoke(
+        main, ["eval", "fit-judge", "--dataset", str(dataset), "--output", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    held = report["held_out_half"]["odd-sources"]
+    assert held["odd"] == {"pairs_auroc": None, "sentences_auroc": None, "confidence_auroc": None}
+    assert out.exists()

@@ -185,24 +185,29 @@ def eval_qa(
     asked = [i for i in items if split is None or half_of(i.id) == split]
     if not asked:
         raise click.ClickException(f"no questions in the {split} half")
+    kind = f"{mode}-pooled" if pooled else mode
+    name = dataset_name(dataset) + (f"-{split}" if split else "")
+    output = _output(output, f"{name}-qa-{kind}")
     if sources_out is not None:
         if not pooled:
             raise click.UsageError(
                 "--sources-out writes the sources of pooled Asks: add --pooled", None
             )
         check_output(sources_out)
+        # Not over the set it reads, nor the metrics it writes.
+        if sources_out.resolve() in (dataset.resolve(), output.resolve()):
+            raise click.UsageError(
+                f"--sources-out {sources_out} is the file of --dataset or --output", None
+            )
     kept: int | None = None
     if pooled:
         _check_pooled_mode(mode)
         answers = _answer_pooled(items, asked, top_k, data_dir)
-        kind, kept = f"{mode}-pooled", top_k
+        kept = top_k
     else:
         answers = _answer_each(asked, mode)
-        kind = mode
     result = score(asked, answers, sources_kept=kept)
     by_half = score_halves(asked, answers, sources_kept=kept)
-    name = dataset_name(dataset) + (f"-{split}" if split else "")
-    output = _output(output, f"{name}-qa-{kind}")
     _write(
         output,
         {
@@ -221,7 +226,10 @@ def eval_qa(
     if sources_out is not None:
         from attest.evaluation.pooled import retrieved_sets
 
-        rows = retrieved_sets(asked, answers)
+        rows = retrieved_sets(asked, answers, corpus=items)
+        if not rows:
+            # load_qa (fit-judge) reads no set without a question.
+            raise click.ClickException(f"no Ask was given a source: {sources_out} is not written")
         write_whole(
             sources_out, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         )
@@ -415,6 +423,7 @@ def fit_judge_command(
 
     configure_logging(LoggingSettings(level="WARNING", json=False))
     output = output or Path(".attest") / "eval" / "judge_weights.json"
+    check_output(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     try:
         report = fit_judge(list(datasets), output, c, single_source=single_source, split=split)

@@ -145,11 +145,20 @@ def _pairs(judged: Sequence[Judged]) -> tuple[Matrix, npt.NDArray[np.int64]]:
 
 
 def fit(judged: Sequence[Judged], c: float = 1.0) -> JudgeModels:
+    if not judged:
+        raise ValueError("no question has a candidate sentence to fit on")
     x, y = _pairs(judged)
     support = _logistic(x, y, SUPPORT_FEATURES, c)
     s = np.vstack([sentence_features(j.x, support.score(support_features(j.x))) for j in judged])
     r = np.concatenate([j.right for j in judged]).astype(np.int64)
     return JudgeModels(support, _logistic(s, r, SENTENCE_FEATURES, c))
+
+
+_UNSCORED: dict[str, float | None] = {
+    "pairs_auroc": None,
+    "sentences_auroc": None,
+    "confidence_auroc": None,
+}
 
 
 def score(models: JudgeModels, judged: Sequence[Judged]) -> dict[str, float | None]:
@@ -158,7 +167,7 @@ def score(models: JudgeModels, judged: Sequence[Judged]) -> dict[str, float | No
     answer or not), and of the confidence over every pair (a right sentence
     and a gold passage, or not)."""
     if not judged:
-        return {"pairs_auroc": None, "sentences_auroc": None, "confidence_auroc": None}
+        return dict(_UNSCORED)
     _, y = _pairs(judged)
     pair_scores: list[float] = []
     sent_scores: list[float] = []
@@ -182,13 +191,17 @@ def score(models: JudgeModels, judged: Sequence[Judged]) -> dict[str, float | No
 def cross_fit(
     sets: Mapping[str, Sequence[Judged]], c: float = 1.0
 ) -> dict[str, dict[str, dict[str, float | None]]]:
-    """Each data set's half scored by models fitted on the other half of every set."""
+    """Each data set's half scored by models fitted on the other half of every
+    set; a half is not scored (its figures None) when no set has a question
+    in the other half (a set of one half: ``attest eval qa --split odd
+    --sources-out``)."""
     out: dict[str, dict[str, dict[str, float | None]]] = {name: {} for name in sets}
     for held in ("even", "odd"):
         train = [j for judged in sets.values() for j in judged if j.half != held]
-        models = fit(train, c)
+        models = fit(train, c) if train else None
         for name, judged in sets.items():
-            out[name][held] = score(models, [j for j in judged if j.half == held])
+            scored = [j for j in judged if j.half == held]
+            out[name][held] = score(models, scored) if models is not None else dict(_UNSCORED)
     return out
 
 
@@ -210,6 +223,17 @@ def fit_judge(
     from attest.evaluation.qa import dataset_name, load_qa
     from attest.semantic.embedding import Embedder
 
+    # The report names each set: two of one name would be one, the first lost.
+    named: dict[str, Path] = {}
+    for path in datasets:
+        name = dataset_name(path)
+        for taken in (name, f"{name} (one stating source)") if single_source else (name,):
+            if taken in named:
+                raise ValueError(
+                    f"two data sets are called {taken!r}: {named[taken]} and {path}; "
+                    "give each set a name of its own"
+                )
+            named[taken] = path
     # The hand-built features and their logistic models are what this fits.
     engine = ExtractiveEngine(Embedder(), ExtractiveSettings(judge="features"))
     assert isinstance(engine.judge, SupportJudge)

@@ -41,14 +41,18 @@ def pooled_documents(items: list[QAItem]) -> list[common_pb2.Document]:
     return list(docs.values())
 
 
-def retrieved_sets(items: list[QAItem], answers: list[Answered]) -> list[dict[str, object]]:
+def retrieved_sets(
+    items: list[QAItem], answers: list[Answered], corpus: list[QAItem] | None = None
+) -> list[dict[str, object]]:
     """Each question as a QA set row (``load_qa``'s format) whose passages are
     the sources its pooled Ask was given, in their order, gold where they are
     the question's own gold passages: what the judge reads in a real Ask, for
-    ``attest eval fit-judge``. A source that is no passage of the set (none,
-    in a pooled run) is left out, and so is a question whose Ask was given no
-    source: there is nothing for a judge to read."""
-    passages = {p.id: p for item in items for p in item.passages}
+    ``attest eval fit-judge``. ``corpus`` is every question whose passages
+    were pooled (``items`` when None): with one half asked, the other half's
+    passages are still among the sources. A source that is no passage of the
+    corpus (none, in a pooled run) is left out, and so is a question whose
+    Ask was given no source: there is nothing for a judge to read."""
+    passages = {p.id: p for item in corpus or items for p in item.passages}
     rows: list[dict[str, object]] = []
     for item, answer in zip(items, answers, strict=True):
         gold = {p.id for p in item.passages if p.gold}

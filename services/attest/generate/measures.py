@@ -256,7 +256,9 @@ def asked_measure(question: str) -> Measure | None:
     measure = _asked(text)
     if measure is None:
         return None
-    given = frozenset(w for w in _words(text) if w[0].isdigit())
+    # A lead-in phrase's numbers ("As of December 31, 2025, ...") are the
+    # question's own too.
+    given = frozenset(w for w in _words(question) if w[0].isdigit())
     counted = bool(re.match(r"how\s+many\b", text, re.IGNORECASE))
     return replace(measure, counted=counted, given=given)
 

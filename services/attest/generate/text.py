@@ -219,13 +219,18 @@ def question_proper(question: str) -> str:
     asked starts at the wh-word after its comma. "As of May 26, 2023, what is
     the total amount PepsiCo may borrow?" asks "what is the total amount
     PepsiCo may borrow?" (as of that date). White space is collapsed; a
-    question without a lead-in is returned as it is."""
+    question without a lead-in is returned as it is. A phrase with a wh-word
+    in its first words is the question ("In which year did the company,
+    which makes widgets, go public?", "For how many years did ..."): a comma
+    in it ends a clause, not a lead-in."""
     text = " ".join(question.split())
     words = tokens(text[:40])
     if not words or words[0] not in _LEAD_IN_STARTS:
         return text
     end = _LEAD_IN_END.search(text)
-    return text[end.end() :] if end is not None else text
+    if end is None or _WH_WORDS & set(tokens(text[: end.start()])[1:3]):
+        return text
+    return text[end.end() :]
 
 
 def answer_type(question: str) -> str:
