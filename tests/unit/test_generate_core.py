@@ -497,6 +497,9 @@ def test_questions_that_ask_for_several_things() -> None:
     assert is_compound("How many ships did it order and how many will it take?")
     assert not is_compound("Who won the women's singles Wimbledon in 2019?")
     assert not is_compound("What was the combined scope 1 and scope 2 total in 2024?")
+    # A lead-in phrase's comma asks nothing of its own.
+    assert not is_compound("As of May 26, 2023, what is the total amount PepsiCo may borrow?")
+    assert is_compound("In 2020, who won the title, and when did she retire?")
 
 
 @pytest.mark.parametrize(

@@ -686,8 +686,10 @@ _COMPOUND = re.compile(
 
 
 def is_compound(question: str) -> bool:
-    """True when the question asks for several things ("how much ..., and which ...")."""
-    return bool(_COMPOUND.search(question))
+    """True when the question asks for several things ("how much ..., and which ...");
+    a lead-in phrase's comma before the wh-word ("As of May 26, 2023, what is
+    ...") is not a second question (``question_proper``)."""
+    return bool(_COMPOUND.search(question_proper(question)))
 
 
 # The words a question of its own starts with.
