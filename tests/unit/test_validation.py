@@ -393,3 +393,14 @@ def test_a_document_filter_names_exact_ids_and_two_keep_what_both_name():
     assert field_of(lambda: common.filters_from_proto(dated, max_filters=16, max_values=256)) == (
         "filters[0]"
     )
+
+
+def test_two_doc_id_filters_keep_the_ids_both_name_in_the_first_ones_order() -> None:
+    from attest.core.common import DOC_FILTER, filters_from_proto
+
+    first = common_pb2.Filter(field=DOC_FILTER, any_of=["c", "a", "b", "a"])
+    second = common_pb2.Filter(field=DOC_FILTER, any_of=["b", "c", "z"])
+    both = filters_from_proto([first, second], max_filters=8, max_values=8)
+    assert list(both.doc_ids or ()) == ["c", "b"]
+    alone = filters_from_proto([first], max_filters=8, max_values=8)
+    assert list(alone.doc_ids or ()) == ["c", "a", "b"]

@@ -102,7 +102,8 @@ def filters_from_proto(
                 check_id(value, f"{where}.any_of[{k}]")
             ids = list(dict.fromkeys(f.any_of))
             # Two document filters are ANDed: the ids both name.
-            doc_ids = ids if doc_ids is None else [d for d in doc_ids if d in set(ids)]
+            named = set(ids)
+            doc_ids = ids if doc_ids is None else [d for d in doc_ids if d in named]
             continue
         declared = BY_FILTER[f.field]
         try:
