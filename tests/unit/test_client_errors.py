@@ -7,6 +7,7 @@ import pytest
 
 from attest.client import error_from_rpc
 from attest.core import errors
+from attest.core.common import DOC_FILTER
 
 
 @pytest.mark.parametrize(
@@ -32,7 +33,7 @@ def test_asking_of_named_documents_filters_every_retriever_by_doc_id():
 
     asked = options(documents=["ACME_2019_10K", "GLOBEX_2019_10K"])
     (only,) = asked.retrieval.filters
-    assert (only.field, list(only.any_of)) == ("doc_id", ["ACME_2019_10K", "GLOBEX_2019_10K"])
+    assert (only.field, list(only.any_of)) == (DOC_FILTER, ["ACME_2019_10K", "GLOBEX_2019_10K"])
     assert not options().retrieval.filters
 
 
@@ -50,4 +51,4 @@ def test_one_document_id_given_as_a_string_is_that_document_not_its_characters()
     from attest.client import options
 
     (only,) = options(documents="ACME_2019_10K").retrieval.filters
-    assert (only.field, list(only.any_of)) == ("doc_id", ["ACME_2019_10K"])
+    assert (only.field, list(only.any_of)) == (DOC_FILTER, ["ACME_2019_10K"])
