@@ -47,6 +47,7 @@ from attest.generate.text import (
     ordinary_words,
     question_proper,
     refers_elsewhere,
+    role_head,
     says_role,
     split_sentences,
     stated_text,
@@ -375,6 +376,50 @@ async def test_a_sentence_naming_one_of_the_kind_asked_comes_first() -> None:
         "Which wind farm supplies Norvale Copper under its power purchase agreement?", sources, 1
     )
     assert "Brannock Moor wind farm" in picked[0].text
+
+
+def test_dates_abbreviations_and_a_roles_organisation_are_not_names() -> None:
+    # A date's words and month names alone are a date.
+    assert name_facts("The vote was held on Tuesday, November 3, 2020.", "Who won?") == []
+    assert name_facts("Retrieved December 12, 2019.", "Who won?") == [Fact("name", ("retrieved",))]
+    assert name_facts("It opened in June.", "Who opened it?") == []
+    assert name_facts("June Carter sang.", "Who sang?") == [Fact("name", ("june", "carter"))]
+    # The long form of the question's abbreviation, or its dotted form, is the question's.
+    us = "Who won the US election in 2020?"
+    assert name_facts("The United States election was won by Joe Biden.", us) == [
+        Fact("name", ("joe", "biden"))
+    ]
+    assert name_facts("After the U.S. vote, Joe Biden spoke.", us) == [
+        Fact("name", ("joe", "biden"))
+    ]
+    # Asked who holds a role, the organisation given after the role is not its holder.
+    ceo = "Who is the CEO of Ostrava Foods in 2024?"
+    assert role_head(ceo) == "ceo"
+    assert role_head("Who is the lead actress in The Quiet Field?") == "actress"
+    assert role_head("Who won the Kessler Cup?") == ""
+    assert name_facts("CEO of Ostrava Foods and Brisk Holdings ...", ceo) == []
+    assert name_facts("Mira Kovac, chief executive and CEO at Ostrava Foods, said so.", ceo) == [
+        Fact("name", ("mira", "kovac"))
+    ]
+    # A name right after the question's own organisation is the holder's.
+    assert name_facts("CEO of Ostrava Foods Mira Kovac spoke.", ceo) == [
+        Fact("name", ("mira", "kovac"))
+    ]
+    # Without the question's role, an organisation stays a name.
+    founder = "Who is the founder of Ostrava Foods?"
+    assert name_facts("She is the chief executive of Brisk Holdings.", founder) == [
+        Fact("name", ("brisk", "holdings"))
+    ]
+
+
+async def test_a_sentence_giving_only_the_roles_organisation_does_not_answer_who_holds_it() -> None:
+    engine = ExtractiveEngine(EMBEDDER)
+    sources = [
+        Source("a", "CEO of Ostrava Foods and Brisk Holdings ...", 0),
+        Source("b", "Ostrava Foods CEO Mira Kovac opened a plant in Brno.", 0),
+    ]
+    picked = await engine.answer("Who is the CEO of Ostrava Foods in 2024?", sources, 1)
+    assert "Mira Kovac" in picked[0].text
 
 
 def test_a_who_question_about_a_two_word_role_asks_for_its_holder() -> None:

@@ -26,6 +26,7 @@ states, so it is left out.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 import unicodedata
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from attest.generate.measures import amount_windows, asked_measure
 from attest.generate.stems import same_word as same_word
 from attest.generate.stems import stem as stem
-from attest.generate.text import STOPWORDS, WORD, strip_dateline, tokens
+from attest.generate.text import STOPWORDS, WORD, role_head, strip_dateline, tokens
 
 _MONTH_NUMBER = {
     name: number
@@ -230,17 +231,26 @@ def date_facts(text: str, question: str = "") -> list[Fact]:
 
 
 def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -> list[Fact]:
-    """Runs of name words: capitalized, not asked about, never written in lower case."""
-    asked = {stem(t) for t in tokens(question)}
+    """Runs of name words: capitalized, not asked about, never written in lower case.
+
+    Nor are these names: the words of a date ("Tuesday, November 3") and a
+    run of weekday or month names alone; the long form of an abbreviation
+    the question gives ("United States" or "U.S." for "US"); and, for a
+    question asking who holds a role ("Who is the CEO of Google?"), the
+    organisation the text gives the role of ("CEO of Google and Alphabet",
+    "president of Nintendo of America"): the holder is named elsewhere."""
+    asked, abbreviations, head = _asked(question)
     out: list[Fact] = []
     run: list[str] = []
     last_end = -1
     text = _clean(text)
+    dated = _Spans([span for _, span in _dates(text)])
+    owner = _Spans(_role_objects(text, head, asked)) if head else None
 
     def close() -> None:
         while run and run[-1] in _NAME_JOINERS:
             run.pop()
-        if run:
+        if run and not _not_a_name(run, abbreviations):
             out.append(Fact("name", tuple(run)))
         run.clear()
 
@@ -258,6 +268,10 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
             and token not in STOPWORDS
             and token not in common
             and stem(token) not in asked
+            and token.replace(".", "") not in abbreviations
+            and token not in _WEEKDAYS
+            and not dated(match.start())
+            and not (owner is not None and owner(match.start()))
         )
         if not adjacent or not (is_name or (token in _NAME_JOINERS and run)):
             close()
@@ -269,6 +283,73 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
             close()
     close()
     return list(dict.fromkeys(out))
+
+
+_WEEKDAYS = frozenset(
+    {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+)
+_MONTHS = frozenset(name for name in _MONTH_NUMBER if len(name) > 3 or name == "may")
+# Lower-case words that may stand in an organisation's name after a role
+# ("CEO of the Bank of England and the PRA").
+_OWNER_JOINERS = frozenset({"the", "of", "and", "de", "du", "la", "van", "von"})
+
+
+@functools.lru_cache(maxsize=512)
+def _asked(question: str) -> tuple[frozenset[str], frozenset[str], str]:
+    """The question's word stems, its abbreviations ("us" for "US" or "U.S.")
+    and the head of the role it asks the holder of (``role_head``)."""
+    words = WORD.findall(unicodedata.normalize("NFKC", question))
+    abbreviations = frozenset(
+        bare.lower()
+        for w in words
+        if 2 <= len(bare := w.strip(".-'’").replace(".", "")) <= 6
+        and bare.isalpha()
+        and bare.isupper()
+    )
+    return frozenset(stem(t) for t in tokens(question)), abbreviations, role_head(question)
+
+
+def _not_a_name(run: Sequence[str], abbreviations: frozenset[str]) -> bool:
+    """A run of month names alone ("May", "June"), or the long form of one
+    of the question's abbreviations ("united states" for "US")."""
+    if all(w in _MONTHS for w in run):
+        return True
+    initials = "".join(w[0] for w in run if w not in _NAME_JOINERS)
+    return len(initials) >= 2 and initials in abbreviations
+
+
+def _role_objects(text: str, head: str, asked: frozenset[str]) -> list[tuple[int, int]]:
+    """Where ``text`` gives the organisation of a role whose last word is
+    ``head``: the capitalized words after "<head> of|at|for|in", with the
+    lower-case words names join with ("CEO of Google and Alphabet"). After a
+    word the question names, a capitalized word that is not one starts
+    another name ("CEO of Google Sundar Pichai"), and punctuation ends it."""
+    spans: list[tuple[int, int]] = []
+    pattern = rf"\b{re.escape(head)}(?:e?s)?\s+(?:of|at|for|in)\s+"
+    for found in re.finditer(pattern, text, re.IGNORECASE):
+        start = end = found.end()
+        after_asked = False
+        for match in WORD.finditer(text, start):
+            if text[end : match.start()].strip():
+                break
+            word = match.group()
+            possessive = word.endswith(("'s", "’s"))
+            token = (word[:-2] if possessive else word).strip(".-'’").lower()
+            if word[0].isupper():
+                is_asked = stem(token) in asked
+                if after_asked and not is_asked:
+                    break
+                after_asked = is_asked
+            elif token in _OWNER_JOINERS:
+                after_asked = False
+            else:
+                break
+            end = match.end()
+            if possessive or text[end : end + 1] in '.,;:!?()"”':
+                break
+        if end > start:
+            spans.append((start, end))
+    return spans
 
 
 class _Spans:

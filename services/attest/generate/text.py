@@ -619,6 +619,29 @@ def asked_role(question: str) -> str:
     return "" if any(w in STOPWORDS for w in role.split()) else role
 
 
+# "Who is the CEO of ...", "Who was the runner-up of ...", "Who is the Maxwell
+# Award winner in ...": the role, of one to four words, before its "of".
+_WHO_HOLDS = re.compile(
+    r"^who\s+(?:is|was|are|were|became|becomes|has\s+become|will\s+become)\s+"
+    r"(?:the\s+)?(?P<role>[\w'’-]+(?:\s+[\w'’-]+){0,3}?)\s+(?:of|at|for|in)\s",
+    re.IGNORECASE,
+)
+
+
+def role_head(question: str) -> str:
+    """The last word of the role a "who is/was/became the <role> of ..."
+    question asks the holder of, lower-cased: "ceo" for "Who is the CEO of
+    Google?", "actress" for "Who is the lead actress in ...?". "" when the
+    question is not of that form. Unlike ``asked_role`` a one-word role
+    counts: it is only used to tell the role's organisation ("CEO of Google
+    and Alphabet") from its holder, not to require the role be said."""
+    match = _WHO_HOLDS.match(question_proper(question))
+    if match is None:
+        return ""
+    head = match.group("role").split()[-1].lower()
+    return "" if head in STOPWORDS or not any(ch.isalpha() for ch in head) else head
+
+
 def says_role(sentence: str, role: str) -> bool:
     """Whether ``sentence`` says ``role``: its words, in order and adjacent,
     each of the same word family ("independent chair", "Independent chair")."""
