@@ -55,6 +55,17 @@ def _question(reference: str, **kw: object) -> FilingQuestion:
             "Effective tax rate | 2022: 21.6%; 2021: 24.6%.",
             True,
         ),
+        # The years a reference names say when; its amounts are what must be stated.
+        (
+            "The rate dropped from 24.6% in FY 2021 to 21.6% in FY 2022.",
+            "Effective tax rate, FY2021: 2,629 / 10,689 = 24.60%; FY2022: 2,071 / 9,585 = 21.61%.",
+            True,
+        ),
+        (
+            "The rate dropped from 24.6% in FY 2021 to 21.6% in FY 2022.",
+            "Effective tax rate, FY2021: 24.60%; FY2022: 22.10%.",
+            False,
+        ),
     ],
 )
 def test_answer_right(reference: str, text: str, right: bool) -> None:

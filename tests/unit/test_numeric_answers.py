@@ -173,6 +173,27 @@ async def test_the_generator_answers_with_the_arithmetic_and_cites_each_row() ->
     assert "Property and equipment, net" in sentence.citations[1].quote
 
 
+async def test_the_generator_answers_a_yes_no_change_with_both_years_cited() -> None:
+    generator = Generator(ExtractiveEngine(Embedder()))
+    events = [
+        e
+        async for e in generator.answer(
+            "Has Acme increased its total assets between FY2018 and FY2019?",
+            _sources(),
+            AnswerOptions(mode=Mode.EXTRACTIVE),
+        )
+    ]
+    final = events[-1]
+    assert isinstance(final, FinalEvent)
+    (sentence,) = final.sentences
+    assert sentence.text == (
+        "Yes. Total assets, FY2018: 17,890 million; FY2019: 19,845 million; an increase of "
+        "1,955 million (+10.9%)."
+    )
+    assert [c.source_index for c in sentence.citations] == [1]
+    assert sentence.citations[0].confidence >= 5
+
+
 def _row_source(doc: str, text: str) -> Source:
     return Source(doc_id=doc, passage_index=0, title=doc, text=text)
 
@@ -212,12 +233,12 @@ def test_an_interim_column_is_no_fiscal_year() -> None:
 
 def test_questions_about_something_else_get_no_figure() -> None:
     for question in (
-        "What is the change in Acme's net profit margin from FY2018 to FY2019?",
-        "By how much did Acme's operating margin change between FY2017 and FY2019?",
-        "What is the difference between Acme's FY2019 and FY2018 net sales?",
         "Using the income statement, what drove Acme's FY2019 revenue growth?",
         "What were Acme's FY2019 net sales in Europe?",
+        "What were Acme's FY2019 net sales in Europe compared to FY2018?",
+        "How did Acme's Q2 FY2019 net sales compare to Q2 FY2018?",
         "What is Acme's gross margin guidance for FY2020?",
+        "Did Acme's board change between FY2018 and FY2019?",
     ):
         assert compute(question, _sources()) is None, question
     # A definition after the question may speak of a change.
@@ -227,6 +248,75 @@ def test_questions_about_something_else_get_no_figure() -> None:
         _sources(),
     )
     assert isinstance(defined, Computed)
+
+
+def test_a_change_between_two_years_shows_both_and_the_change() -> None:
+    margin = compute(
+        "What is the change in Acme's net profit margin from FY2018 to FY2019?", _sources()
+    )
+    assert isinstance(margin, Computed)
+    assert margin.text == (
+        "Net profit margin, FY2018: 1,813 / 7,500 = 24.17%; FY2019: 1,503 / 6,489 = 23.16%; "
+        "a decrease of 1.0 percentage points."
+    )
+    assert margin.value == pytest.approx(100 * (1503 / 6489 - 1813 / 7500))
+    sales = compute(
+        "What is the difference between Acme's FY2019 and FY2018 net sales?", _sources()
+    )
+    assert isinstance(sales, Computed)
+    assert sales.text == (
+        "Net sales, FY2018: 7,500 million; FY2019: 6,489 million; a decrease of 1,011 million "
+        "(-13.5%)."
+    )
+    assert {r.source for r in sales.rows} == {0}
+    # An operand missing in one of the years is named.
+    assert compute(
+        "By how much did Acme's operating margin change between FY2017 and FY2019?", _sources()
+    ) == Missing(
+        "No source states operating income for FY2017, so Operating margin cannot be compared."
+    )
+    # The line-item search asks for both years.
+    assert operand_queries("Did Acme's inventories decrease between FY2018 and FY2019?") == [
+        "balance sheets financial position inventories merchandise inventories inventories, net "
+        "2019 2018"
+    ]
+
+
+def test_a_yes_no_question_about_a_change_is_answered_yes_or_no_by_the_figures() -> None:
+    for question, first in (
+        ("Has Acme increased its total assets between FY2018 and FY2019?", "Yes. Total assets"),
+        ("Did Acme's inventories decrease between FY2018 and FY2019?", "Yes. Inventories"),
+        ("Did Acme's net sales increase between FY2018 and FY2019?", "No. Net sales"),
+        ("Was there any change in Acme's capital expenditure between FY2018 and FY2019?", "Yes."),
+    ):
+        result = compute(question, _sources())
+        assert isinstance(result, Computed), question
+        assert result.text.startswith(first), result.text
+    # Globex's rows are never Acme's.
+    assert (
+        compute("Did Initech's net sales increase between FY2018 and FY2019?", _sources()) is None
+    )
+
+
+def test_the_effective_tax_rate_is_income_taxes_over_income_before_them() -> None:
+    income = _page(
+        [
+            "CONSOLIDATED STATEMENTS OF INCOME",
+            "(in millions)",
+            "2022 2021",
+            "Income before income taxes 9,000 10,000",
+            "Provision for income taxes 1,950 2,460",
+        ]
+    )
+    sources = [Source(doc_id="ACME_2022_10K", passage_index=0, title="ACME_2022_10K", text=income)]
+    rate = compute("What is Acme's effective tax rate in FY2022?", sources)
+    assert isinstance(rate, Computed)
+    assert rate.text == "Effective tax rate, FY2022: 1,950 / 9,000 = 21.7%."
+    change = compute(
+        "How much has the effective tax rate of Acme changed between FY2021 and FY2022?", sources
+    )
+    assert isinstance(change, Computed)
+    assert change.text.endswith("a decrease of 2.9 percentage points.")
 
 
 def test_an_average_of_n_years_up_to_the_one_named() -> None:

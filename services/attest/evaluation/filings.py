@@ -22,7 +22,8 @@ An answer is judged as follows (``judge``):
   reference that starts with yes or no when the answer starts with the same
   word and states every figure the reference states; any other reference
   when the answer contains it, or states every figure it states when it
-  states two or more;
+  states two or more. The years a reference names ("in FY 2021", "from
+  2021 to 2022") are not among the figures an answer must state;
 - **wrong** otherwise, with the highest confidence among its citations.
 
 For each answer the cited filings and pages are kept: whether the evidence
@@ -151,8 +152,22 @@ def _figures(text: str) -> list[Any]:
     return read_amounts(text)
 
 
+# A year a reference names ("in FY 2021", "from 2021 to 2022") says when, not
+# what: an answer need not repeat it, and "FY2021" is read as no amount.
+_YEAR_NAMED = re.compile(
+    r"\b(?:FY|CY|fiscal(?: year)?|in|of|from|to|since|during|and|vs\.?|versus)\s*(?:19|20)\d\d\b",
+    re.IGNORECASE,
+)
+
+
+def _wanted(reference: str) -> list[Any]:
+    """The figures an answer must state to state ``reference``: its amounts,
+    not the years it names."""
+    return _figures(_YEAR_NAMED.sub(" ", reference))
+
+
 def _states_every_figure(reference: str, text: str) -> bool:
-    wanted = _figures(reference)
+    wanted = _wanted(reference)
     stated = _figures(text)
     return bool(wanted) and all(any(amounts_agree(w, s) for s in stated) for w in wanted)
 
@@ -188,7 +203,7 @@ def answer_right(question: FilingQuestion, text: str) -> bool:
         if words and words[0] in ("yes", "no"):
             first = normalize_answer(text).split()[:1]
             if first == words[:1] and (
-                not _figures(reference) or _states_every_figure(reference, text)
+                not _wanted(reference) or _states_every_figure(reference, text)
             ):
                 return True
             continue

@@ -132,6 +132,26 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
         "net earnings",
     ),
     "operating income": ("operating income", "income from operations", "operating profit"),
+    "income before income taxes": (
+        "income before income taxes",
+        "earnings before income taxes",
+        "income before provision for income taxes",
+        "earnings before provision for taxes on income",
+        "income before taxes",
+        "income (loss) before income taxes",
+        "pretax income",
+        "pre-tax income",
+        "income before income tax expense",
+    ),
+    "income tax expense": (
+        "provision for income taxes",
+        "income tax expense",
+        "income tax provision",
+        "provision for taxes on income",
+        "income taxes",
+        "income tax expense (benefit)",
+        "provision for (benefit from) income taxes",
+    ),
     "total assets": ("total assets",),
     "total current assets": ("total current assets",),
     "total current liabilities": ("total current liabilities",),
@@ -233,6 +253,8 @@ _STATEMENT: dict[str, re.Pattern[str]] = {
     "cost of sales": _INCOME,
     "net income": _INCOME,
     "operating income": _INCOME,
+    "income before income taxes": _INCOME,
+    "income tax expense": _INCOME,
     "total assets": _BALANCE,
     "total current assets": _BALANCE,
     "total current liabilities": _BALANCE,
@@ -564,6 +586,14 @@ METRICS: tuple[Metric, ...] = (
         percent=True,
     ),
     _metric(
+        "Effective tax rate",
+        r"effective (?:income )?tax rate",
+        lambda y: {"income tax expense": (y,), "income before income taxes": (y,)},
+        lambda g, y: 100 * g("income tax expense", y) / g("income before income taxes", y),
+        lambda w, y: f"{w('income tax expense', y)} / {w('income before income taxes', y)}",
+        percent=True,
+    ),
+    _metric(
         "Revenue growth",
         r"(?:year[- ]over[- ]year|yoy)\s+change\s+in\s+(?:total\s+)?revenue|revenue growth",
         _both("revenue"),
@@ -837,7 +867,17 @@ def line_item_searches(question: str) -> list[tuple[str, str]]:
     years = _years(question)
     metric, item = _asked(question)
     needed: dict[str, set[int]] = {}
-    if metric is not None:
+    compared = _compared(question)
+    if compared is not None:
+        for y in (compared.first, compared.last):
+            needs = (
+                compared.metric.needs(y)
+                if compared.metric is not None
+                else {compared.item or "": (y,)}
+            )
+            for concept, ys in needs.items():
+                needed.setdefault(concept, set()).update(ys)
+    elif metric is not None:
         for y in years:
             for concept, ys in metric.needs(y).items():
                 needed.setdefault(concept, set()).update(ys)
@@ -861,8 +901,156 @@ def line_item_searches(question: str) -> list[tuple[str, str]]:
     ]
 
 
+# A change or comparison of one metric or line item between two fiscal years:
+# "How much has Acme's effective tax rate changed between FY2021 and FY2022?",
+# "Has Acme increased its total assets between FY2022 and FY2023?".
+_CHANGE = re.compile(
+    r"\b(?:chang\w*|compar\w*|differ\w*|increas\w*|decreas\w*|declin\w*|drop\w*"
+    r"|ris(?:e|en|es|ing)|rose|gr[eo]w\w*|fell|fall\w*|reduc\w*|vs\.?|versus)\b",
+    re.IGNORECASE,
+)
+_UP = re.compile(r"\b(?:increas\w*|ris(?:e|en|es|ing)|rose|gr[eo]w\w*)\b", re.IGNORECASE)
+_DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|reduc\w*)\b", re.IGNORECASE)
+# A part of the company, a quarter, a forecast or an adjusted figure: the
+# statements' yearly rows do not give it.
+_PART = re.compile(
+    r"\b(?:segments?|regions?|geograph\w*|international|domestic|europe\w*|asia\w*"
+    r"|americas?|excluding|adjusted|organic|constant currency|per share|guidance|outlook"
+    r"|forecast\w*|expect\w*|quarter\w*|Q[1-4]|[1-4]Q|H[12]|interim)\b",
+    re.IGNORECASE,
+)
+_ANY_YEAR = re.compile(r"\b(?:FY\s?|fiscal(?: year)?\s+)?((?:19|20)\d\d)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Comparison:
+    metric: Metric | None
+    item: str | None
+    first: int
+    last: int
+    polar: bool  # a yes/no question
+    direction: int  # +1 asks about a rise, -1 about a fall, 0 about any change
+
+
+def _compared(question: str) -> _Comparison | None:
+    """The comparison a question asks for: one metric or line item, two
+    fiscal years, and whether it asks yes or no about a rise, a fall or any
+    change; None for any other question."""
+    ask = question.split("?", 1)[0]
+    if not _CHANGE.search(ask) or _WHY.search(ask) or _PART.search(ask) or _CAGR.search(ask):
+        return None
+    years = sorted({int(y) for y in _ANY_YEAR.findall(ask)})
+    if len(years) < 2:
+        return None
+    metric = next((m for m in METRICS if m.pattern.search(ask)), None)
+    if metric is not None and metric.name == "Revenue growth":
+        return None
+    item = None
+    if metric is None:
+        item = next((concept for pattern, concept in ITEMS if pattern.search(ask)), None)
+        if item is None:
+            return None
+    up, down = bool(_UP.search(ask)), bool(_DOWN.search(ask))
+    direction = 0 if up == down else 1 if up else -1
+    polar = bool(_POLAR.match(question))
+    return _Comparison(metric, item, years[0], years[-1], polar, direction)
+
+
+def _compare(
+    question: str, asked: _Comparison, sources: Sequence[Source]
+) -> Computed | Missing | None:
+    """The metric or line item in each of the two years, and the change: for a
+    yes/no question, "Yes." or "No." first, by whether it rose, fell or
+    changed as asked."""
+    owned = company_sources(question, sources)
+    if not owned:
+        return None
+    rows = [r for r in table_rows(sources) if r.source in owned]
+    years = (asked.first, asked.last)
+    metric, item = asked.metric, asked.item
+    needed: dict[str, set[int]] = {}
+    for y in years:
+        for concept, ys in (metric.needs(y) if metric is not None else {item or "": (y,)}).items():
+            needed.setdefault(concept, set()).update(ys)
+    lookup = _Lookup(rows, sources, asked.last, needed)
+    name = metric.name if metric is not None else (item or "").capitalize()
+    values: list[float] = []
+    spelled: list[str] = []
+    try:
+        for y in years:
+            if metric is not None:
+                values.append(metric.formula(lookup.get, y))
+                spelled.append(f"{metric.spell(lookup.written, y)} = ")
+            else:
+                assert item is not None
+                values.append(lookup.get(item, y))
+                spelled.append("")
+    except LookupError:
+        concept, year = lookup.missing[-1]
+        return Missing(f"No source states {concept} for FY{year}, so {name} cannot be compared.")
+    except ZeroDivisionError:
+        return Missing(f"{name} cannot be compared: a divisor is zero in the sources.")
+    units = {r.unit.lower() for _, _, r in lookup.used.values()}
+    scales = {m.group(0) for u in units if (m := re.search(r"million|thousand|billion", u))}
+    if len(scales) > 1:
+        return Missing(
+            f"{name} cannot be compared: the rows it needs are in different units "
+            f"({', '.join(sorted(scales))})."
+        )
+    rows_used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
+    if metric is None and rows_used and rows_used[0].name:
+        name = rows_used[0].name
+    percent = metric.percent if metric is not None else False
+    decimals = _decimals(question, percent) if metric is not None else 0
+    if metric is None:
+        decimals = max((_places(lookup.written(item or "", y)) for y in years), default=0)
+    first, last = values
+    change = last - first
+    suffix = "%" if percent else ""
+    unit = f" {next(iter(scales))}" if metric is None and scales else ""
+    dollars = metric is None and (
+        bool(re.search(r"\bUSD\b|\$|dollars", question)) or any("$" in u for u in units)
+    )
+    money = "$" if dollars else ""
+
+    def amount(v: float) -> str:
+        # A metric's values with one more place than its change, as an average's are.
+        places = decimals + 1 if metric is not None else decimals
+        return f"{money}{_format(v, places)}{unit}{suffix}"
+
+    each = "; ".join(
+        f"FY{y}: {sp}{amount(v)}" for y, sp, v in zip(years, spelled, values, strict=True)
+    )
+    rounded = round(change, decimals)
+    if rounded == 0:
+        moved = "no change"
+    else:
+        size = (
+            f"{_format(abs(change), decimals)} percentage points"
+            if percent
+            else f"{money}{_format(abs(change), decimals)}{unit}"
+        )
+        share = f" ({100 * change / abs(first):+.1f}%)" if not percent and first else ""
+        moved = f"{'an increase' if change > 0 else 'a decrease'} of {size}{share}"
+    text = f"{name}, {each}; {moved}."
+    if asked.polar:
+        sign = (rounded > 0) - (rounded < 0)
+        yes = sign != 0 if asked.direction == 0 else sign == asked.direction
+        text = f"{'Yes' if yes else 'No'}. {text}"
+    return Computed(text, change, rows_used, not lookup.unsure)
+
+
+def _places(written: str) -> int:
+    """Decimal places a value is written with ("1,234.5" has 1)."""
+    digits = written.strip("()$ ")
+    return len(digits.rsplit(".", 1)[1]) if "." in digits else 0
+
+
 def asked_years(question: str) -> list[int]:
     """The fiscal years ``compute`` reads for the question (the last one last)."""
+    compared = _compared(question)
+    if compared is not None:
+        return [compared.first, compared.last]
     return _years(question)
 
 
@@ -871,6 +1059,9 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
     the company's sources; ``Missing`` when it is recognised and the company's
     rows lack an operand; None when the question asks for neither, names no
     fiscal year, or names no company among the sources."""
+    compared = _compared(question)
+    if compared is not None:
+        return _compare(question, compared, sources)
     years = _years(question)
     if not years:
         return None
