@@ -269,7 +269,6 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
             and token not in common
             and stem(token) not in asked
             and token.replace(".", "") not in abbreviations
-            and token not in _WEEKDAYS
             and not dated(match.start())
             and not (owner is not None and owner(match.start()))
         )
@@ -299,38 +298,81 @@ def _asked(question: str) -> tuple[frozenset[str], frozenset[str], str]:
     """The question's word stems, its abbreviations ("us" for "US" or "U.S.")
     and the head of the role it asks the holder of (``role_head``)."""
     words = WORD.findall(unicodedata.normalize("NFKC", question))
+    # In a question written in capitals every short word looks like one.
+    shouted = not any(ch.islower() for ch in question)
     abbreviations = frozenset(
         bare.lower()
         for w in words
-        if 2 <= len(bare := w.strip(".-'’").replace(".", "")) <= 6
+        if 2 <= len(bare := re.sub(r"['’]s$", "", w).strip(".-'’").replace(".", "")) <= 6
         and bare.isalpha()
         and bare.isupper()
+        and not shouted
     )
     return frozenset(stem(t) for t in tokens(question)), abbreviations, role_head(question)
 
 
 def _not_a_name(run: Sequence[str], abbreviations: frozenset[str]) -> bool:
-    """A run of month names alone ("May", "June"), or the long form of one
-    of the question's abbreviations ("united states" for "US")."""
-    if all(w in _MONTHS for w in run):
+    """A run of month or weekday names alone ("June", "Tuesday"), or a run
+    whose initials spell one of the question's abbreviations: its long form
+    ("united states" for "US"; also a person's name whose initials happen to
+    spell one, a rare loss)."""
+    if all(w in _MONTHS or w in _WEEKDAYS for w in run):
         return True
     initials = "".join(w[0] for w in run if w not in _NAME_JOINERS)
     return len(initials) >= 2 and initials in abbreviations
 
 
+# A chief officer's title is written abbreviated or spelled out ("CEO of
+# Apple", "the chief executives of Facebook and Apple").
+_TITLE_FORMS: dict[str, tuple[str, ...]] = {
+    "ceo": ("chief executive officer", "chief executive"),
+    "cfo": ("chief financial officer",),
+    "coo": ("chief operating officer",),
+    "cto": ("chief technology officer",),
+    "cio": ("chief information officer", "chief investment officer"),
+    "cmo": ("chief marketing officer",),
+}
+
+
+# Words an organisation after a role is read over, at most: a longer run is
+# not one organisation's name.
+_OWNER_WORDS = 8
+
+
+@functools.lru_cache(maxsize=64)
+def _role_said(head: str) -> re.Pattern[str]:
+    """ "<head> of|at|for|in", the head also in its spelled-out forms."""
+    forms = sorted({head, *_TITLE_FORMS.get(head, ())}, key=len, reverse=True)
+    said = "|".join(r"\s+".join(re.escape(w) for w in form.split()) for form in forms)
+    return re.compile(rf"\b(?:{said})(?:e?s)?[ \t]+(?:of|at|for|in)[ \t]+", re.IGNORECASE)
+
+
 def _role_objects(text: str, head: str, asked: frozenset[str]) -> list[tuple[int, int]]:
     """Where ``text`` gives the organisation of a role whose last word is
     ``head``: the capitalized words after "<head> of|at|for|in", with the
-    lower-case words names join with ("CEO of Google and Alphabet"). After a
-    word the question names, a capitalized word that is not one starts
-    another name ("CEO of Google Sundar Pichai"), and punctuation ends it."""
+    lower-case words names join with ("CEO of Google and Alphabet").
+
+    Only a run that ends on its own is one: after a word the question names,
+    a capitalized word that is not one starts the holder's name ("CEO of
+    Google Sundar Pichai"); punctuation, a lower-case word, a line's end or
+    the text's end ends it. A run with more than two capitalized words the
+    question does not name ("CEO of Alphabet Sundar Pichai"), or one past
+    ``_OWNER_WORDS`` words, cannot be told from the holder's name, so it is
+    left as it is. Each run is read once: the time is linear in the text."""
     spans: list[tuple[int, int]] = []
-    pattern = rf"\b{re.escape(head)}(?:e?s)?\s+(?:of|at|for|in)\s+"
-    for found in re.finditer(pattern, text, re.IGNORECASE):
+    pattern = _role_said(head)
+    position = 0
+    while (found := pattern.search(text, position)) is not None:
         start = end = found.end()
         after_asked = False
-        for match in WORD.finditer(text, start):
-            if text[end : match.start()].strip():
+        others = 0
+        ended = True
+        for words, match in enumerate(WORD.finditer(text, start), 1):
+            gap = text[end : match.start()]
+            if gap.strip() or "\n" in gap:
+                break
+            if words > _OWNER_WORDS:
+                ended = False
                 break
             word = match.group()
             possessive = word.endswith(("'s", "’s"))
@@ -340,6 +382,7 @@ def _role_objects(text: str, head: str, asked: frozenset[str]) -> list[tuple[int
                 if after_asked and not is_asked:
                     break
                 after_asked = is_asked
+                others += not is_asked
             elif token in _OWNER_JOINERS:
                 after_asked = False
             else:
@@ -347,7 +390,8 @@ def _role_objects(text: str, head: str, asked: frozenset[str]) -> list[tuple[int
             end = match.end()
             if possessive or text[end : end + 1] in '.,;:!?()"”':
                 break
-        if end > start:
+        position = end
+        if end > start and ended and others <= 2:
             spans.append((start, end))
     return spans
 

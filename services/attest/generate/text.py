@@ -622,7 +622,7 @@ def asked_role(question: str) -> str:
 # "Who is the CEO of ...", "Who was the runner-up of ...", "Who is the Maxwell
 # Award winner in ...": the role, of one to four words, before its "of".
 _WHO_HOLDS = re.compile(
-    r"^who\s+(?:is|was|are|were|became|becomes|has\s+become|will\s+become)\s+"
+    r"^who(?:['’]s|\s+(?:is|was|are|were|became|becomes|has\s+become|will\s+become))\s+"
     r"(?:the\s+)?(?P<role>[\w'’-]+(?:\s+[\w'’-]+){0,3}?)\s+(?:of|at|for|in)\s",
     re.IGNORECASE,
 )
@@ -635,7 +635,7 @@ def role_head(question: str) -> str:
     question is not of that form. Unlike ``asked_role`` a one-word role
     counts: it is only used to tell the role's organisation ("CEO of Google
     and Alphabet") from its holder, not to require the role be said."""
-    match = _WHO_HOLDS.match(question_proper(question))
+    match = _WHO_HOLDS.match(question_proper(unicodedata.normalize("NFKC", question)))
     if match is None:
         return ""
     head = match.group("role").split()[-1].lower()
