@@ -66,6 +66,24 @@ def _question(reference: str, **kw: object) -> FilingQuestion:
             "Effective tax rate, FY2021: 24.60%; FY2022: 22.10%.",
             False,
         ),
+        # A number a word follows, or after a currency sign, is a figure, not a year.
+        (
+            "Acme operated 1,850 stores in FY2021 and 2019 stores in FY2022.",
+            "1,850 and 1,700.",
+            False,
+        ),
+        ("From 2021 to 2022, revenue fell by 5%.", "Revenue rose 5% in FY2022.", False),
+        (
+            "Revenue grew from $1,950 million to $2021 million.",
+            "Revenue was $1,950 million.",
+            False,
+        ),
+        (
+            "No, revenue fell by 5% from 2021 to 2022.",
+            "No. Revenue, FY2021: $100 million; FY2022: $95 million; a decrease of $5 million "
+            "(-5.0%).",
+            True,
+        ),
     ],
 )
 def test_answer_right(reference: str, text: str, right: bool) -> None:

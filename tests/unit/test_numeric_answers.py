@@ -239,6 +239,27 @@ def test_questions_about_something_else_get_no_figure() -> None:
         "How did Acme's Q2 FY2019 net sales compare to Q2 FY2018?",
         "What is Acme's gross margin guidance for FY2020?",
         "Did Acme's board change between FY2018 and FY2019?",
+        # A change asked about with more than its size is left to the reader:
+        # a cause, a policy, a judgement, a negation, a comparative, a
+        # threshold, an alternative, two items, a ratio of an item.
+        "Did Acme change its revenue recognition policy between FY2018 and FY2019?",
+        "What caused the decline in Acme's net sales from FY2018 to FY2019?",
+        "Is Acme's net income growth between FY2018 and FY2019 sustainable?",
+        "Did Acme's net sales not increase between FY2018 and FY2019?",
+        "Was Acme's net sales higher in FY2019 compared to FY2018?",
+        "Did Acme's net sales fall by more than 20% between FY2018 and FY2019?",
+        "Has Acme's net sales decreased or increased between FY2018 and FY2019?",
+        "Did Acme's net sales increase between FY2018 and FY2019 despite a decline in inventories?",
+        "What was Acme's cost of sales as a percentage of net sales in FY2019 vs FY2018?",
+        "Compare Acme's net sales in FY2017, FY2018 and FY2019.",
+        "Did Acme's gross margin improve in FY2019 compared to FY2018?",
+        "Did Acme's net sales fail to increase between FY2018 and FY2019?",
+        "Did Acme's net sales decrease by 500 million between FY2018 and FY2019?",
+        "Did Acme's deferred revenue increase between FY2018 and FY2019?",
+        "Did Acme's net sales in China decrease between FY2018 and FY2019?",
+        "Did Acme's Q2 net sales decrease between FY2018 and FY2019?",
+        "Did Acme's net income fall between FY2018 and FY2019 due to impairments?",
+        "Is the decrease in Acme's net income from FY2018 to FY2019 a concern?",
     ):
         assert compute(question, _sources()) is None, question
     # A definition after the question may speak of a change.
@@ -288,6 +309,12 @@ def test_a_yes_no_question_about_a_change_is_answered_yes_or_no_by_the_figures()
         ("Did Acme's inventories decrease between FY2018 and FY2019?", "Yes. Inventories"),
         ("Did Acme's net sales increase between FY2018 and FY2019?", "No. Net sales"),
         ("Was there any change in Acme's capital expenditure between FY2018 and FY2019?", "Yes."),
+        (
+            "By how much did Acme's total assets increase between fiscal 2018 and fiscal 2019?",
+            "Total assets, FY2018: 17,890 million; FY2019: 19,845 million; an increase",
+        ),
+        ("How much did Acme's net sales change between FY2018 and FY2019?", "Net sales, FY2018"),
+        ("How does Acme's gross margin in FY2019 compare to FY2018?", "Gross margin, FY2018"),
     ):
         result = compute(question, _sources())
         assert isinstance(result, Computed), question
@@ -317,6 +344,125 @@ def test_the_effective_tax_rate_is_income_taxes_over_income_before_them() -> Non
     )
     assert isinstance(change, Computed)
     assert change.text.endswith("a decrease of 2.9 percentage points.")
+
+
+def test_an_average_that_speaks_of_a_change_is_still_an_average() -> None:
+    result = compute(
+        "What is the FY2017 - FY2019 3 year average net profit margin for Acme, given falling "
+        "sales?",
+        _sources(),
+    )
+    assert isinstance(result, Computed)
+    assert result.text.endswith("average = 17.1%.")
+
+
+def test_the_effective_tax_rate_reads_the_income_statement_only() -> None:
+    pages = [
+        _page(
+            [
+                "CONSOLIDATED STATEMENTS OF COMPREHENSIVE INCOME",
+                "(in millions)",
+                "2022 2021",
+                "Income taxes (70) (50)",
+            ]
+        ),
+        _page(
+            [
+                "CONSOLIDATED BALANCE SHEETS",
+                "(in millions)",
+                "2022 2021",
+                "Current liabilities:",
+                "Income taxes 120 100",
+            ]
+        ),
+        _page(
+            [
+                "CONSOLIDATED STATEMENTS OF INCOME",
+                "(in millions)",
+                "2022 2021",
+                "Income before income taxes 9,000 10,000",
+                "Provision for income taxes (1,950) (2,460)",
+            ]
+        ),
+    ]
+    sources = [
+        Source(doc_id="ACME_2022_10K", passage_index=i, title="ACME_2022_10K", text=t)
+        for i, t in enumerate(pages)
+    ]
+    # The expense in parentheses is an expense; other tables' "Income taxes" are not it.
+    rate = compute("What is Acme's effective tax rate in FY2022?", sources)
+    assert isinstance(rate, Computed)
+    assert rate.text == "Effective tax rate, FY2022: 1,950 / 9,000 = 21.7%."
+    assert {r.source for r in rate.rows} == {2}
+    loss = _page(
+        [
+            "CONSOLIDATED STATEMENTS OF OPERATIONS",
+            "(in millions)",
+            "2022 2021",
+            "Income before income taxes (500) 10,000",
+            "Provision for income taxes 30 2,460",
+        ]
+    )
+    # A benefit in one year and an expense in another keep their signs; so does
+    # a label that says "benefit"; a combined statement's other comprehensive
+    # income section is not the tax expense.
+    for lines, text in (
+        (
+            ["Income before income taxes 1,000 1,000", "Provision for income taxes (50) 210"],
+            "FY2021: 210 / 1,000 = 21.00%; FY2022: (50) / 1,000 = -5.00%; a decrease of 26.0",
+        ),
+        (
+            ["Income before income taxes 1,000 1,000", "Income tax expense (benefit) 150 (20)"],
+            "FY2021: (20) / 1,000 = -2.00%; FY2022: 150 / 1,000 = 15.00%; an increase of 17.0",
+        ),
+        (
+            [
+                "Income before income taxes 9,000 10,000",
+                "Provision for income taxes 1,950 2,460",
+                "Other comprehensive income:",
+                "Income taxes (70) (50)",
+            ],
+            "FY2021: 2,460 / 10,000 = 24.60%; FY2022: 1,950 / 9,000 = 21.67%; a decrease of 2.9",
+        ),
+    ):
+        page = _page(
+            [
+                "CONSOLIDATED STATEMENTS OF OPERATIONS AND COMPREHENSIVE INCOME",
+                "(in millions)",
+                "2022 2021",
+                *lines,
+            ]
+        )
+        one = [Source(doc_id="ACME_2022_10K", passage_index=0, title="ACME_2022_10K", text=page)]
+        result = compute(
+            "How much has the effective tax rate of Acme changed between FY2021 and FY2022?", one
+        )
+        assert isinstance(result, Computed)
+        assert text in result.text, result.text
+    sources = [Source(doc_id="ACME_2022_10K", passage_index=0, title="ACME_2022_10K", text=loss)]
+    assert compute("What is Acme's effective tax rate in FY2022?", sources) == Missing(
+        "Effective tax rate cannot be computed: income before income taxes is not positive in "
+        "FY2022."
+    )
+
+
+def test_a_yes_no_change_is_decided_on_the_figures_not_their_rounding() -> None:
+    income = _page(
+        [
+            "CONSOLIDATED STATEMENTS OF OPERATIONS",
+            "(in millions)",
+            "2019 2018",
+            "Net sales 10,000 10,000",
+            "Net income 1,004 1,000",
+        ]
+    )
+    sources = [Source(doc_id="ACME_2019_10K", passage_index=0, title="ACME_2019_10K", text=income)]
+    result = compute("Did Acme's net profit margin increase between FY2018 and FY2019?", sources)
+    assert isinstance(result, Computed)
+    assert result.text == (
+        "Yes. Net profit margin, FY2018: 1,000 / 10,000 = 10.00%; FY2019: 1,004 / 10,000 = "
+        "10.04%; an increase of 0.04 percentage points."
+    )
 
 
 def test_an_average_of_n_years_up_to_the_one_named() -> None:

@@ -22,8 +22,9 @@ An answer is judged as follows (``judge``):
   reference that starts with yes or no when the answer starts with the same
   word and states every figure the reference states; any other reference
   when the answer contains it, or states every figure it states when it
-  states two or more. The years a reference names ("in FY 2021", "from
-  2021 to 2022") are not among the figures an answer must state;
+  states two or more. A year a reference names ("in FY 2021", "from 2021
+  to 2022") is not among the figures an answer must state, nor counted
+  among them; a number followed by a word ("2019 stores") is a figure;
 - **wrong** otherwise, with the highest confidence among its citations.
 
 For each answer the cited filings and pages are kept: whether the evidence
@@ -152,10 +153,16 @@ def _figures(text: str) -> list[Any]:
     return read_amounts(text)
 
 
-# A year a reference names ("in FY 2021", "from 2021 to 2022") says when, not
-# what: an answer need not repeat it, and "FY2021" is read as no amount.
+# A year a reference names says when, not what: an answer need not repeat it
+# ("FY2021" is read as no amount). A fiscal year ("FY 2021", "fiscal 2021") is
+# always one; a bare year is one unless a word other than a connective follows
+# it ("2019 stores" is a count) or a currency sign comes before it.
 _YEAR_NAMED = re.compile(
-    r"\b(?:FY|CY|fiscal(?: year)?|in|of|from|to|since|during|and|vs\.?|versus)\s*(?:19|20)\d\d\b",
+    r"\b(?:FY|CY|fiscal(?:\s+year)?)\s*(?:19|20)\d\d\b"
+    r"|(?<![$\d.,])\b(?:19|20)\d\d\b(?!\.\d|,\d)"
+    r"(?!\s*(?:million|billion|thousand|%)"
+    r"|\s+(?!(?:to|and|vs|versus|through|respectively|compared|with|from|than|in|while|was"
+    r"|were|is|when|as|of|for)\b)(?-i:[a-z]))",
     re.IGNORECASE,
 )
 
@@ -209,7 +216,7 @@ def answer_right(question: FilingQuestion, text: str) -> bool:
             continue
         if contains_answer(text, reference):
             return True
-        if len(_figures(reference)) >= 2 and _states_every_figure(reference, text):
+        if len(_wanted(reference)) >= 2 and _states_every_figure(reference, text):
             return True
     return False
 

@@ -151,6 +151,8 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
         "income taxes",
         "income tax expense (benefit)",
         "provision for (benefit from) income taxes",
+        "provision (benefit) for income taxes",
+        "income tax provision (benefit)",
     ),
     "total assets": ("total assets",),
     "total current assets": ("total current assets",),
@@ -229,6 +231,10 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
 
 #: Items that a cash flow statement reports as outflows in parentheses.
 _OUTFLOWS = frozenset({"capital expenditure", "dividends paid"})
+#: Items read only from the statement of income or a note about it: "Income
+#: taxes" is also a liability on the balance sheet, a payment in the cash flow
+#: statement and the tax on other comprehensive income.
+_INCOME_ONLY = frozenset({"income tax expense", "income before income taxes"})
 
 
 def _label_of(label: str) -> str:
@@ -395,6 +401,17 @@ def _dio(get: Get, y: int) -> float:
 
 def _dso(get: Get, y: int) -> float:
     return 365 * _avg(get, "accounts receivable", y) / get("revenue", y)
+
+
+class _Undefined(ArithmeticError):
+    """A metric with no meaning for the figures given; the message says why."""
+
+
+def _tax_rate(get: Get, y: int) -> float:
+    pretax = get("income before income taxes", y)
+    if pretax <= 0:
+        raise _Undefined(f"income before income taxes is not positive in FY{y}")
+    return 100 * get("income tax expense", y) / pretax
 
 
 def _ebitda(get: Get, y: int) -> float:
@@ -589,7 +606,7 @@ METRICS: tuple[Metric, ...] = (
         "Effective tax rate",
         r"effective (?:income )?tax rate",
         lambda y: {"income tax expense": (y,), "income before income taxes": (y,)},
-        lambda g, y: 100 * g("income tax expense", y) / g("income before income taxes", y),
+        _tax_rate,
         lambda w, y: f"{w('income tax expense', y)} / {w('income before income taxes', y)}",
         percent=True,
     ),
@@ -812,6 +829,13 @@ class _Lookup:
             if statement == 2 and _CASH.search(row.title) and _STATEMENT[concept] is _BALANCE:
                 # A cash flow statement's "Inventories" is the year's change.
                 continue
+            if concept in _INCOME_ONLY and (
+                _BALANCE.search(row.title)
+                or _CASH.search(row.title)
+                or "comprehensive" in row.label.rpartition(": ")[0]
+            ):
+                # A liability, a payment, or the tax on other comprehensive income.
+                continue
             filed = _filing_year(self.sources[row.source])
             # The statement that states the item first; then the filing of the
             # latest year asked; then the label most preferred.
@@ -824,7 +848,7 @@ class _Lookup:
             return None
         self.unsure = self.unsure or best[0][0] == 2
         value = best[1]
-        if concept in _OUTFLOWS:
+        if concept in _OUTFLOWS or (concept == "income tax expense" and _printed_as_cost(best[3])):
             value = abs(value)
         return value, best[2], best[3]
 
@@ -839,10 +863,22 @@ class _Lookup:
         return self.used[key][0]
 
     def written(self, concept: str, year: int) -> str:
-        _, written, _ = self.used[(concept, year)]
-        if concept in _OUTFLOWS:
+        value, written, _ = self.used[(concept, year)]
+        if concept in _OUTFLOWS or (concept == "income tax expense" and value >= 0):
             return written.strip("()")
         return written
+
+
+def _printed_as_cost(row: TableRow) -> bool:
+    """Whether a tax row prints its expense as a deduction: every year of it in
+    parentheses, under a label that does not say "benefit" (a row with a
+    benefit in one year and an expense in another prints them with opposite
+    signs, and "Income tax expense (benefit)" prints a benefit negative)."""
+    if "benefit" in row.label:
+        return False
+    values = [_number(written) for _, written in row.cells]
+    read = [v for v in values if v is not None]
+    return bool(read) and all(v < 0 for v in read)
 
 
 def _format(value: float, decimals: int) -> str:
@@ -901,25 +937,48 @@ def line_item_searches(question: str) -> list[tuple[str, str]]:
     ]
 
 
-# A change or comparison of one metric or line item between two fiscal years:
-# "How much has Acme's effective tax rate changed between FY2021 and FY2022?",
-# "Has Acme increased its total assets between FY2022 and FY2023?".
-_CHANGE = re.compile(
-    r"\b(?:chang\w*|compar\w*|differ\w*|increas\w*|decreas\w*|declin\w*|drop\w*"
-    r"|ris(?:e|en|es|ing)|rose|gr[eo]w\w*|fell|fall\w*|reduc\w*|vs\.?|versus)\b",
-    re.IGNORECASE,
+# A change of one metric or line item between two fiscal years, asked in one
+# of a few plain forms (``_FORMS``) and nothing more: "How much has the
+# effective tax rate of American Express changed between FY2021 and FY2022?",
+# "What is the change in Acme's net sales from FY2018 to FY2019?", "How does
+# Acme's gross margin in FY2019 compare to FY2018?", "What is the difference
+# between Acme's FY2019 and FY2018 net sales?", "Has Acme increased its total
+# assets between FY2018 and FY2019?". A question that says anything else
+# (a cause, a threshold, a part of the company, a judgement) matches none.
+_Y = r"(?:FY\s?|fiscal(?:\s+year)?\s+)?((?:19|20)\d\d)"
+_UPWARD = r"increas(?:e|ed|es)|r(?:ise|isen|ises|ose)|gr(?:ow|own|ows|ew)"
+_DOWNWARD = r"decreas(?:e|ed|es)|declin(?:e|ed|es)|f(?:all|allen|alls|ell)|drop(?:ped|s)?"
+_MOVED = rf"chang(?:e|ed|es)|{_UPWARD}|{_DOWNWARD}"
+_SPAN = (
+    rf"(?:between\s+{_Y}\s+and\s+(?:the\s+)?{_Y}|from\s+{_Y}\s+to\s+(?:the\s+)?{_Y})"
+    r"(?:\s+(?:period|fiscal\s+year))?"
 )
-_UP = re.compile(r"\b(?:increas\w*|ris(?:e|en|es|ing)|rose|gr[eo]w\w*)\b", re.IGNORECASE)
-_DOWN = re.compile(r"\b(?:decreas\w*|declin\w*|drop\w*|fell|fall\w*|reduc\w*)\b", re.IGNORECASE)
-# A part of the company, a quarter, a forecast or an adjusted figure: the
-# statements' yearly rows do not give it.
-_PART = re.compile(
-    r"\b(?:segments?|regions?|geograph\w*|international|domestic|europe\w*|asia\w*"
-    r"|americas?|excluding|adjusted|organic|constant currency|per share|guidance|outlook"
-    r"|forecast\w*|expect\w*|quarter\w*|Q[1-4]|[1-4]Q|H[12]|interim)\b",
-    re.IGNORECASE,
+_FORMS = tuple(
+    re.compile(form, re.IGNORECASE)
+    for form in (
+        rf"^(?:by\s+)?how\s+much\s+(?:has|have|did|had)\s+(?P<subject>.+?)\s+(?P<moved>{_MOVED})"
+        rf"\s+{_SPAN}$",
+        rf"^what\s+(?:is|was)\s+the\s+(?:(?:percent|percentage)\s+)?(?:change|difference)\s+in\s+"
+        rf"(?P<subject>.+?)\s+{_SPAN}$",
+        rf"^how\s+(?:does|did)\s+(?P<subject>.+?)\s+in\s+{_Y}\s+compare\s+(?:to|with)\s+"
+        rf"(?:that\s+(?:of|in)\s+)?{_Y}$",
+        rf"^what\s+(?:is|was)\s+the\s+difference\s+between\s+(?P<owner>.+?)\s+{_Y}\s+and\s+"
+        rf"{_Y}\s+(?P<subject>.+)$",
+        rf"^(?P<polar>did|has|have|had)\s+(?P<subject>.+?)\s+(?P<moved>{_MOVED})\s+{_SPAN}$",
+        # "Has Acme increased its total assets between ...": the company, the verb, the item.
+        rf"^(?P<polar>did|has|have|had)\s+(?P<owner>[A-Z][^\s]*(?:\s+[A-Z][^\s]*){{0,3}})\s+"
+        rf"(?P<moved>{_MOVED})\s+(?P<subject>.+?)\s+{_SPAN}$",
+        rf"^(?P<polar>was|were)\s+there\s+(?:any\s+|an?\s+)?"
+        rf"(?P<moved>change|increase|decrease|decline|drop|rise|fall)\s+in\s+(?P<subject>.+?)\s+"
+        rf"{_SPAN}$",
+    )
 )
-_ANY_YEAR = re.compile(r"\b(?:FY\s?|fiscal(?: year)?\s+)?((?:19|20)\d\d)\b", re.IGNORECASE)
+_UP = re.compile(rf"^(?:{_UPWARD})$", re.IGNORECASE)
+_DOWN = re.compile(rf"^(?:{_DOWNWARD})$", re.IGNORECASE)
+# Words a subject may hold besides the item and the company's name.
+_SUBJECT_WORDS = frozenset(
+    {"the", "its", "their", "of", "for", "company", "total", "consolidated", "reported"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -933,27 +992,49 @@ class _Comparison:
 
 
 def _compared(question: str) -> _Comparison | None:
-    """The comparison a question asks for: one metric or line item, two
-    fiscal years, and whether it asks yes or no about a rise, a fall or any
-    change; None for any other question."""
-    ask = question.split("?", 1)[0]
-    if not _CHANGE.search(ask) or _WHY.search(ask) or _PART.search(ask) or _CAGR.search(ask):
+    """The comparison a question asks for in one of ``_FORMS``: one metric or
+    line item, two fiscal years, and for a yes/no question whether it asks
+    about a rise, a fall or any change; None for any other question, which
+    is left to the reader."""
+    ask = " ".join(question.split("?", 1)[0].split())
+    for form in _FORMS:
+        match = form.match(ask)
+        if match is not None:
+            break
+    else:
         return None
-    years = sorted({int(y) for y in _ANY_YEAR.findall(ask)})
-    if len(years) < 2:
+    groups = match.groupdict()
+    years = {int(y) for y in match.groups() if y is not None and y.isdigit()}
+    if len(years) != 2:
         return None
-    metric = next((m for m in METRICS if m.pattern.search(ask)), None)
-    if metric is not None and metric.name == "Revenue growth":
-        return None
+    subject = " ".join(filter(None, (groups.get("owner"), groups["subject"])))
+    metrics = [m for m in METRICS if m.pattern.search(subject)]
     item = None
-    if metric is None:
-        item = next((concept for pattern, concept in ITEMS if pattern.search(ask)), None)
-        if item is None:
+    if metrics:
+        if len(metrics) > 1 or metrics[0].name == "Revenue growth":
             return None
-    up, down = bool(_UP.search(ask)), bool(_DOWN.search(ask))
-    direction = 0 if up == down else 1 if up else -1
-    polar = bool(_POLAR.match(question))
-    return _Comparison(metric, item, years[0], years[-1], polar, direction)
+        metric: Metric | None = metrics[0]
+        rest = metrics[0].pattern.sub(" ", subject)
+    else:
+        metric = None
+        found = [(p, c) for p, c in ITEMS if p.search(subject)]
+        if len({c for _, c in found}) != 1:
+            return None
+        pattern, item = found[0]
+        rest = pattern.sub(" ", subject)
+    # What is left names the company and nothing else ("Acme's", "of American
+    # Express"): "deferred revenue", "net sales in China" or "Q2 net sales"
+    # is another figure than the line item.
+    for word in re.findall(r"[^\s]+", rest):
+        bare = re.sub(r"['’]s?$", "", word.strip(",.()"))
+        if not bare or bare.lower() in _SUBJECT_WORDS:
+            continue
+        if not bare[0].isupper() or any(ch.isdigit() for ch in bare):
+            return None
+    moved = groups.get("moved") or ""
+    direction = 1 if _UP.match(moved) else -1 if _DOWN.match(moved) else 0
+    first, last = sorted(years)
+    return _Comparison(metric, item, first, last, bool(groups.get("polar")), direction)
 
 
 def _compare(
@@ -990,20 +1071,35 @@ def _compare(
         return Missing(f"No source states {concept} for FY{year}, so {name} cannot be compared.")
     except ZeroDivisionError:
         return Missing(f"{name} cannot be compared: a divisor is zero in the sources.")
+    except _Undefined as undefined:
+        return Missing(f"{name} cannot be compared: {undefined}.")
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
-    scales = {m.group(0) for u in units if (m := re.search(r"million|thousand|billion", u))}
-    if len(scales) > 1:
+    read = {u for u in units if re.search(r"million|thousand|billion", u)}
+    scales = {m.group(0) for u in read if (m := re.search(r"million|thousand|billion", u))}
+    if len(scales) > 1 or (read and len(read) < len(units)):
+        # Rows on different scales, or one whose scale could not be read beside
+        # one whose scale was ("($000)" and "(in millions)").
         return Missing(
-            f"{name} cannot be compared: the rows it needs are in different units "
-            f"({', '.join(sorted(scales))})."
+            f"{name} cannot be compared: the rows it needs are not all on one scale "
+            f"({', '.join(sorted(units))})."
         )
     rows_used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
     if metric is None and rows_used and rows_used[0].name:
         name = rows_used[0].name
     percent = metric.percent if metric is not None else False
-    decimals = _decimals(question, percent) if metric is not None else 0
-    if metric is None:
+    if metric is not None:
+        decimals = _decimals(question, percent)
+    else:
         decimals = max((_places(lookup.written(item or "", y)) for y in years), default=0)
+    asked_scale = re.search(
+        r"\bin (?:USD |US\$ |\$ ?)?(millions|billions|thousands)\b", question, re.I
+    )
+    if metric is None and asked_scale and len(scales) == 1:
+        have, want = next(iter(scales)), asked_scale.group(1).lower().rstrip("s")
+        factors = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
+        if have != want:
+            values = [v * factors[have] / factors[want] for v in values]
+            scales, decimals = {want}, 2
     first, last = values
     change = last - first
     suffix = "%" if percent else ""
@@ -1012,29 +1108,34 @@ def _compare(
         bool(re.search(r"\bUSD\b|\$|dollars", question)) or any("$" in u for u in units)
     )
     money = "$" if dollars else ""
+    # A percentage's values with one more place than its change, as an
+    # average's are; a change too small for the places asked gets more.
+    places = decimals + 1 if percent else decimals
+    shown = decimals
+    while change and round(change, shown) == 0 and shown < decimals + 4:
+        shown += 1
 
     def amount(v: float) -> str:
-        # A metric's values with one more place than its change, as an average's are.
-        places = decimals + 1 if metric is not None else decimals
         return f"{money}{_format(v, places)}{unit}{suffix}"
 
     each = "; ".join(
         f"FY{y}: {sp}{amount(v)}" for y, sp, v in zip(years, spelled, values, strict=True)
     )
-    rounded = round(change, decimals)
-    if rounded == 0:
+    if not change:
         moved = "no change"
     else:
         size = (
-            f"{_format(abs(change), decimals)} percentage points"
+            f"{_format(abs(change), shown)} percentage points"
             if percent
-            else f"{money}{_format(abs(change), decimals)}{unit}"
+            else f"{money}{_format(abs(change), shown)}{unit}"
         )
-        share = f" ({100 * change / abs(first):+.1f}%)" if not percent and first else ""
+        ratio = 100 * change / first if not percent and first > 0 else 0.0
+        share = f" ({ratio:+.1f}%)" if abs(ratio) >= 0.05 else ""
         moved = f"{'an increase' if change > 0 else 'a decrease'} of {size}{share}"
     text = f"{name}, {each}; {moved}."
     if asked.polar:
-        sign = (rounded > 0) - (rounded < 0)
+        # Decided on the figures as computed, not as rounded for display.
+        sign = (change > 0) - (change < 0)
         yes = sign != 0 if asked.direction == 0 else sign == asked.direction
         text = f"{'Yes' if yes else 'No'}. {text}"
     return Computed(text, change, rows_used, not lookup.unsure)
@@ -1097,6 +1198,8 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
         return Missing(f"No source states {concept} for FY{year}, so {name} cannot be computed.")
     except ZeroDivisionError:
         return Missing(f"{name} cannot be computed: a divisor is zero in the sources.")
+    except _Undefined as undefined:
+        return Missing(f"{name} cannot be computed: {undefined}.")
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
     scale = {u for u in units if re.search(r"million|thousand|billion", u)}
     # An operand whose scale was not read beside one whose scale was: they may
