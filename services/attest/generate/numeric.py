@@ -1043,40 +1043,17 @@ def _compare(
     """The metric or line item in each of the two years, and the change: for a
     yes/no question, "Yes." or "No." first, by whether it rose, fell or
     changed as asked."""
-    owned = company_sources(question, sources)
-    if not owned:
-        return None
-    rows = [r for r in table_rows(sources) if r.source in owned]
     years = (asked.first, asked.last)
     metric, item = asked.metric, asked.item
-    needed: dict[str, set[int]] = {}
-    for y in years:
-        for concept, ys in (metric.needs(y) if metric is not None else {item or "": (y,)}).items():
-            needed.setdefault(concept, set()).update(ys)
-    lookup = _Lookup(rows, sources, asked.last, needed)
-    name = metric.name if metric is not None else (item or "").capitalize()
-    values: list[float] = []
-    spelled: list[str] = []
-    try:
-        for y in years:
-            if metric is not None:
-                values.append(metric.formula(lookup.get, y))
-                spelled.append(f"{metric.spell(lookup.written, y)} = ")
-            else:
-                assert item is not None
-                values.append(lookup.get(item, y))
-                spelled.append("")
-    except LookupError:
-        concept, year = lookup.missing[-1]
-        return Missing(f"No source states {concept} for FY{year}, so {name} cannot be compared.")
-    except ZeroDivisionError:
-        return Missing(f"{name} cannot be compared: a divisor is zero in the sources.")
-    except _Undefined as undefined:
-        return Missing(f"{name} cannot be compared: {undefined}.")
+    read = _read(question, sources, metric, item, years, "compared")
+    if not isinstance(read, tuple):
+        return read
+    lookup, values, spelled, name = read
+    spelled = [f"{w} = " if metric is not None else "" for w in spelled]
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
-    read = {u for u in units if re.search(r"million|thousand|billion", u)}
-    scales = {m.group(0) for u in read if (m := re.search(r"million|thousand|billion", u))}
-    if len(scales) > 1 or (read and len(read) < len(units)):
+    scaled = {u for u in units if re.search(r"million|thousand|billion", u)}
+    scales = {m.group(0) for u in scaled if (m := re.search(r"million|thousand|billion", u))}
+    if len(scales) > 1 or (scaled and len(scaled) < len(units)):
         # Rows on different scales, or one whose scale could not be read beside
         # one whose scale was ("($000)" and "(in millions)").
         return Missing(
@@ -1155,6 +1132,49 @@ def asked_years(question: str) -> list[int]:
     return _years(question)
 
 
+def _read(
+    question: str,
+    sources: Sequence[Source],
+    metric: Metric | None,
+    item: str | None,
+    years: Sequence[int],
+    verb: str,
+) -> tuple[_Lookup, list[float], list[str], str] | Missing | None:
+    """The metric or line item in each of ``years`` from the rows of the
+    company's sources, each with its arithmetic written out, and its name;
+    ``Missing`` naming what is lacking ("… cannot be <verb>"); None when the
+    question names no company among the sources."""
+    owned = company_sources(question, sources)
+    if not owned:
+        return None
+    rows = [r for r in table_rows(sources) if r.source in owned]
+    needed: dict[str, set[int]] = {}
+    for y in years:
+        for concept, ys in (metric.needs(y) if metric is not None else {item or "": (y,)}).items():
+            needed.setdefault(concept, set()).update(ys)
+    lookup = _Lookup(rows, sources, years[-1], needed)
+    name = metric.name if metric is not None else (item or "").capitalize()
+    values: list[float] = []
+    spelled: list[str] = []
+    try:
+        for y in years:
+            if metric is not None:
+                values.append(metric.formula(lookup.get, y))
+                spelled.append(metric.spell(lookup.written, y))
+            else:
+                assert item is not None
+                values.append(lookup.get(item, y))
+                spelled.append(lookup.written(item, y))
+    except LookupError:
+        concept, year = lookup.missing[-1]
+        return Missing(f"No source states {concept} for FY{year}, so {name} cannot be {verb}.")
+    except ZeroDivisionError:
+        return Missing(f"{name} cannot be {verb}: a divisor is zero in the sources.")
+    except _Undefined as undefined:
+        return Missing(f"{name} cannot be {verb}: {undefined}.")
+    return lookup, values, spelled, name
+
+
 def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | None:
     """The metric or line item the question asks for, computed from the rows of
     the company's sources; ``Missing`` when it is recognised and the company's
@@ -1172,34 +1192,10 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
             named = sorted({int(y) for y in _FY.findall(question)})
             return _cagr(question, sources, named[0], named[-1])
         return None
-    owned = company_sources(question, sources)
-    if not owned:
-        return None
-    rows = [r for r in table_rows(sources) if r.source in owned]
-    needed: dict[str, set[int]] = {}
-    for y in years:
-        for concept, ys in (metric.needs(y) if metric is not None else {item: (y,)}).items():
-            needed.setdefault(concept or "", set()).update(ys)
-    lookup = _Lookup(rows, sources, years[-1], needed)
-    values: list[float] = []
-    spelled: list[str] = []
-    name = metric.name if metric is not None else (item or "").capitalize()
-    try:
-        for y in years:
-            if metric is not None:
-                values.append(metric.formula(lookup.get, y))
-                spelled.append(metric.spell(lookup.written, y))
-            else:
-                assert item is not None
-                values.append(lookup.get(item, y))
-                spelled.append(lookup.written(item, y))
-    except LookupError:
-        concept, year = lookup.missing[-1]
-        return Missing(f"No source states {concept} for FY{year}, so {name} cannot be computed.")
-    except ZeroDivisionError:
-        return Missing(f"{name} cannot be computed: a divisor is zero in the sources.")
-    except _Undefined as undefined:
-        return Missing(f"{name} cannot be computed: {undefined}.")
+    read = _read(question, sources, metric, item, years, "computed")
+    if not isinstance(read, tuple):
+        return read
+    lookup, values, spelled, name = read
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
     scale = {u for u in units if re.search(r"million|thousand|billion", u)}
     # An operand whose scale was not read beside one whose scale was: they may
