@@ -437,6 +437,52 @@ def test_dates_abbreviations_and_a_roles_organisation_are_not_names() -> None:
     ]
 
 
+def test_titles_a_questions_own_country_and_initials_in_names() -> None:
+    # A title or office is not a name, nor part of one.
+    assert name_facts("Chairman and CEO at Ostrava Foods.", "Who leads Ostrava Foods?") == []
+    said = "Brisk CEO Mira Kovac spoke; President Jan Novak and Prime Minister Eva Dvorak listened."
+    assert [f.value for f in name_facts(said, "Who spoke?")] == [
+        ("brisk",),
+        ("mira", "kovac"),
+        ("jan", "novak"),
+        ("eva", "dvorak"),
+    ]
+    # The country of the question's nationality is the question's own, and the
+    # nationality of a country it names; a longer name holding it stays one.
+    french = "Who won the French presidential election in 2017?"
+    assert name_facts("Voters in France chose Emmanuel Macron.", french) == [
+        Fact("name", ("voters",)),
+        Fact("name", ("emmanuel", "macron")),
+    ]
+    assert name_facts("The French team beat Croatia.", "Who won the World Cup in France?") == [
+        Fact("name", ("croatia",))
+    ]
+    assert name_facts("The United Kingdom's Jan Novak won.", "Which British author won?") == [
+        Fact("name", ("jan", "novak"))
+    ]
+    assert name_facts("Tour de France winner Tadej Pogacar", "Who won the French race?") == [
+        Fact("name", ("tour", "de", "france")),
+        Fact("name", ("tadej", "pogacar")),
+    ]
+    # Without a nationality in the question the country is a name.
+    assert name_facts("Norway won the most medals.", "Which country won the most medals?") == [
+        Fact("name", ("norway",))
+    ]
+    # The period of an initial does not end a name; a sentence's end still does.
+    assert [f.value for f in name_facts("Founder John C. Bogle spoke.", "Who spoke?")] == [
+        ("john", "c", "bogle")
+    ]
+    assert [f.value for f in name_facts("Winners: D. Henry, B. Sanders.", "Who won?")] == [
+        ("winners",),
+        ("d", "henry"),
+        ("b", "sanders"),
+    ]
+    assert [f.value for f in name_facts("Mira Kovac won. Jan Novak lost.", "Who won?")] == [
+        ("mira", "kovac"),
+        ("jan", "novak"),
+    ]
+
+
 async def test_a_sentence_giving_only_the_roles_organisation_does_not_answer_who_holds_it() -> None:
     engine = ExtractiveEngine(EMBEDDER)
     question = "Who is the CEO of Ostrava Foods in 2024?"

@@ -235,14 +235,20 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
 
     Nor are these names: the words of a date ("Tuesday, November 3") and a
     run of weekday or month names alone; the long form of an abbreviation
-    the question gives ("United States" or "U.S." for "US"); and, for a
+    the question gives ("United States" or "U.S." for "US"); a title or
+    office ("Chairman", "President Joe Biden" names "Joe Biden"); the
+    country of a nationality the question gives, or the nationality of a
+    country it names ("France" for "Who won the French presidential
+    election?"); and, for a
     question asking who holds a role ("Who is the CEO of Google?"), the
     organisation the text gives the role of ("CEO of Google and Alphabet",
     "president of Nintendo of America"): the holder is named elsewhere."""
     asked, abbreviations, head = _asked(question)
+    places = _own_places(question)
     out: list[Fact] = []
     run: list[str] = []
     last_end = -1
+    initial = False  # the last word was an initial inside a name ("C." of "John C. Bogle")
     text = _clean(text)
     dated = _Spans([span for _, span in _dates(text)])
     owner = _Spans(_role_objects(text, head, asked)) if head else None
@@ -250,7 +256,7 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
     def close() -> None:
         while run and run[-1] in _NAME_JOINERS:
             run.pop()
-        if run and not _not_a_name(run, abbreviations):
+        if run and not _not_a_name(run, abbreviations) and tuple(run) not in places:
             out.append(Fact("name", tuple(run)))
         run.clear()
 
@@ -260,7 +266,8 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
         if possessive:
             word = word[:-2]
         token = word.strip(".-'’").lower()
-        adjacent = last_end >= 0 and text[last_end : match.start()].strip() == ""
+        gap = text[last_end : match.start()].strip()
+        adjacent = last_end >= 0 and (gap == "" or (gap == "." and initial))
         last_end = match.end()
         is_name = (
             word[0].isupper()
@@ -269,6 +276,7 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
             and token not in common
             and stem(token) not in asked
             and token.replace(".", "") not in abbreviations
+            and token not in _TITLES
             and not dated(match.start())
             and not (owner is not None and owner(match.start()))
         )
@@ -277,8 +285,11 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
         if is_name or (token in _NAME_JOINERS and run):
             run.append(token)
         # A possessor is a name of its own ("Austria's Peter Handke"), and
-        # punctuation after a word (a comma, a period) ends the name.
-        if possessive or text[match.end() : match.end() + 1] in '.,;:!?()"”':
+        # punctuation after a word (a comma, a period) ends the name, but for
+        # the period of an initial inside it ("John C. Bogle").
+        after = text[match.end() : match.end() + 1]
+        initial = after == "." and len(word) == 1 and word.isupper() and bool(run)
+        if possessive or (after in '.,;:!?()"”' and not initial):
             close()
     close()
     return list(dict.fromkeys(out))
@@ -288,6 +299,108 @@ _WEEKDAYS = frozenset(
     {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 )
 _MONTHS = frozenset(name for name in _MONTH_NUMBER if len(name) > 3 or name == "may")
+# Titles and offices, said before or after a name ("President Joe Biden",
+# "Mortimer J. Buckley (Chairman & CEO)"): not a person's name, nor part of one.
+_TITLES = frozenset(
+    re.findall(
+        r"\S+",
+        """
+        president vice chairman chairwoman chairperson ceo cfo coo cto cio cmo founder
+        co-founder cofounder chief executive officer director governor minister prime
+        secretary senator commissioner mayor chancellor treasurer spokesman spokeswoman
+        spokesperson deputy mr mrs ms dr prof professor
+        """,
+    )
+)
+
+# Nationalities and their countries (and a continent's people): in a question
+# about the French election, "France" is the question's own subject, not an
+# answer, as "French" would be in a question about France.
+_NATIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    nationality: tuple(tuple(place.split()) for place in places.split(","))
+    for nationality, places in (
+        line.strip().split(":")
+        for line in """
+        american:america,united states,usa
+        british:britain,great britain,united kingdom,uk
+        english:england
+        scottish:scotland
+        welsh:wales
+        irish:ireland
+        french:france
+        german:germany
+        italian:italy
+        spanish:spain
+        portuguese:portugal
+        dutch:netherlands,holland
+        belgian:belgium
+        swiss:switzerland
+        austrian:austria
+        swedish:sweden
+        norwegian:norway
+        danish:denmark
+        finnish:finland
+        polish:poland
+        czech:czech republic,czechia
+        hungarian:hungary
+        greek:greece
+        turkish:turkey
+        russian:russia
+        ukrainian:ukraine
+        croatian:croatia
+        serbian:serbia
+        chinese:china
+        japanese:japan
+        korean:korea,south korea,north korea
+        indian:india
+        pakistani:pakistan
+        thai:thailand
+        vietnamese:vietnam
+        indonesian:indonesia
+        malaysian:malaysia
+        filipino:philippines
+        australian:australia
+        canadian:canada
+        mexican:mexico
+        brazilian:brazil
+        argentine:argentina
+        argentinian:argentina
+        chilean:chile
+        colombian:colombia
+        egyptian:egypt
+        israeli:israel
+        iranian:iran
+        iraqi:iraq
+        saudi:saudi arabia
+        nigerian:nigeria
+        kenyan:kenya
+        european:europe
+        asian:asia
+        african:africa
+        """.strip().splitlines()
+    )
+}
+
+
+@functools.lru_cache(maxsize=512)
+def _own_places(question: str) -> frozenset[tuple[str, ...]]:
+    """The runs that name the question's own country: the country of a
+    nationality it gives ("France" for "French") and the nationality of a
+    country it names ("French" for "France")."""
+    words = [w.strip(".-'’").lower() for w in WORD.findall(unicodedata.normalize("NFKC", question))]
+    words = [re.sub(r"['’]s$", "", w) for w in words]
+    text = f" {' '.join(words)} "
+    out: set[tuple[str, ...]] = set()
+    for nationality, places in _NATIONS.items():
+        if f" {nationality} " in text:
+            out.update(places)
+        for place in places:
+            if f" {' '.join(place)} " in text:
+                out.add((nationality,))
+                out.add(place)
+    return frozenset(out)
+
+
 # Lower-case words that may stand in an organisation's name after a role
 # ("CEO of the Bank of England and the PRA").
 _OWNER_JOINERS = frozenset({"the", "of", "and", "de", "du", "la", "van", "von"})
