@@ -90,6 +90,37 @@ def test_answer_right(reference: str, text: str, right: bool) -> None:
     assert answer_right(_question(reference), text) is right
 
 
+CHOICE = "Among operations, investing, and financing activities, which brought in the most cash for ACME in FY2023?"
+
+
+@pytest.mark.parametrize(
+    ("reference", "text", "right"),
+    [
+        (
+            "ACME generated the most cash flow from operating activities in FY 2023 ($1.8 bn)",
+            "Operating activities brought in the most cash in FY2023. Net cash by activity: "
+            "operating activities 1,824; investing activities (962); financing activities (1,806).",
+            True,
+        ),
+        (
+            "Among the three, cash flow from operations was the highest.",
+            "Financing activities brought in the most cash in FY2023. Operating activities lost.",
+            False,
+        ),
+        # Naming two options picks none.
+        (
+            "Cash flow from operations was the highest.",
+            "Operating and investing activities brought in cash.",
+            False,
+        ),
+    ],
+)
+def test_a_choice_is_judged_by_the_option_the_first_sentence_picks(
+    reference: str, text: str, right: bool
+) -> None:
+    assert answer_right(_question(reference, question=CHOICE), text) is right
+
+
 def _answer(text: str, cites: list[tuple[str, int, int]], insufficient: bool = False):
     answer = answer_pb2.Answer(text=text, insufficient_information=insufficient)
     sentence = answer.sentences.add(text=text)

@@ -574,3 +574,81 @@ def test_a_line_item_search_names_every_name_of_its_statement() -> None:
     (query,) = operand_queries("What is Halver's FY2020 cost of sales?")
     assert "earnings" in query
     assert "operations" in query
+
+
+FLOWS = _page(
+    [
+        "CONSOLIDATED STATEMENTS OF CASH FLOWS",
+        "(in millions)",
+        "2023 2022 2021",
+        "Operating activities",
+        "Net earnings 1,419 2,454 1,798",
+        "Total cash provided by operating activities 1,824 3,252 4,927",
+        "Investing activities",
+        "Other investing activities 7 (1) 3",
+        "Net cash provided/(used) by investing activities (962) (1,372) 5,788",
+        "Financing activities",
+        "Net Cash (Used for)/Provided by Financing Activities (1,806) (4,297) (876)",
+    ]
+)
+
+
+def test_which_activity_brought_in_the_most_cash_reads_the_three_totals() -> None:
+    sources = [_row_source("ACME_2023_10K", FLOWS)]
+    asked = (
+        "Among operations, investing, and financing activities, which brought in the most "
+        "(or lost the least) cash flow for Acme in FY2023?"
+    )
+    got = compute(asked, sources)
+    assert isinstance(got, Computed)
+    assert got.text == (
+        "Operating activities brought in the most cash in FY2023. Net cash by activity, FY2023 "
+        "(in millions): operating activities 1,824; investing activities (962); financing "
+        "activities (1,806)."
+    )
+    # The totals, however their verbs are written; never a line inside a section.
+    assert [r.name for r in got.rows] == [
+        "Total cash provided by operating activities",
+        "Net cash provided/(used) by investing activities",
+        "Net Cash (Used for)/Provided by Financing Activities",
+    ]
+    assert [query.split(" 20")[0] for query in operand_queries(asked)] == [
+        "statements of cash flows net cash provided by operating activities net cash provided by "
+        "(used in) operating activities net cash from operating activities",
+        "statements of cash flows net cash used in investing activities net cash provided by "
+        "(used in) investing activities net cash from investing activities",
+        "statements of cash flows net cash used in financing activities net cash provided by "
+        "(used in) financing activities net cash from financing activities",
+    ]
+    # A verb of losing ranks from the bottom; any activity may come first.
+    used = compute(
+        "Which of operating, investing and financing activities used the most cash at Acme "
+        "in FY2022?",
+        sources,
+    )
+    assert isinstance(used, Computed)
+    assert used.text.startswith("Financing activities lost the most cash in FY2022.")
+    most = compute(
+        "Among operating, investing and financing activities, which brought in the most cash "
+        "for Acme in FY2021?",
+        sources,
+    )
+    assert isinstance(most, Computed)
+    assert most.text.startswith("Investing activities brought in the most cash in FY2021.")
+    # A year the statement does not give is named, not guessed.
+    missing = compute(
+        "Among operating, investing and financing activities, which brought in the most cash "
+        "for Acme in FY2020?",
+        sources,
+    )
+    assert isinstance(missing, Missing)
+    assert "operating activities for FY2020" in missing.text
+    # All three must be named, with one year and a superlative.
+    for other in (
+        "Which brought in the most cash for Acme in FY2023?",
+        "Among operating and investing activities, which brought in the most cash for Acme "
+        "in FY2023?",
+        "Among operating, investing and financing activities, which brought in cash for Acme "
+        "in FY2023?",
+    ):
+        assert compute(other, sources) is None, other

@@ -25,6 +25,11 @@ An answer is judged as follows (``judge``):
   states two or more. A year a reference names ("in FY 2021", "from 2021
   to 2022") is not among the figures an answer must state, nor counted
   among them; a number followed by a word ("2019 stores") is a figure;
+  a question that offers its options ("Among operations, investing, and
+  financing activities, which ...") is judged by the option alone: right
+  when the answer's first sentence names the one option the reference
+  names and no other (options compared by word stem: "operating" is
+  "operations");
 - **wrong** otherwise, with the highest confidence among its citations.
 
 For each answer the cited filings and pages are kept: whether the evidence
@@ -49,7 +54,8 @@ from attest.evaluation.qa import (
     numeric_answer,
     read_amounts,
 )
-from attest.generate.text import contains_answer, normalize_answer
+from attest.generate.stems import stem
+from attest.generate.text import contains_answer, normalize_answer, tokens
 
 KINDS = ("information extraction", "numerical reasoning", "logical reasoning", "unlabelled")
 #: A wrong answer cited at this confidence or above is the failure the set counts.
@@ -194,9 +200,46 @@ def _same_sign(reference: str, text: str) -> bool:
     return not negative or bool(_SIGNED.search(text))
 
 
+# "Among A, B(,) and C, which ...": the options a question offers.
+_AMONG = re.compile(r"^\s*among\s+(?P<options>[^?]+?),\s*(?:which|what|who)\b", re.IGNORECASE)
+
+
+def _options(question: str) -> list[set[str]]:
+    """The options a choice question lists, each as its words' stems ("the
+    operations", "investing activities" and "financing activities" are
+    {"oper"}, {"invest"} and {"financ"}: words the options share, such as
+    "activities", are left out); [] for any other question."""
+    match = _AMONG.match(question)
+    if match is None:
+        return []
+    parts = re.split(r",\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+", match.group("options"))
+    options = [{stem(w) for w in tokens(part)} for part in parts if tokens(part)]
+    if len(options) < 2:
+        return []
+    shared = set.intersection(*options)
+    options = [o - shared for o in options]
+    return options if all(options) else []
+
+
+def _picked(options: Sequence[set[str]], text: str) -> list[int]:
+    """The options ``text`` names (by stem)."""
+    words = {stem(w) for w in tokens(text)}
+    return [k for k, option in enumerate(options) if option <= words]
+
+
+def _first_sentence(text: str) -> str:
+    return re.split(r"(?<=[.!?])\s+(?=[A-Z])", text.strip(), maxsplit=1)[0]
+
+
 def answer_right(question: FilingQuestion, text: str) -> bool:
     """Whether ``text`` states one of the question's reference answers (rules
     in the module docstring)."""
+    options = _options(question.question)
+    if options:
+        for reference in question.answers:
+            wanted = _picked(options, reference)
+            if len(wanted) == 1:
+                return _picked(options, _first_sentence(text)) == wanted
     for reference in question.answers:
         numeric = numeric_answer(reference)
         if numeric:

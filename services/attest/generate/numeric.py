@@ -195,6 +195,16 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
         "net cash from operating activities",
         "cash provided by operating activities",
     ),
+    "investing cash flow": (
+        "net cash used in investing activities",
+        "net cash provided by (used in) investing activities",
+        "net cash from investing activities",
+    ),
+    "financing cash flow": (
+        "net cash used in financing activities",
+        "net cash provided by (used in) financing activities",
+        "net cash from financing activities",
+    ),
     "depreciation and amortization": (
         "depreciation and amortization",
         "depreciation, amortization and other",
@@ -270,6 +280,8 @@ _STATEMENT: dict[str, re.Pattern[str]] = {
     "property and equipment": _BALANCE,
     "capital expenditure": _CASH,
     "operating cash flow": _CASH,
+    "investing cash flow": _CASH,
+    "financing cash flow": _CASH,
     "depreciation and amortization": _CASH,
     "dividends paid": _CASH,
     "scope 1 emissions": _SUSTAINABILITY,
@@ -329,6 +341,30 @@ _CONCEPT_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The total of one activity in a cash flow statement, however its verbs are
+# written: "Total cash provided by operating activities", "Net cash
+# provided/(used) by investing activities", "Net Cash (Used for)/Provided by
+# Financing Activities", "Cash provided by operations" (after ``_label_key``).
+_ACTIVITY_TOTAL = re.compile(
+    r"(?:net |total )?cash (?:flows? )?(?:(?:provided|used|generated|received|from|by|in|for)"
+    r" ?)*(?P<activity>operating|investing|financing) activities"
+    r"|(?:net |total )?cash (?:(?:provided|used|generated|from|by|in|for) ?)+operations"
+)
+_ACTIVITIES = {
+    "operating cash flow": "operating",
+    "investing cash flow": "investing",
+    "financing cash flow": "financing",
+}
+
+
+def _activity_total(own: str) -> str | None:
+    """The activity whose total cash flow a label (``_label_key``) names."""
+    match = _ACTIVITY_TOTAL.fullmatch(re.sub(r"\s+", " ", re.sub(r"[()/]", " ", own)).strip())
+    if match is None:
+        return None
+    return match.group("activity") or "operating"
+
+
 def _concept_rank(concept: str, row: TableRow) -> int | None:
     own = _label_of(row.label)
     if _NOT_OWN.search(own):
@@ -341,6 +377,8 @@ def _concept_rank(concept: str, row: TableRow) -> int | None:
         rest = own[len(name) :].strip() if own.startswith(name + " ") else None
         if rest is not None and _UNIT_ONLY.fullmatch(rest):
             return rank
+    if concept in _ACTIVITIES and _activity_total(own) == _ACTIVITIES[concept]:
+        return len(_CONCEPT_KEYS[concept])
     return None
 
 
@@ -922,6 +960,8 @@ def line_item_searches(question: str) -> list[tuple[str, str]]:
     elif _CAGR.search(question) and len(_FY.findall(question)) > 1 and not _WHY.search(question):
         named = sorted({int(y) for y in _FY.findall(question)})
         needed["revenue"] = {named[0], named[-1]}
+    elif (ranked := _ranked_activities(question)) is not None:
+        needed = {concept: {ranked[0]} for concept in _ACTIVITIES}
     else:
         return []
     # A line item's three most common labels (a BM25 query matches any) and
@@ -1183,6 +1223,9 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
     compared = _compared(question)
     if compared is not None:
         return _compare(question, compared, sources)
+    ranked = _ranked_activities(question)
+    if ranked is not None:
+        return _activities(question, sources, *ranked)
     years = _years(question)
     if not years:
         return None
@@ -1281,4 +1324,79 @@ def _cagr(
         f"{lookup.written('revenue', first)})^(1/{n}) - 1 = {_format(value, decimals)}%."
     )
     used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
+    return Computed(text, value, used, not lookup.unsure)
+
+
+# "Among operations, investing, and financing activities, which brought in the
+# most (or lost the least) cash flow for Acme in FY2023?": the three totals of
+# the cash flow statement, ranked. A superlative after a verb of losing ("lost
+# the most", "used the most") ranks from the bottom.
+_SUPERLATIVE = re.compile(
+    r"(?P<verb>\b(?:lost|lose|loses|used|uses|use|spent|spend|consumed|burned|burnt)\s+(?:the\s+)?)?"
+    r"\b(?:(?P<top>most|largest|highest|greatest|biggest)|(?P<bottom>least|lowest|smallest))\b",
+    re.IGNORECASE,
+)
+
+
+def _ranked_activities(question: str) -> tuple[int, int] | None:
+    """(fiscal year, +1 for the most cash brought in or -1 for the least) when
+    the question asks which of the three activities of a cash flow statement
+    ranks first, naming all three; None otherwise."""
+    ask = question.split("?", 1)[0]
+    if not re.search(r"\bwhich\b", ask, re.I) or not re.search(r"\bcash\b", ask, re.I):
+        return None
+    if not all(
+        re.search(rf"\b{word}", ask, re.I)
+        for word in (r"operat(?:ing|ions)\b", "investing", "financing")
+    ):
+        return None
+    years = sorted({int(y) for y in _FY.findall(ask)})
+    superlative = _SUPERLATIVE.search(ask)
+    if len(years) != 1 or superlative is None:
+        return None
+    direction = 1 if superlative.group("top") else -1
+    return years[0], -direction if superlative.group("verb") else direction
+
+
+def _activities(
+    question: str, sources: Sequence[Source], year: int, direction: int
+) -> Computed | Missing | None:
+    """The net cash of operating, investing and financing activities in
+    ``year``, as the cash flow statement states them, and which ranks first."""
+    owned = company_sources(question, sources)
+    if not owned:
+        return None
+    rows = [r for r in table_rows(sources) if r.source in owned]
+    lookup = _Lookup(rows, sources, year, {concept: {year} for concept in _ACTIVITIES})
+    values: dict[str, float] = {}
+    try:
+        for concept in _ACTIVITIES:
+            values[concept] = lookup.get(concept, year)
+    except LookupError:
+        concept, _ = lookup.missing[-1]
+        activity = _ACTIVITIES[concept]
+        return Missing(
+            f"No source states the net cash of {activity} activities for FY{year}, so the "
+            "three activities cannot be compared."
+        )
+    used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
+    units = {r.unit.lower() for r in used}
+    if len(units) > 1:
+        return Missing(
+            "The three activities cannot be compared: their rows are not all in one unit "
+            f"({', '.join(sorted(units))})."
+        )
+    first = max(values, key=lambda c: direction * values[c])
+    value = values[first]
+    if direction > 0:
+        verdict = "brought in the most cash" if value > 0 else "lost the least cash"
+    else:
+        verdict = "lost the most cash" if value < 0 else "brought in the least cash"
+    shown = sorted(units)[0] if units else ""
+    unit = f" ({shown})" if shown else ""
+    each = "; ".join(f"{_ACTIVITIES[c]} activities {lookup.written(c, year)}" for c in _ACTIVITIES)
+    text = (
+        f"{_ACTIVITIES[first].capitalize()} activities {verdict} in FY{year}. "
+        f"Net cash by activity, FY{year}{unit}: {each}."
+    )
     return Computed(text, value, used, not lookup.unsure)
