@@ -6,6 +6,7 @@ import pytest
 
 from attest.generate.forms import (
     Place,
+    _quantity,
     choice_of,
     choose,
     named_things,
@@ -208,6 +209,43 @@ def test_counts_with_thousands_separators() -> None:
     decided = choose(choice_of("Which has more employees, Shell or BP?"), texts, places)  # type: ignore[arg-type]
     assert decided is not None
     assert decided.picked == "BP"
+
+
+def test_a_groups_members_are_counted_from_its_size_and_the_names_it_lists() -> None:
+    texts = [
+        "Brell are an English three-piece rock band formed in Leeds.",
+        "Harrow are a folk duo from Cork.",
+        "Quill are an Irish band.",
+        # Its page's later sentences are about it though they do not name it.
+        "It consists of lead vocalist Ann Roe, keyboardist Ed Lyle, and drummer Jo Pike, and "
+        "bassist Cy Mott (since 2019).",
+        "Vell is a band consisting of Ann Roe (vocals, guitar), Ed Lyle and Jo Pike.",
+        "Ossa is a one-man band from Oslo.",
+    ]
+    places = [
+        Place("Brell", 0),
+        Place("Harrow", 0),
+        Place("Quill (band)", 0),
+        Place("Quill (band)", 1),
+    ]
+    places += [Place("Vell", 0), Place("Ossa", 0)]
+
+    def picked(question: str) -> str | None:
+        decided = choose(choice_of(question), texts, places)  # type: ignore[arg-type]
+        return None if decided is None else decided.picked
+
+    assert picked("Which band has more members, Brell or Harrow?") == "Brell"
+    assert picked("Which band has more members, Harrow or Quill?") == "Quill"
+    # The answer quotes the sentence that gives the chosen option's count.
+    quill = choose(choice_of("Which band has more members, Harrow or Quill?"), texts, places)  # type: ignore[arg-type]
+    assert quill is not None
+    assert quill.sentences == (3,)
+    assert picked("Which band has fewer members, Vell or Quill?") == "Vell"
+    assert picked("Which band has more members, Ossa or Harrow?") == "Harrow"
+    # A list that is not of names counts nothing; a number beside the noun comes first.
+    assert _quantity("An album consisting of songs and interludes.", "members") is None
+    assert _quantity("The trio has grown to five members.", "members") == 5
+    assert _quantity("A duo of dancers and 40 species.", "species") == 40
 
 
 def test_a_denial_does_not_count_for_yes() -> None:

@@ -228,6 +228,17 @@ def about(name: str, sentences: Sequence[str], places: Sequence[Place] = ()) -> 
     return [key[-1] for key in sorted(out)]
 
 
+def _titled(name: str, places: Sequence[Place]) -> list[int]:
+    """Indices of the sentences of documents titled with ``name`` itself (a
+    parenthesised qualifier aside: "Lawson (band)" for "Lawson")."""
+    want = " ".join(name.casefold().split())
+    return [
+        i
+        for i, place in enumerate(places)
+        if " ".join(re.sub(r"\([^()]*\)", " ", place.title).casefold().split()) == want
+    ]
+
+
 def year_of(sentence: str, last: bool = False) -> int | None:
     """The year a defining sentence gives first ("(born 1961)", "is a 1998
     film"), or with ``last`` the end of its first span of years ("(May 1,
@@ -274,7 +285,10 @@ _COUNT = re.compile(r"\d{1,3}(?:,\d{3})+|\d+|[A-Za-z]+")
 
 
 def _quantity(sentence: str, noun: str) -> int | None:
-    """The count a sentence gives of ``noun`` ("about 1,200 species", "four members")."""
+    """The count a sentence gives of ``noun`` ("about 1,200 species", "four
+    members"); for a group's members (or musicians, people) also the size
+    its words give: "a three-piece band", "rock duo", "consisting of A
+    (guitar), B and C" (``_group_size``)."""
     words = _COUNT.findall(sentence)
     want = stem(noun)
     for i, word in enumerate(words):
@@ -286,6 +300,56 @@ def _quantity(sentence: str, noun: str) -> int | None:
                 return int(value)
             if value in WORD_VALUES:
                 return WORD_VALUES[value]
+    if noun.lower() in _MEMBERS:
+        return _group_size(sentence)
+    return None
+
+
+_MEMBERS = frozenset({"member", "members", "musician", "musicians", "people", "persons"})
+# A group named by its size ("rock duo", "jazz quartet").
+_ENSEMBLES = {
+    "duo": 2,
+    "trio": 3,
+    "quartet": 4,
+    "quintet": 5,
+    "sextet": 6,
+    "septet": 7,
+    "octet": 8,
+}
+_ENSEMBLE = re.compile(rf"\b({'|'.join(_ENSEMBLES)})s?\b", re.IGNORECASE)
+# "three-piece", "five-member", "4-person".
+_SIZED = re.compile(
+    r"\b(\d{1,2}|[a-z]+)[- ](?:piece|person|member|man|woman|strong)\b", re.IGNORECASE
+)
+# "consisting of Andy Brown (vocals), Ryan Fletcher and Joel Peat": the names listed.
+_LISTED = re.compile(
+    r"\b(?:consisting of|consists of|comprising|comprises|composed of|made up of"
+    r"|members are|line-?up of)\s+(?P<list>[^.;]+)",
+    re.IGNORECASE,
+)
+
+
+def _group_size(sentence: str) -> int | None:
+    """How many members a sentence gives a group: a size word ("three-piece",
+    "five-member"), a size noun ("duo", "quartet"), or the names it lists
+    after "consisting of" (two or more, each with a capitalized word)."""
+    sized = _SIZED.search(sentence)
+    if sized is not None:
+        value = sized.group(1).lower()
+        if value.isdigit():
+            return int(value)
+        if value in WORD_VALUES and WORD_VALUES[value] > 0:
+            return WORD_VALUES[value]
+    ensemble = _ENSEMBLE.search(sentence)
+    if ensemble is not None:
+        return _ENSEMBLES[ensemble.group(1).lower()]
+    listed = _LISTED.search(sentence)
+    if listed is not None:
+        names = re.sub(r"\([^()]*\)", " ", listed.group("list"))
+        parts = [p for p in re.split(r",\s*(?:and\s+)?|\s+and\s+", names) if p.strip()]
+        named = [p for p in parts if any(w[:1].isupper() for w in p.split())]
+        if len(named) >= 2 and len(named) == len(parts):
+            return len(named)
     return None
 
 
@@ -337,16 +401,27 @@ def choose(choice: Choice, texts: Sequence[str], places: Sequence[Place] = ()) -
     counted = quantity_noun(choice.rest) if pick is None else None
     if counted is not None:
         noun, more = counted
-        counts = {
+        # Counted in the sentences naming the option and in the document
+        # titled with it, whose sentences are about it ("It consists of ...").
+        # Each option's largest count, and the sentence that gives it.
+        counts: dict[str, tuple[int, int] | None] = {
             o: max(
-                (q for i in evidence[o] if (q := _quantity(texts[i], noun)) is not None),
+                (
+                    (q, -i)
+                    for i in dict.fromkeys([*evidence[o], *_titled(o, places)])
+                    if (q := _quantity(texts[i], noun)) is not None
+                ),
                 default=None,
             )
             for o in choice.options
         }
         qa, qb = counts[a], counts[b]
-        if qa is not None and qb is not None and qa != qb:
-            pick = a if (qa > qb) == more else b
+        if qa is not None and qb is not None and qa[0] != qb[0]:
+            pick = a if (qa[0] > qb[0]) == more else b
+            # The answer quotes the sentence that gives the chosen option's count.
+            counting = counts[pick]
+            assert counting is not None
+            return Decision("", pick, (-counting[1],))
     if pick is None:
         # What the question says of the answer, stated in the sentences naming each.
         def stated(option: str) -> float:
