@@ -107,11 +107,22 @@ CHOICE = "Among operations, investing, and financing activities, which brought i
             "Financing activities brought in the most cash in FY2023. Operating activities lost.",
             False,
         ),
-        # Naming two options picks none.
+        # The option named first is the one picked; a denial picks none.
         (
             "Cash flow from operations was the highest.",
-            "Operating and investing activities brought in cash.",
+            "Operating activities brought in the most cash, while investing and financing "
+            "activities used cash.",
+            True,
+        ),
+        (
+            "Cash flow from operations was the highest.",
+            "Operating activities did not bring in the most cash in FY2023.",
             False,
+        ),
+        (
+            "Financing activities brought in the most cash.",
+            "Financing brought in the most cash in FY2023.",
+            True,
         ),
     ],
 )

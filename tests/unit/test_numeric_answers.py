@@ -652,3 +652,52 @@ def test_which_activity_brought_in_the_most_cash_reads_the_three_totals() -> Non
         "in FY2023?",
     ):
         assert compute(other, sources) is None, other
+
+
+def test_which_activity_reads_losses_discontinued_lines_and_printed_signs() -> None:
+    flows = _page(
+        [
+            "CONSOLIDATED STATEMENTS OF CASH FLOWS",
+            "(in millions)",
+            "2023 2022",
+            "Total net cash provided by operating activities 1,824 3,252",
+            "Net cash used in investing activities 962 1,372",
+            "Cash flows used in financing activities (1,806) (1,372)",
+            "Discontinued operations",
+            "Net cash provided by operating activities 5 6",
+            "Net cash used in investing activities (20) (30)",
+            "Net cash used in financing activities 0 0",
+        ]
+    )
+    sources = [_row_source("ACME_2023_10K", flows)]
+    # A loss said after the superlative ranks from the bottom; a discontinued
+    # operation's line is never a total; "used" printed without parentheses is an outflow.
+    outflow = compute(
+        "Which of operating, investing and financing activities had the largest cash outflow "
+        "for Acme in FY2023?",
+        sources,
+    )
+    assert isinstance(outflow, Computed)
+    assert outflow.text == (
+        "Financing activities lost the most cash in FY2023. Net cash by activity, FY2023 "
+        "(in millions): operating activities 1,824; investing activities (962); financing "
+        "activities (1,806)."
+    )
+    # Ties are named together; "lost the least" inside parentheses is an alternative, not the ask.
+    tie = compute(
+        "Among operating, investing, and financing activities, which lost the most cash "
+        "(or brought in the least) for Acme in FY2022?",
+        sources,
+    )
+    assert isinstance(tie, Computed)
+    assert tie.text.startswith("Investing and financing activities lost the most cash, equally")
+    # Not the three activities as a list, two superlatives, or "at least": not this question.
+    for other in (
+        "Which operating expense line was the largest for Acme in FY2023, and did cash from "
+        "investing and financing activities cover it?",
+        "Among operating, investing and financing activities, which lost at least $1 of cash "
+        "for Acme in FY2023?",
+        "Among operating, investing and financing activities, which brought in the most cash "
+        "for Acme in FY2023, and which the least?",
+    ):
+        assert compute(other, sources) is None, other

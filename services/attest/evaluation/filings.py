@@ -27,9 +27,10 @@ An answer is judged as follows (``judge``):
   among them; a number followed by a word ("2019 stores") is a figure;
   a question that offers its options ("Among operations, investing, and
   financing activities, which ...") is judged by the option alone: right
-  when the answer's first sentence names the one option the reference
-  names and no other (options compared by word stem: "operating" is
-  "operations");
+  when the first option the answer's first sentence names is the first one
+  the reference names, and that sentence denies nothing ("not", "never");
+  an option is its first word no other option has, compared by stem
+  ("operating" is "operations");
 - **wrong** otherwise, with the highest confidence among its citations.
 
 For each answer the cited filings and pages are kept: whether the evidence
@@ -55,7 +56,7 @@ from attest.evaluation.qa import (
     read_amounts,
 )
 from attest.generate.stems import stem
-from attest.generate.text import contains_answer, normalize_answer, tokens
+from attest.generate.text import STOPWORDS, contains_answer, normalize_answer, tokens
 
 KINDS = ("information extraction", "numerical reasoning", "logical reasoning", "unlabelled")
 #: A wrong answer cited at this confidence or above is the failure the set counts.
@@ -204,31 +205,43 @@ def _same_sign(reference: str, text: str) -> bool:
 _AMONG = re.compile(r"^\s*among\s+(?P<options>[^?]+?),\s*(?:which|what|who)\b", re.IGNORECASE)
 
 
-def _options(question: str) -> list[set[str]]:
-    """The options a choice question lists, each as its words' stems ("the
-    operations", "investing activities" and "financing activities" are
-    {"oper"}, {"invest"} and {"financ"}: words the options share, such as
-    "activities", are left out); [] for any other question."""
+def _options(question: str) -> list[str]:
+    """The options a choice question lists, each as the stem of its first
+    word that no other option has ("operations", "investing" and "financing
+    activities" are "oper", "invest" and "financ"; "the Americas" is
+    "america"); [] for any other question, or when two options cannot be
+    told apart."""
     match = _AMONG.match(question)
     if match is None:
         return []
     parts = re.split(r",\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+", match.group("options"))
-    options = [{stem(w) for w in tokens(part)} for part in parts if tokens(part)]
-    if len(options) < 2:
+    words = [[stem(w) for w in tokens(part) if w not in STOPWORDS] for part in parts]
+    words = [w for w in words if w]
+    if len(words) < 2:
         return []
-    shared = set.intersection(*options)
-    options = [o - shared for o in options]
-    return options if all(options) else []
+    heads = []
+    for k, option in enumerate(words):
+        others = {w for j, o in enumerate(words) if j != k for w in o}
+        own = [w for w in option if w not in others]
+        if not own:
+            return []
+        heads.append(own[0])
+    return heads
 
 
-def _picked(options: Sequence[set[str]], text: str) -> list[int]:
-    """The options ``text`` names (by stem)."""
-    words = {stem(w) for w in tokens(text)}
-    return [k for k, option in enumerate(options) if option <= words]
+def _named_first(options: Sequence[str], text: str) -> int | None:
+    """The option ``text`` names first (by stem), or None."""
+    for word in tokens(text):
+        if stem(word) in options:
+            return options.index(stem(word))
+    return None
+
+
+_DENIED = re.compile(r"\b(?:not|never|no)\b|n't\b", re.IGNORECASE)
 
 
 def _first_sentence(text: str) -> str:
-    return re.split(r"(?<=[.!?])\s+(?=[A-Z])", text.strip(), maxsplit=1)[0]
+    return re.split(r"(?<=[a-z0-9)][.!?])\s+(?=[A-Z])", text.strip(), maxsplit=1)[0]
 
 
 def answer_right(question: FilingQuestion, text: str) -> bool:
@@ -237,9 +250,10 @@ def answer_right(question: FilingQuestion, text: str) -> bool:
     options = _options(question.question)
     if options:
         for reference in question.answers:
-            wanted = _picked(options, reference)
-            if len(wanted) == 1:
-                return _picked(options, _first_sentence(text)) == wanted
+            wanted = _named_first(options, reference)
+            if wanted is not None:
+                opening = _first_sentence(text)
+                return _named_first(options, opening) == wanted and not _DENIED.search(opening)
     for reference in question.answers:
         numeric = numeric_answer(reference)
         if numeric:

@@ -346,10 +346,15 @@ _CONCEPT_KEYS: dict[str, tuple[str, ...]] = {
 # provided/(used) by investing activities", "Net Cash (Used for)/Provided by
 # Financing Activities", "Cash provided by operations" (after ``_label_key``).
 _ACTIVITY_TOTAL = re.compile(
-    r"(?:net |total )?cash (?:flows? )?(?:(?:provided|used|generated|received|from|by|in|for)"
-    r" ?)*(?P<activity>operating|investing|financing) activities"
-    r"|(?:net |total )?cash (?:(?:provided|used|generated|from|by|in|for) ?)+operations"
+    r"(?:(?:net|total) )*cash (?:flows? )?(?:(?:provided|used|generated|received|from|by|in|for"
+    r"|inflows?|outflows?) ?)*(?:(?P<activity>operating|investing|financing) activities"
+    r"|(?P<operations>operations))"
 )
+# An activity's total in a table that puts the verbs in its section ("Net
+# cash provided by (used in): Operating activities").
+_ACTIVITY_ONLY = re.compile(r"(?P<activity>operating|investing|financing) activities")
+_SCALE = re.compile(r"million|thousand|billion", re.IGNORECASE)
+_INFLOW_WORDS = frozenset({"provided", "generated", "received", "from", "inflow", "inflows"})
 _ACTIVITIES = {
     "operating cash flow": "operating",
     "investing cash flow": "investing",
@@ -357,17 +362,30 @@ _ACTIVITIES = {
 }
 
 
-def _activity_total(own: str) -> str | None:
-    """The activity whose total cash flow a label (``_label_key``) names."""
-    match = _ACTIVITY_TOTAL.fullmatch(re.sub(r"\s+", " ", re.sub(r"[()/]", " ", own)).strip())
-    if match is None:
-        return None
-    return match.group("activity") or "operating"
+def _activity_total(own: str, section: str = "") -> str | None:
+    """The activity whose total cash flow a label (``_label_key``) names,
+    its section read when the label is the activity alone."""
+
+    def bare(text: str) -> str:
+        return re.sub(r"\s+", " ", re.sub(r"[()/:]", " ", text)).strip()
+
+    match = _ACTIVITY_TOTAL.fullmatch(bare(own))
+    if match is not None:
+        return match.group("activity") or "operating"
+    alone = _ACTIVITY_ONLY.fullmatch(bare(own))
+    if (
+        alone is not None
+        and re.search(r"\bcash\b", section)
+        and not re.search(r"\bflows? from\b|\bactivities\b", section)
+    ):
+        return alone.group("activity")
+    return None
 
 
 def _concept_rank(concept: str, row: TableRow) -> int | None:
     own = _label_of(row.label)
-    if _NOT_OWN.search(own):
+    if _NOT_OWN.search(own) or "discontinued" in row.label:
+        # A share that is not the company's own, or a discontinued operation's.
         return None
     own = _label_key(own)
     for rank, name in enumerate(_CONCEPT_KEYS[concept]):
@@ -377,8 +395,10 @@ def _concept_rank(concept: str, row: TableRow) -> int | None:
         rest = own[len(name) :].strip() if own.startswith(name + " ") else None
         if rest is not None and _UNIT_ONLY.fullmatch(rest):
             return rank
-    if concept in _ACTIVITIES and _activity_total(own) == _ACTIVITIES[concept]:
-        return len(_CONCEPT_KEYS[concept])
+    if concept in _ACTIVITIES:
+        section = _label_key(row.label.rpartition(": ")[0].rsplit(": ", 1)[-1])
+        if _activity_total(own, section) == _ACTIVITIES[concept]:
+            return len(_CONCEPT_KEYS[concept])
     return None
 
 
@@ -942,7 +962,10 @@ def line_item_searches(question: str) -> list[tuple[str, str]]:
     metric, item = _asked(question)
     needed: dict[str, set[int]] = {}
     compared = _compared(question)
-    if compared is not None:
+    ranked = _ranked_activities(question) if compared is None else None
+    if ranked is not None:
+        needed = {concept: {ranked[0]} for concept in _ACTIVITIES}
+    elif compared is not None:
         for y in (compared.first, compared.last):
             needs = (
                 compared.metric.needs(y)
@@ -960,8 +983,6 @@ def line_item_searches(question: str) -> list[tuple[str, str]]:
     elif _CAGR.search(question) and len(_FY.findall(question)) > 1 and not _WHY.search(question):
         named = sorted({int(y) for y in _FY.findall(question)})
         needed["revenue"] = {named[0], named[-1]}
-    elif (ranked := _ranked_activities(question)) is not None:
-        needed = {concept: {ranked[0]} for concept in _ACTIVITIES}
     else:
         return []
     # A line item's three most common labels (a BM25 query matches any) and
@@ -1329,33 +1350,43 @@ def _cagr(
 
 # "Among operations, investing, and financing activities, which brought in the
 # most (or lost the least) cash flow for Acme in FY2023?": the three totals of
-# the cash flow statement, ranked. A superlative after a verb of losing ("lost
-# the most", "used the most") ranks from the bottom.
+# the cash flow statement, ranked. A superlative said of a loss ("lost the
+# most", "the largest cash outflow", "used the most cash") ranks from the bottom.
 _SUPERLATIVE = re.compile(
-    r"(?P<verb>\b(?:lost|lose|loses|used|uses|use|spent|spend|consumed|burned|burnt)\s+(?:the\s+)?)?"
-    r"\b(?:(?P<top>most|largest|highest|greatest|biggest)|(?P<bottom>least|lowest|smallest))\b",
+    r"\b(?<!at )(?:(?P<top>most|largest|highest|greatest|biggest)"
+    r"|(?P<bottom>least|lowest|smallest))\b",
     re.IGNORECASE,
 )
+_LOSS = re.compile(
+    r"\b(?:lost|lose|loses|losing|used|uses|use|using|spent|spend|spends|consumed|consumes"
+    r"|burn\w*|outflows?|negative|drain\w*|required|requires|require|needed)\b",
+    re.IGNORECASE,
+)
+_ACTIVITY = r"(operat(?:ing|ions)|investing|financing)(?:\s+activities)?"
+_THREE = re.compile(rf"{_ACTIVITY},\s*{_ACTIVITY},?\s+(?:and|or)\s+{_ACTIVITY}", re.IGNORECASE)
 
 
 def _ranked_activities(question: str) -> tuple[int, int] | None:
     """(fiscal year, +1 for the most cash brought in or -1 for the least) when
-    the question asks which of the three activities of a cash flow statement
-    ranks first, naming all three; None otherwise."""
-    ask = question.split("?", 1)[0]
-    if not re.search(r"\bwhich\b", ask, re.I) or not re.search(r"\bcash\b", ask, re.I):
+    a "which" question about cash lists the three activities of a cash flow
+    statement ("operations, investing, and financing activities") and asks
+    which ranks first; None otherwise (or when the direction is unclear)."""
+    ask = re.sub(r"\([^()]*\)", " ", question.split("?", 1)[0])
+    which = re.search(r"\bwhich\b", ask, re.I)
+    listed = _THREE.search(ask)
+    if which is None or listed is None or not re.search(r"\bcash\b", ask, re.I):
         return None
-    if not all(
-        re.search(rf"\b{word}", ask, re.I)
-        for word in (r"operat(?:ing|ions)\b", "investing", "financing")
-    ):
+    if len({m.lower()[:5] for m in listed.groups()}) != 3:
         return None
     years = sorted({int(y) for y in _FY.findall(ask)})
-    superlative = _SUPERLATIVE.search(ask)
-    if len(years) != 1 or superlative is None:
+    superlatives = [m for m in _SUPERLATIVE.finditer(ask) if m.start() > which.start()]
+    if len(years) != 1 or len(superlatives) != 1:
         return None
+    superlative = superlatives[0]
+    # What is said between "which" and the superlative, and a few words after it.
+    near = ask[which.end() : superlative.start()] + " ".join(ask[superlative.end() :].split()[:4])
     direction = 1 if superlative.group("top") else -1
-    return years[0], -direction if superlative.group("verb") else direction
+    return years[0], -direction if _LOSS.search(near) else direction
 
 
 def _activities(
@@ -1381,22 +1412,38 @@ def _activities(
         )
     used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
     units = {r.unit.lower() for r in used}
-    if len(units) > 1:
+    scales = {m.group(0) for u in units if (m := re.search(r"million|thousand|billion", u))}
+    if len(scales) > 1 or (scales and any(not _SCALE.search(u) for u in units)):
         return Missing(
-            "The three activities cannot be compared: their rows are not all in one unit "
+            "The three activities cannot be compared: their rows are not all on one scale "
             f"({', '.join(sorted(units))})."
         )
-    first = max(values, key=lambda c: direction * values[c])
-    value = values[first]
-    if direction > 0:
+    written = {c: lookup.written(c, year) for c in _ACTIVITIES}
+    for concept, (_, _, row) in ((c, lookup.used[(c, year)]) for c in _ACTIVITIES):
+        words = set(re.findall(r"[a-z]+", _label_of(row.label).lower()))
+        if values[concept] > 0 and "used" in words and not words & _INFLOW_WORDS:
+            # "Net cash used in investing activities 962": an outflow printed
+            # without its parentheses.
+            values[concept] = -values[concept]
+            written[concept] = f"({written[concept]})"
+    best = max(direction * v for v in values.values())
+    first = [c for c in _ACTIVITIES if direction * values[c] == best]
+    value = values[first[0]]
+    if not value:
+        verdict = "neither brought in nor lost cash, " + (
+            "the most of the three" if direction > 0 else "the least of the three"
+        )
+    elif direction > 0:
         verdict = "brought in the most cash" if value > 0 else "lost the least cash"
     else:
         verdict = "lost the most cash" if value < 0 else "brought in the least cash"
-    shown = sorted(units)[0] if units else ""
+    tie = ", equally" if len(first) > 1 else ""
+    named = " and ".join(_ACTIVITIES[c] for c in first).capitalize()
+    shown = next((r.unit for r in used if r.unit), "")
     unit = f" ({shown})" if shown else ""
-    each = "; ".join(f"{_ACTIVITIES[c]} activities {lookup.written(c, year)}" for c in _ACTIVITIES)
+    listing = "; ".join(f"{_ACTIVITIES[c]} activities {written[c]}" for c in _ACTIVITIES)
     text = (
-        f"{_ACTIVITIES[first].capitalize()} activities {verdict} in FY{year}. "
-        f"Net cash by activity, FY{year}{unit}: {each}."
+        f"{named} activities {verdict}{tie} in FY{year}. "
+        f"Net cash by activity, FY{year}{unit}: {listing}."
     )
     return Computed(text, value, used, not lookup.unsure)
