@@ -464,9 +464,31 @@ def test_titles_a_questions_own_country_and_initials_in_names() -> None:
         Fact("name", ("tour", "de", "france")),
         Fact("name", ("tadej", "pogacar")),
     ]
-    # Without a nationality in the question the country is a name.
+    # Without a nationality in the question the country is a name; a nationality
+    # in lower case is none, and one nationality is one country's ("Korean War").
     assert name_facts("Norway won the most medals.", "Which country won the most medals?") == [
         Fact("name", ("norway",))
+    ]
+    assert name_facts("It came from Poland.", "Who makes the best nail polish?") == [
+        Fact("name", ("poland",))
+    ]
+    assert [
+        f.value
+        for f in name_facts("North Korea invaded South Korea.", "Who started the Korean War?")
+    ] == [
+        ("north", "korea"),
+        ("south", "korea"),
+    ]
+    # A title inside a name stays ("Amazon Prime Video", "Anna Chancellor"); "Vice" is a
+    # title only before another.
+    listed = (
+        "Amazon Prime Video hired Anna Chancellor; Vice President Kamala Harris and Vice Media."
+    )
+    assert [f.value for f in name_facts(listed, "Who?")] == [
+        ("amazon", "prime", "video"),
+        ("anna", "chancellor"),
+        ("kamala", "harris"),
+        ("vice", "media"),
     ]
     # The period of an initial does not end a name; a sentence's end still does.
     assert [f.value for f in name_facts("Founder John C. Bogle spoke.", "Who spoke?")] == [
@@ -481,6 +503,19 @@ def test_titles_a_questions_own_country_and_initials_in_names() -> None:
         ("mira", "kovac"),
         ("jan", "novak"),
     ]
+    # An initial is one only when a word ending the name follows it on its line;
+    # "A", "I" and dotted initials count. The sources' ordinary words read it alike.
+    for text, names in (
+        ("The board adopted Plan B. Jan Novak resigned.", [("plan", "b"), ("jan", "novak")]),
+        (
+            "The speech was by Malcolm X. Martin Luther King spoke.",
+            [("malcolm", "x"), ("martin", "luther", "king")],
+        ),
+        ("Tess C.\nBogle spoke.", [("tess", "c")]),
+        ("Thomas A. Edison and J.K. Rowling met.", [("thomas", "a", "edison"), ("j.k", "rowling")]),
+        ("Vanguard was founded in 1975 by John C. Bogle, the firm said.", [("john", "c", "bogle")]),
+    ):
+        assert [f.value for f in name_facts(text, "Who?", ordinary_words([text]))] == names, text
 
 
 async def test_a_sentence_giving_only_the_roles_organisation_does_not_answer_who_holds_it() -> None:

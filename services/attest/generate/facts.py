@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from attest.generate.measures import amount_windows, asked_measure
 from attest.generate.stems import same_word as same_word
 from attest.generate.stems import stem as stem
-from attest.generate.text import STOPWORDS, WORD, role_head, strip_dateline, tokens
+from attest.generate.text import STOPWORDS, WORD, initial_at, role_head, strip_dateline, tokens
 
 _MONTH_NUMBER = {
     name: number
@@ -256,6 +256,15 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
     def close() -> None:
         while run and run[-1] in _NAME_JOINERS:
             run.pop()
+        # A title before a name is not part of it ("President Joe Biden",
+        # "Prime Minister Eva Dvorak"); one inside a name stays ("Amazon
+        # Prime Video", "Anna Chancellor").
+        while run and (
+            run[0] in _TITLES
+            or run[0] in _NAME_JOINERS
+            or (run[0] == "vice" and len(run) > 1 and run[1] in _TITLES)
+        ):
+            run.pop(0)
         if run and not _not_a_name(run, abbreviations) and tuple(run) not in places:
             out.append(Fact("name", tuple(run)))
         run.clear()
@@ -269,14 +278,17 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
         gap = text[last_end : match.start()].strip()
         adjacent = last_end >= 0 and (gap == "" or (gap == "." and initial))
         last_end = match.end()
+        # An initial ("C." of "John C. Bogle", "A." of "Thomas A. Edison")
+        # is part of a name, its full stop no end of it.
+        initial = not possessive and initial_at(text, match)
         is_name = (
             word[0].isupper()
             and bool(token)
-            and token not in STOPWORDS
+            and (token not in STOPWORDS or initial)
             and token not in common
             and stem(token) not in asked
             and token.replace(".", "") not in abbreviations
-            and token not in _TITLES
+            and token not in _OFFICES
             and not dated(match.start())
             and not (owner is not None and owner(match.start()))
         )
@@ -285,11 +297,9 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
         if is_name or (token in _NAME_JOINERS and run):
             run.append(token)
         # A possessor is a name of its own ("Austria's Peter Handke"), and
-        # punctuation after a word (a comma, a period) ends the name, but for
-        # the period of an initial inside it ("John C. Bogle").
+        # punctuation after a word (a comma, a period) ends the name.
         after = text[match.end() : match.end() + 1]
-        initial = after == "." and len(word) == 1 and word.isupper() and bool(run)
-        if possessive or (after in '.,;:!?()"”' and not initial):
+        if possessive or (after in '.,;:!?()"”' and not (initial and is_name)):
             close()
     close()
     return list(dict.fromkeys(out))
@@ -299,16 +309,26 @@ _WEEKDAYS = frozenset(
     {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 )
 _MONTHS = frozenset(name for name in _MONTH_NUMBER if len(name) > 3 or name == "may")
-# Titles and offices, said before or after a name ("President Joe Biden",
-# "Mortimer J. Buckley (Chairman & CEO)"): not a person's name, nor part of one.
-_TITLES = frozenset(
+# Offices that are never part of a name, wherever they stand ("Apple CEO Tim
+# Cook" names Apple and Tim Cook; "Mortimer J. Buckley (Chairman & CEO)").
+_OFFICES = frozenset(
     re.findall(
         r"\S+",
         """
-        president vice chairman chairwoman chairperson ceo cfo coo cto cio cmo founder
-        co-founder cofounder chief executive officer director governor minister prime
-        secretary senator commissioner mayor chancellor treasurer spokesman spokeswoman
-        spokesperson deputy mr mrs ms dr prof professor
+        ceo cfo coo cto cio cmo chairman chairwoman chairperson founder co-founder cofounder
+        """,
+    )
+)
+# Titles that are no part of a name before it ("President Joe Biden", "Dr
+# Ann Roe"), but may be inside one ("Amazon Prime Video", "Anna Chancellor");
+# "vice" only before another title ("Vice President", not "Vice Media").
+_TITLES = _OFFICES | frozenset(
+    re.findall(
+        r"\S+",
+        """
+        president chief executive officer director governor minister prime secretary senator
+        commissioner mayor chancellor treasurer spokesman spokeswoman spokesperson deputy mr
+        mrs dr prof professor
         """,
     )
 )
@@ -321,8 +341,8 @@ _NATIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     for nationality, places in (
         line.strip().split(":")
         for line in """
-        american:america,united states,usa
-        british:britain,great britain,united kingdom,uk
+        american:america,united states,usa,u.s,u.s.a
+        british:britain,great britain,united kingdom,uk,u.k
         english:england
         scottish:scotland
         welsh:wales
@@ -351,7 +371,7 @@ _NATIONS: dict[str, tuple[tuple[str, ...], ...]] = {
         serbian:serbia
         chinese:china
         japanese:japan
-        korean:korea,south korea,north korea
+        korean:korea
         indian:india
         pakistani:pakistan
         thai:thailand
@@ -387,8 +407,12 @@ def _own_places(question: str) -> frozenset[tuple[str, ...]]:
     """The runs that name the question's own country: the country of a
     nationality it gives ("France" for "French") and the nationality of a
     country it names ("French" for "France")."""
-    words = [w.strip(".-'’").lower() for w in WORD.findall(unicodedata.normalize("NFKC", question))]
-    words = [re.sub(r"['’]s$", "", w) for w in words]
+    # Capitalized words only: "china", "turkey" and "polish" in lower case
+    # are no country or nationality.
+    words = [
+        re.sub(r"['’]s$", "", w.strip(".-'’")).lower() if w[:1].isupper() else ""
+        for w in WORD.findall(unicodedata.normalize("NFKC", question))
+    ]
     text = f" {' '.join(words)} "
     out: set[tuple[str, ...]] = set()
     for nationality, places in _NATIONS.items():

@@ -335,11 +335,27 @@ def lower_case_words(texts: Iterable[str]) -> frozenset[str]:
     )
 
 
+# A name's initial: one capital letter, or several dotted ("C", "J.K"), as
+# ``WORD`` reads them.
+_INITIAL = re.compile(r"(?:[A-Z]\.)*[A-Z]")
+# What follows an initial inside a name: its full stop, then on the same line
+# one capitalized word that ends the name (punctuation, a lower-case word or
+# the end after it): "John C. Bogle spoke", not "Plan B. Jan Novak resigned".
+_AFTER_INITIAL = re.compile(r"\.[ \t]+[A-Z][\w'’-]*(?![\w'’-])(?=[ \t]*(?:$|\n|[^\w\s]|[a-z]))")
+
+
+def initial_at(text: str, match: re.Match[str]) -> bool:
+    """Whether the ``WORD`` match is an initial inside a name, its full stop
+    no sentence end ("C." in "John C. Bogle", "J.K." in "J.K. Rowling")."""
+    return bool(_INITIAL.fullmatch(match.group())) and bool(_AFTER_INITIAL.match(text, match.end()))
+
+
 def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
     """Words of ``texts`` that are not names: those written in lower case
     somewhere (``lower_case_words``) and, lower-cased, those capitalized only
     where a sentence starts ("Results of the election ...", "Two winners
-    were named") or only in headings (``heading_spans``: "Round by Round
+    were named"; an initial's full stop starts none: "John C. Bogle") or only
+    in headings (``heading_spans``: "Round by Round
     Wimbledon Bracket", "Maxwell Award Winners"): a name is capitalized inside
     running text too."""
     texts = [unicodedata.normalize("NFKC", t) for t in texts]
@@ -353,10 +369,14 @@ def ordinary_words(texts: Iterable[str]) -> frozenset[str]:
         starts_at = [a for a, _ in headings]
         end = -1
         previous = ""  # a capitalized word that started a sentence, just before
+        after_initial = False  # the full stop before this word is an initial's
         for match in WORD.finditer(text):
             word = match.group().strip(".-'’")
             gap = text[end : match.start()] if end >= 0 else "."
+            if after_initial:
+                gap = gap.replace(".", "", 1)
             end = match.end()
+            after_initial = initial_at(text, match)
             if not word or not word[0].isupper():
                 previous = ""
                 continue
