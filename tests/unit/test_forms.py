@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from attest.generate.forms import (
-    Decision,
     Place,
     _quantity,
     choice_of,
@@ -248,46 +246,6 @@ def test_a_groups_members_are_counted_from_its_size_and_the_names_it_lists() -> 
     assert _quantity("An album consisting of songs and interludes.", "members") is None
     assert _quantity("The trio has grown to five members.", "members") == 5
     assert _quantity("A duo of dancers and 40 species.", "species") == 40
-
-
-def test_the_reader_decides_a_yes_no_claim_from_each_things_sentences() -> None:
-    from attest.generate.forms import hypothesis
-    from attest.generate.reader import shared_reader
-
-    assert hypothesis("Gerry Marsden", "musicians") == "Gerry Marsden is musicians."
-    assert hypothesis("Stenocereus", "include tree like plants") == (
-        "Stenocereus include tree like plants."
-    )
-    assert hypothesis("Monkey Kingdom", "were connected with Disney") == (
-        "Monkey Kingdom is connected with Disney."
-    )
-    texts = [
-        "Daryl Hall is an American rock singer, keyboardist, guitarist and songwriter.",
-        "Gerry Marsden was an English rock and roll musician and television personality.",
-        "Ranger Rick is a children's nature magazine published by the National Wildlife "
-        "Federation.",
-        "Tennis is an American sports magazine published eight times a year.",
-    ]
-    places = [Place("Daryl Hall", 0), Place("Gerry Marsden", 0), Place("Ranger Rick", 0)]
-    places.append(Place("Tennis (magazine)", 0))
-    states = shared_reader().states
-    both = polar_of("Are Daryl Hall and Gerry Marsden both musicians?")
-    assert both is not None
-    decided = yes_or_no(both, texts, places, states)
-    assert decided is not None
-    # A singer and keyboardist is a musician, though no word of "musicians" is said of him.
-    assert (decided.lead, decided.sentences) == ("Yes", (0, 1))
-    assert yes_or_no(both, texts, places) == Decision("No", "", (0, 1))
-    sports = polar_of("Are Ranger Rick and Tennis both sports magazines?")
-    assert sports is not None
-    # A "no" leads with the thing the claim fails for.
-    assert yes_or_no(sports, texts, places, states) == Decision("No", "", (2, 3))
-
-    # The reader's scores decide at one half.
-    def stub(pairs: object) -> np.ndarray:
-        return np.array([0.9, 0.4])
-
-    assert yes_or_no(both, texts, places, stub) == Decision("No", "", (1, 0))
 
 
 def test_a_denial_does_not_count_for_yes() -> None:

@@ -56,16 +56,11 @@ from pydantic import Field
 
 from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
-from attest.generate.forms import Place, States, choice_of, choose, polar_of, yes_or_no
+from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
 from attest.generate.judge import SupportJudge, to_confidence
 from attest.generate.measures import asked_measure, bare_count_of, gives_asked_amount
 from attest.generate.models import Proposal, Source
-from attest.generate.reader import (
-    READER_ANSWER_FLOOR,
-    ReaderJudge,
-    ReaderUnavailable,
-    shared_reader,
-)
+from attest.generate.reader import READER_ANSWER_FLOOR, ReaderJudge, shared_reader
 from attest.generate.text import (
     answer_type,
     asked_kind,
@@ -182,14 +177,6 @@ class ExtractiveSettings(StrictModel):
         le=1.0,
         description="Multi-hop: least rating of a second sentence, read with the question and the "
         "best one, to join the answer; 1 turns it off.",
-    )
-    # A yes/no question about named things ("Are A and B both musicians?") is
-    # decided by the trained reader: does each thing's defining sentence state
-    # the claim? Off, or without a loadable reader, by the claim's words.
-    polar_reader: bool = Field(
-        default=True,
-        description="Decide yes/no questions about named things with the trained reader (does "
-        "each thing's defining sentence state the claim?) rather than by shared words.",
     )
 
 
@@ -686,7 +673,7 @@ class ExtractiveEngine:
         texts = [c.text for c in found]
         decision = choose(choice, texts, places) if choice is not None else None
         if polar is not None:
-            decision = yes_or_no(polar, texts, places, self._states())
+            decision = yes_or_no(polar, texts, places)
         if decision is None:
             return None
         first, *rest = _distinct(found[i] for i in decision.sentences)
@@ -697,16 +684,6 @@ class ExtractiveEngine:
         else:
             lead = f"{decision.picked}: {first.text}"
         return [Candidate(lead, first.source_index), *rest]
-
-    def _states(self) -> States | None:
-        """The reader's P(a source states a sentence), for yes/no questions;
-        None when turned off or when the reader cannot be loaded."""
-        if not self.settings.polar_reader:
-            return None
-        try:
-            return shared_reader().states
-        except ReaderUnavailable:
-            return None
 
     # -- citations ---------------------------------------------------------------------
 

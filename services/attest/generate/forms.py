@@ -25,11 +25,8 @@ named things; what cannot be parsed is answered the ordinary way.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
 
 from attest.generate.facts import WORD_VALUES, stem
 from attest.generate.text import STOPWORDS, content_tokens, key_terms, tokens
@@ -440,39 +437,9 @@ def choose(choice: Choice, texts: Sequence[str], places: Sequence[Place] = ()) -
     return Decision("", pick, (evidence[pick][0],))
 
 
-# A claim that starts with a verb is said of a thing as it stands ("Stenocereus
-# include tree like plants"); any other with "is" ("Ferocactus is types of plant").
-_CLAIM_VERBS = _set(
-    "include includes have has share shares belong belongs play plays originate originates "
-    "contain contains come comes"
-)
-
-
-def hypothesis(name: str, claim: str) -> str:
-    """The claim said of one named thing, as a sentence a source may state."""
-    said = re.sub(r"^(?:are|is|were|was|be)\s+", "", " ".join(claim.split()), flags=re.I)
-    first = said.split(" ", 1)[0].lower() if said else ""
-    return f"{name} {said}." if first in _CLAIM_VERBS else f"{name} is {said}."
-
-
-# P(source states sentence) of each (source, sentence) pair.
-States = Callable[[Sequence[tuple[str, str]]], "npt.NDArray[np.float64]"]
-
-
-def yes_or_no(
-    polar: Polar,
-    texts: Sequence[str],
-    places: Sequence[Place] = (),
-    states: States | None = None,
-) -> Decision | None:
+def yes_or_no(polar: Polar, texts: Sequence[str], places: Sequence[Place] = ()) -> Decision | None:
     """Yes when the sentences about every named thing state the claim (or, for
-    "same"/"different", when their descriptions share a name-like word or not).
-
-    With ``states`` (P(a source states a sentence), the reader's), a thing's
-    first two sentences must state the claim said of it ("Gerry Marsden is
-    musicians" from "... is an English rock and roll musician"); without it,
-    they must hold half of the claim's words (stems compared), a denial
-    counting against."""
+    "same"/"different", when their descriptions share a name-like word or not)."""
     names = list(polar.names)
     claim = polar.claim
     evidence: dict[str, list[int]] = {}
@@ -494,11 +461,6 @@ def yes_or_no(
         shared = bool(set.intersection(*terms))
         yes = shared if polar.relation == "same" else not shared
         order = names
-    elif states is not None:
-        pairs = [(" ".join(texts[i] for i in evidence[n][:2]), hypothesis(n, claim)) for n in names]
-        covered = dict(zip(names, (float(p) for p in states(pairs)), strict=True))
-        yes = all(c >= 0.5 for c in covered.values())
-        order = sorted(names, key=lambda n: covered[n]) if not yes else names
     else:
         words = set().union(*(_name_words(n) for n in names))
         covered = {
