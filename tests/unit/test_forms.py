@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attest.generate.forms import (
+    Decision,
     Place,
     _quantity,
     choice_of,
@@ -242,10 +243,42 @@ def test_a_groups_members_are_counted_from_its_size_and_the_names_it_lists() -> 
     assert quill.sentences == (3,)
     assert picked("Which band has fewer members, Vell or Quill?") == "Vell"
     assert picked("Which band has more members, Ossa or Harrow?") == "Harrow"
-    # A list that is not of names counts nothing; a number beside the noun comes first.
+    # A list that is not of people counts nothing; a number beside the noun comes first.
     assert _quantity("An album consisting of songs and interludes.", "members") is None
     assert _quantity("The trio has grown to five members.", "members") == 5
     assert _quantity("A duo of dancers and 40 species.", "species") == 40
+    # Only a size said of the group itself, the last one it says.
+    for sentence, size in (
+        ("In 2010 the members moved to London.", None),
+        ("The quartet's 2001 album featured a 40-piece orchestra.", None),
+        ("Brell also plays in the jazz trio Kell.", None),
+        ("In 2012 they supported the five-piece Kasabian on tour.", None),
+        ("Ann wore a three-piece suit.", None),
+        ("Brell released a duo of albums.", None),
+        ("Their debut EP consists of Love Me, Hold On and Stay.", None),
+        ("Formerly a one-man project, Brell became a five-piece band in 2005.", 5),
+        ("Brell formed as a trio in 1999 and has been a quintet since 2004.", 5),
+        ("Led by front man Ann Roe, the five-piece band toured Europe.", 5),
+        ("Ann Roe played in UK punk trio Brell.", 3),
+        ("Brell is a band consisting of Ann Roe, Ed Lyle and Jo Pike, who met in Leeds.", 3),
+    ):
+        assert _quantity(sentence, "members", "Brell") == size, sentence
+    # A sentence naming both options counts for neither; a document titled with
+    # the option counts only if its qualifier is what the question asks about.
+    both = [
+        "Brell are an English five-piece band from Leeds.",
+        "Harrow are an Irish folk duo from Cork.",
+        "In 2005 Harrow toured with the five-piece band Brell.",
+        "The series starred a five-person cast.",
+    ]
+    spread = [
+        Place("Brell", 0),
+        Place("Harrow", 0),
+        Place("Tour", 0),
+        Place("Harrow (TV series)", 0),
+    ]
+    decided = choose(choice_of("Which band has more members, Brell or Harrow?"), both, spread)  # type: ignore[arg-type]
+    assert decided == Decision("", "Brell", (0,))
 
 
 def test_a_denial_does_not_count_for_yes() -> None:

@@ -228,15 +228,20 @@ def about(name: str, sentences: Sequence[str], places: Sequence[Place] = ()) -> 
     return [key[-1] for key in sorted(out)]
 
 
-def _titled(name: str, places: Sequence[Place]) -> list[int]:
-    """Indices of the sentences of documents titled with ``name`` itself (a
-    parenthesised qualifier aside: "Lawson (band)" for "Lawson")."""
+def _titled(name: str, places: Sequence[Place], asked: str, count: int) -> list[int]:
+    """Indices (below ``count``) of the sentences of documents titled with
+    ``name`` itself, or with it and a qualifier the question ``asked`` says
+    ("Lawson (band)" for "Which band …, Lawson or …", not "Lawson (TV
+    series)")."""
     want = " ".join(name.casefold().split())
-    return [
-        i
-        for i, place in enumerate(places)
-        if " ".join(re.sub(r"\([^()]*\)", " ", place.title).casefold().split()) == want
-    ]
+    said = set(tokens(asked))
+    out = []
+    for i, place in enumerate(places[:count]):
+        qualifier = " ".join(re.findall(r"\(([^()]*)\)", place.title))
+        bare = " ".join(re.sub(r"\([^()]*\)", " ", place.title).casefold().split())
+        if bare == want and (not qualifier or set(tokens(qualifier)) & said):
+            out.append(i)
+    return out
 
 
 def year_of(sentence: str, last: bool = False) -> int | None:
@@ -284,28 +289,31 @@ _NEGATED = re.compile(r"\b(?:not|never|no longer|neither|nor)\b|n't\b", re.IGNOR
 _COUNT = re.compile(r"\d{1,3}(?:,\d{3})+|\d+|[A-Za-z]+")
 
 
-def _quantity(sentence: str, noun: str) -> int | None:
+def _quantity(sentence: str, noun: str, name: str = "") -> int | None:
     """The count a sentence gives of ``noun`` ("about 1,200 species", "four
-    members"); for a group's members (or musicians, people) also the size
-    its words give: "a three-piece band", "rock duo", "consisting of A
-    (guitar), B and C" (``_group_size``)."""
+    members"); for a group's members (or musicians) also the size its words
+    give the group ``name`` (``_group_size``)."""
     words = _COUNT.findall(sentence)
     want = stem(noun)
+    members = noun.lower() in _MEMBER_NOUNS
     for i, word in enumerate(words):
         if stem(word.lower()) != want:
             continue
         for back in range(i - 1, max(-1, i - 4), -1):
             value = words[back].replace(",", "").lower()
-            if value.isdigit():
+            if value.isdigit() and len(value) <= 12:
+                if members and not 0 < int(value) <= _MOST_MEMBERS:
+                    break  # a year or another figure ("In 2010 the members …")
                 return int(value)
             if value in WORD_VALUES:
                 return WORD_VALUES[value]
-    if noun.lower() in _MEMBERS:
-        return _group_size(sentence)
+    if members:
+        return _group_size(sentence, name)
     return None
 
 
-_MEMBERS = frozenset({"member", "members", "musician", "musicians", "people", "persons"})
+_MEMBER_NOUNS = frozenset({"member", "members", "musician", "musicians"})
+_MOST_MEMBERS = 100
 # A group named by its size ("rock duo", "jazz quartet").
 _ENSEMBLES = {
     "duo": 2,
@@ -316,40 +324,59 @@ _ENSEMBLES = {
     "septet": 7,
     "octet": 8,
 }
-_ENSEMBLE = re.compile(rf"\b({'|'.join(_ENSEMBLES)})s?\b", re.IGNORECASE)
-# "three-piece", "five-member", "4-person".
-_SIZED = re.compile(
-    r"\b(\d{1,2}|[a-z]+)[- ](?:piece|person|member|man|woman|strong)\b", re.IGNORECASE
+_NUMBER_WORD = r"\d{1,2}|" + "|".join(sorted(WORD_VALUES, key=len, reverse=True))
+# "trio", "three-piece", "five-member", "4-person": one group's size.
+_SIZE = (
+    rf"(?:{'|'.join(_ENSEMBLES)})\b"
+    rf"|(?:{_NUMBER_WORD})[- ](?:piece|person|member|man|woman)\b"
 )
-# "consisting of Andy Brown (vocals), Ryan Fletcher and Joel Peat": the names listed.
+# The size said of the subject ("Brell are an English three-piece rock band",
+# "has been a quintet since 2004") or of the group as "the three-piece band".
+_SIZE_SAID = re.compile(
+    r"\b(?:is|are|was|were|been|became|become|becomes|remains|remained)\s+(?:a|an|the)\s+"
+    rf"(?:[\w'’.-]+\s+){{0,3}}?(?P<said>{_SIZE})"
+    rf"|\bthe\s+(?P<subject>{_SIZE})\s+(?:band|group|act|outfit|ensemble)\b",
+    re.IGNORECASE,
+)
+# A list of members after the group or a pronoun for it: "Lawson are an
+# English pop rock band, consisting of Andy Brown (vocals), …", "It consists of …".
 _LISTED = re.compile(
-    r"\b(?:consisting of|consists of|comprising|comprises|composed of|made up of"
-    r"|members are|line-?up of)\s+(?P<list>[^.;]+)",
+    r"\b(?:it|they|band|group|lineup|line-up|act|duo|trio|quartet|quintet)\b[^.;]{0,40}?"
+    r"\b(?:consisting of|consists of|consisted of|comprising|comprises|composed of|made up of)"
+    r"\s+(?P<list>[^.;]+)",
     re.IGNORECASE,
 )
 
 
-def _group_size(sentence: str) -> int | None:
-    """How many members a sentence gives a group: a size word ("three-piece",
-    "five-member"), a size noun ("duo", "quartet"), or the names it lists
-    after "consisting of" (two or more, each with a capitalized word)."""
-    sized = _SIZED.search(sentence)
-    if sized is not None:
-        value = sized.group(1).lower()
-        if value.isdigit():
-            return int(value)
-        if value in WORD_VALUES and WORD_VALUES[value] > 0:
-            return WORD_VALUES[value]
-    ensemble = _ENSEMBLE.search(sentence)
-    if ensemble is not None:
-        return _ENSEMBLES[ensemble.group(1).lower()]
+def _group_size(sentence: str, name: str = "") -> int | None:
+    """How many members a sentence gives a group: the last size it says of
+    its subject ("are a three-piece band", "has been a quintet", "the
+    five-piece band"), a size word right before the group's ``name`` ("UK
+    punk trio Test Icicles"), or the people it lists after "consisting of"
+    (each with two capitalized words, up to a relative clause). A size said
+    of anything else ("a 40-piece orchestra", "a three-piece suit", "the
+    five-piece Kasabian") is none."""
+    said = [
+        (m.start(), m.group("said") or m.group("subject")) for m in _SIZE_SAID.finditer(sentence)
+    ]
+    if name:
+        before = re.compile(rf"\b(?P<size>{_SIZE})\s+{re.escape(name)}\b", re.IGNORECASE)
+        said += [(m.start(), m.group("size")) for m in before.finditer(sentence)]
+    if said:
+        size = max(said)[1].lower()
+        if size in _ENSEMBLES:
+            return _ENSEMBLES[size]
+        value = re.split(r"[- ]", size, maxsplit=1)[0]
+        return int(value) if value.isdigit() else WORD_VALUES[value]
     listed = _LISTED.search(sentence)
-    if listed is not None:
-        names = re.sub(r"\([^()]*\)", " ", listed.group("list"))
-        parts = [p for p in re.split(r",\s*(?:and\s+)?|\s+and\s+", names) if p.strip()]
-        named = [p for p in parts if any(w[:1].isupper() for w in p.split())]
-        if len(named) >= 2 and len(named) == len(parts):
-            return len(named)
+    if listed is None:
+        return None
+    names = re.sub(r"\([^()]*\)", " ", listed.group("list"))
+    names = re.split(r",?\s+(?:who|which|that|with|formed|founded|since|from)\b", names)[0]
+    parts = [p for p in re.split(r",\s*(?:and\s+)?|\s+and\s+", names) if p.strip()]
+    people = [p for p in parts if sum(w[:1].isupper() for w in p.split()) >= 2]
+    if len(people) >= 2 and len(people) == len(parts):
+        return len(people)
     return None
 
 
@@ -402,26 +429,27 @@ def choose(choice: Choice, texts: Sequence[str], places: Sequence[Place] = ()) -
     if counted is not None:
         noun, more = counted
         # Counted in the sentences naming the option and in the document
-        # titled with it, whose sentences are about it ("It consists of ...").
-        # Each option's largest count, and the sentence that gives it.
-        counts: dict[str, tuple[int, int] | None] = {
-            o: max(
-                (
-                    (q, -i)
-                    for i in dict.fromkeys([*evidence[o], *_titled(o, places)])
-                    if (q := _quantity(texts[i], noun)) is not None
-                ),
-                default=None,
-            )
-            for o in choice.options
-        }
+        # titled with it, whose sentences are about it ("It consists of …"),
+        # not in one that names the other option too; the first such sentence
+        # on a tie.
+        counts: dict[str, tuple[int, int, int] | None] = {}
+        for o in choice.options:
+            other = b if o == a else a
+            read = dict.fromkeys([*evidence[o], *_titled(o, places, choice.rest, len(texts))])
+            found = [
+                (q, -k, i)
+                for k, i in enumerate(read)
+                if mentions(other, texts[i]) < 0.5
+                and (q := _quantity(texts[i], noun, o)) is not None
+            ]
+            counts[o] = max(found, default=None)
         qa, qb = counts[a], counts[b]
         if qa is not None and qb is not None and qa[0] != qb[0]:
             pick = a if (qa[0] > qb[0]) == more else b
             # The answer quotes the sentence that gives the chosen option's count.
             counting = counts[pick]
             assert counting is not None
-            return Decision("", pick, (-counting[1],))
+            return Decision("", pick, (counting[2],))
     if pick is None:
         # What the question says of the answer, stated in the sentences naming each.
         def stated(option: str) -> float:
