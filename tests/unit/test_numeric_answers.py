@@ -71,10 +71,10 @@ OTHER = _page(
 
 def _sources() -> list[Source]:
     return [
-        Source(doc_id="ACME_2019_10K", passage_index=0, title="ACME_2019_10K", text=INCOME),
+        _row_source("ACME_2019_10K", INCOME),
         Source(doc_id="ACME_2019_10K", passage_index=1, title="ACME_2019_10K", text=BALANCE),
         Source(doc_id="ACME_2019_10K", passage_index=2, title="ACME_2019_10K", text=CASH),
-        Source(doc_id="GLOBEX_2019_10K", passage_index=0, title="GLOBEX_2019_10K", text=OTHER),
+        _row_source("GLOBEX_2019_10K", OTHER),
     ]
 
 
@@ -153,18 +153,18 @@ def test_a_missing_operand_is_named_and_other_questions_are_left_alone() -> None
     assert compute("What is Initech's FY2019 fixed asset turnover ratio?", _sources()) is None
 
 
-async def test_the_generator_answers_with_the_arithmetic_and_cites_each_row() -> None:
+async def _final(question: str) -> FinalEvent:
+    """The extractive generator's final event for ``question`` over ``_sources``."""
     generator = Generator(ExtractiveEngine(Embedder()))
-    events = [
-        e
-        async for e in generator.answer(
-            "What is the FY2019 fixed asset turnover ratio for Acme?",
-            _sources(),
-            AnswerOptions(mode=Mode.EXTRACTIVE),
-        )
-    ]
+    options = AnswerOptions(mode=Mode.EXTRACTIVE)
+    events = [e async for e in generator.answer(question, _sources(), options)]
     final = events[-1]
     assert isinstance(final, FinalEvent)
+    return final
+
+
+async def test_the_generator_answers_with_the_arithmetic_and_cites_each_row() -> None:
+    final = await _final("What is the FY2019 fixed asset turnover ratio for Acme?")
     assert not final.insufficient_information
     (sentence,) = final.sentences
     assert sentence.text == "Fixed asset turnover ratio, FY2019: 6,489 / ((282 + 253) / 2) = 24.26."
@@ -174,17 +174,7 @@ async def test_the_generator_answers_with_the_arithmetic_and_cites_each_row() ->
 
 
 async def test_the_generator_answers_a_yes_no_change_with_both_years_cited() -> None:
-    generator = Generator(ExtractiveEngine(Embedder()))
-    events = [
-        e
-        async for e in generator.answer(
-            "Has Acme increased its total assets between FY2018 and FY2019?",
-            _sources(),
-            AnswerOptions(mode=Mode.EXTRACTIVE),
-        )
-    ]
-    final = events[-1]
-    assert isinstance(final, FinalEvent)
+    final = await _final("Has Acme increased its total assets between FY2018 and FY2019?")
     (sentence,) = final.sentences
     assert sentence.text == (
         "Yes. Total assets, FY2018: 17,890 million; FY2019: 19,845 million; an increase of "
@@ -335,7 +325,7 @@ def test_the_effective_tax_rate_is_income_taxes_over_income_before_them() -> Non
             "Provision for income taxes 1,950 2,460",
         ]
     )
-    sources = [Source(doc_id="ACME_2022_10K", passage_index=0, title="ACME_2022_10K", text=income)]
+    sources = [_row_source("ACME_2022_10K", income)]
     rate = compute("What is Acme's effective tax rate in FY2022?", sources)
     assert isinstance(rate, Computed)
     assert rate.text == "Effective tax rate, FY2022: 1,950 / 9,000 = 21.7%."
@@ -433,13 +423,13 @@ def test_the_effective_tax_rate_reads_the_income_statement_only() -> None:
                 *lines,
             ]
         )
-        one = [Source(doc_id="ACME_2022_10K", passage_index=0, title="ACME_2022_10K", text=page)]
+        one = [_row_source("ACME_2022_10K", page)]
         result = compute(
             "How much has the effective tax rate of Acme changed between FY2021 and FY2022?", one
         )
         assert isinstance(result, Computed)
         assert text in result.text, result.text
-    sources = [Source(doc_id="ACME_2022_10K", passage_index=0, title="ACME_2022_10K", text=loss)]
+    sources = [_row_source("ACME_2022_10K", loss)]
     assert compute("What is Acme's effective tax rate in FY2022?", sources) == Missing(
         "Effective tax rate cannot be computed: income before income taxes is not positive in "
         "FY2022."
@@ -456,7 +446,7 @@ def test_a_yes_no_change_is_decided_on_the_figures_not_their_rounding() -> None:
             "Net income 1,004 1,000",
         ]
     )
-    sources = [Source(doc_id="ACME_2019_10K", passage_index=0, title="ACME_2019_10K", text=income)]
+    sources = [_row_source("ACME_2019_10K", income)]
     result = compute("Did Acme's net profit margin increase between FY2018 and FY2019?", sources)
     assert isinstance(result, Computed)
     assert result.text == (
@@ -537,7 +527,7 @@ def test_labels_are_read_whatever_their_commas_dashes_and_ampersands() -> None:
         ]
     )
     sources = [
-        Source(doc_id="HALVER_2020_10K", passage_index=0, title="HALVER_2020_10K", text=balance),
+        _row_source("HALVER_2020_10K", balance),
         Source(doc_id="HALVER_2020_10K", passage_index=1, title="HALVER_2020_10K", text=cash),
     ]
     ppe = compute(
