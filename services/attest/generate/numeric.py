@@ -354,6 +354,17 @@ _ACTIVITY_TOTAL = re.compile(
 # cash provided by (used in): Operating activities").
 _ACTIVITY_ONLY = re.compile(r"(?P<activity>operating|investing|financing) activities")
 _SCALE = re.compile(r"million|thousand|billion", re.IGNORECASE)
+
+
+def _scales(units: set[str]) -> tuple[set[str], bool]:
+    """The scales the rows' ``units`` name ("million", …), and whether a
+    unit names none beside one that does ("($000)" beside "(in millions)":
+    they may disagree)."""
+    found = [m.group(0).lower() if (m := _SCALE.search(u)) else "" for u in units]
+    named = {f for f in found if f}
+    return named, bool(named) and "" in found
+
+
 _INFLOW_WORDS = frozenset({"provided", "generated", "received", "from", "inflow", "inflows"})
 _ACTIVITIES = {
     "operating cash flow": "operating",
@@ -1112,9 +1123,8 @@ def _compare(
     lookup, values, spelled, name = read
     spelled = [f"{w} = " if metric is not None else "" for w in spelled]
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
-    scaled = {u for u in units if re.search(r"million|thousand|billion", u)}
-    scales = {m.group(0) for u in scaled if (m := re.search(r"million|thousand|billion", u))}
-    if len(scales) > 1 or (scaled and len(scaled) < len(units)):
+    scales, unread = _scales(units)
+    if len(scales) > 1 or unread:
         # Rows on different scales, or one whose scale could not be read beside
         # one whose scale was ("($000)" and "(in millions)").
         return Missing(
@@ -1261,11 +1271,9 @@ def compute(question: str, sources: Sequence[Source]) -> Computed | Missing | No
         return read
     lookup, values, spelled, name = read
     units = {r.unit.lower() for _, _, r in lookup.used.values()}
-    scale = {u for u in units if re.search(r"million|thousand|billion", u)}
     # An operand whose scale was not read beside one whose scale was: they may
     # disagree ("(in thousands)" and "($000)"), so the answer is cited lower.
-    unread_scale = bool(scale) and len(scale) < len(units)
-    scales = {re.search(r"million|thousand|billion", u).group(0) for u in scale}  # type: ignore[union-attr]
+    scales, unread_scale = _scales(units)
     if len(scales) > 1:
         return Missing(
             f"{name} cannot be computed: the rows it needs are in different units "
@@ -1412,8 +1420,8 @@ def _activities(
         )
     used = tuple(dict.fromkeys(r for _, _, r in lookup.used.values()))
     units = {r.unit.lower() for r in used}
-    scales = {m.group(0) for u in units if (m := re.search(r"million|thousand|billion", u))}
-    if len(scales) > 1 or (scales and any(not _SCALE.search(u) for u in units)):
+    scales, unread = _scales(units)
+    if len(scales) > 1 or unread:
         return Missing(
             "The three activities cannot be compared: their rows are not all on one scale "
             f"({', '.join(sorted(units))})."
