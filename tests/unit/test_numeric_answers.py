@@ -681,3 +681,38 @@ def test_which_activity_reads_losses_discontinued_lines_and_printed_signs() -> N
         "for Acme in FY2023, and which the least?",
     ):
         assert compute(other, sources) is None, other
+
+
+def test_rows_on_different_or_unread_scales() -> None:
+    def sources(unit: str) -> list[Source]:
+        assets = _page(
+            [
+                "CONSOLIDATED BALANCE SHEETS",
+                "(in millions)",
+                "2019 2018",
+                "Total current assets 900 800",
+            ]
+        )
+        debts = _page(
+            ["CONSOLIDATED BALANCE SHEETS", unit, "2019 2018", "Total current liabilities 450 500"]
+        )
+        return [_row_source("ACME_2019_10K", assets), _row_source("ACME_2019_10K", debts)]
+
+    ratio = "What is Acme's FY2019 working capital ratio?"
+    change = "How much has Acme's current ratio changed between FY2018 and FY2019?"
+    # Millions beside thousands: nothing is computed or compared.
+    thousands = sources("(in thousands)")
+    computed, compared = compute(ratio, thousands), compute(change, thousands)
+    assert isinstance(computed, Missing)
+    assert "different units" in computed.text
+    assert isinstance(compared, Missing)
+    assert "not all on one scale" in compared.text
+    # Millions beside a unit whose scale is not read: computed, cited as unsure; not compared.
+    unread = compute(ratio, sources("($000)"))
+    assert isinstance(unread, Computed)
+    assert not unread.sure
+    assert isinstance(compute(change, sources("($000)")), Missing)
+    same = compute(ratio, sources("(in millions)"))
+    assert isinstance(same, Computed)
+    assert same.sure
+    assert same.text == "Working capital ratio, FY2019: 900 / 450 = 2.00."
