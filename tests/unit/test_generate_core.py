@@ -135,8 +135,9 @@ def test_question_types() -> None:
             "number",
         ),
         ("During the Siege of Bharatpur, which commander stormed the castle?", None, "name"),
-        # A clause, not a lead-in phrase, before the comma: the question as it is.
-        ("Marion Greene worked for a company, which had how many operations?", "", ""),
+        # A clause, not a lead-in phrase, before the comma: the question as it
+        # is, its wh-phrase read where it stands.
+        ("Marion Greene worked for a company, which had how many operations?", "", "number"),
         # No comma before the wh-word, or a question that starts with one.
         ("In which year did the mine close?", "", "date"),
         ("Who won, and when did she retire?", "", "name"),
@@ -145,13 +146,45 @@ def test_question_types() -> None:
         ("On what date did Apple, which was founded in 1976, list its shares?", "", "date"),
         ("For how many years did Ann Lee, who founded Acme, lead it?", "", "number"),
         ("By how much did revenue, which fell in 2022, rise in 2023?", "", "number"),
-        ("According to which source, who won?", "", ""),
+        ("According to which source, who won?", "", "name"),
     ],
 )
 def test_a_lead_in_phrase_is_read_past(question: str, proper: str | None, kind: str) -> None:
     expected = " ".join(question.split()) if proper == "" else proper
     if proper is not None:
         assert question_proper(question) == expected
+    assert answer_type(question) == kind
+
+
+@pytest.mark.parametrize(
+    ("question", "kind"),
+    [
+        # A wh-phrase inside a statement asks where it stands.
+        ("The university, which was founded in what year, hosts the team?", "date"),
+        ("VCU represented a university which was founded in what year?", "date"),
+        ("Roger Egeberg served under a president that served during what years?", "date"),
+        ("The arena where the Maineiacs played can seat how many people?", "number"),
+        ("The debut album is by a boy group that was formed by who?", "name"),
+        ("Onika Maraj is a judge on a television show hosted by whom?", "name"),
+        ("The actress had a recurring role as whom on Workaholics?", "name"),
+        ("This singer of A Rather Blustery Day also voiced what hedgehog?", "name"),
+        ("Maxeda has been owned since 2004 by which American equity firm?", "name"),
+        # A date or number phrase decides before a relative pronoun's noun.
+        ("A play by a playwright who wrote farces, born in which year?", "date"),
+        # Relative pronouns ask nothing: before a verb, or "what" before a
+        # word of kind ("what sort of products" is no named thing).
+        ("Was the company which makes widgets sold?", ""),
+        ("Did an actor who achieved success in Westerns retire?", ""),
+        # Only a question asks: a wh-word in a search phrase is a relative.
+        ("companies which operate wind farms in Norway", ""),
+        ("Bordan Tkachuk ran a company that provides what sort of products?", ""),
+        ("The museum houses approximately 65,000 what?", ""),
+        # A question that starts with its wh-word is read as before.
+        ("Which wind farm supplies the mine?", "name"),
+        ("What is the update schedule?", ""),
+    ],
+)
+def test_a_wh_phrase_inside_a_statement_asks_where_it_stands(question: str, kind: str) -> None:
     assert answer_type(question) == kind
 
 

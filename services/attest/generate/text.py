@@ -241,7 +241,9 @@ def answer_type(question: str) -> str:
     questions about an amount → a number; who/whom/whose, which/what + noun,
     "what is the name of" and a question without a wh-word that asks for a
     place ("... location") → a name; "what drove/caused ..." asks for a cause
-    (any). A lead-in phrase is read past (``question_proper``).
+    (any). A lead-in phrase is read past (``question_proper``); a question
+    worded as a statement is typed by the wh-phrase inside it
+    (``_asked_in_place``).
     """
     question = question_proper(question)
     words = tokens(question)
@@ -274,6 +276,41 @@ def answer_type(question: str) -> str:
         return "name"  # "Super Bowl 2021 location"
     if words[0] == "what" and len(words) > 1 and words[1] not in _VERBS_AFTER_WHAT:
         return "name"  # "what company ...", "what movie ..."
+    if (
+        question.rstrip().endswith("?")
+        and words[0] not in _WH_WORDS
+        and words[0] not in ("in", "on", "since", "until", "by")
+    ):
+        return _asked_in_place(words)
+    return ""
+
+
+# The words after "who" or "whom" that leave it asking ("... hosted by whom on
+# Workaholics?"), where a verb makes it a relative pronoun ("an actor who
+# achieved ...").
+_AFTER_ASKING_WHO = _words("on in at for from during of with about before after")
+_DATE_NOUNS = _words("year years date day month")
+_AMOUNT_AFTER_HOW = _words("many much long old far")
+
+
+def _asked_in_place(words: list[str]) -> str:
+    """The kind of fact a wh-phrase inside a question worded as a statement
+    asks for (one that ends with a question mark): "VCU, which was founded
+    in what year?" a date, "The arena can seat how many people?"
+    a number, "... directed by who?" and "... voiced what hedgehog?" a name.
+    A date or number phrase anywhere decides first; "which" or "what" before
+    a verb and "who" before one are relative pronouns that ask nothing ("a
+    company which was founded", "an actor who achieved")."""
+    pairs = list(zip(words, [*words[1:], ""], strict=True))
+    if any(w in ("what", "which") and after in _DATE_NOUNS for w, after in pairs):
+        return "date"
+    if any(w == "how" and after in _AMOUNT_AFTER_HOW for w, after in pairs):
+        return "number"
+    for w, after in pairs[1:]:
+        if w in ("who", "whom") and (not after or after in _AFTER_ASKING_WHO):
+            return "name"
+        if w in ("what", "which") and after and after not in _VERBS_AFTER_WHAT:
+            return "name"
     return ""
 
 
