@@ -236,7 +236,8 @@ def test_a_surname_answers_who_less_completely_than_the_full_name() -> None:
 def test_dates_are_read_into_comparable_parts() -> None:
     text = (
         "Feb 19, 2014 ... It came out on July 21, 2017, on 21st July in Japan, "
-        "in June of 2020 on PC, on 2015-12-01 in Europe and in 1999 as a demo. You may 5 times."
+        "in June of 2020 on PC, on 2015-12-01 in Europe and in 1999 as a demo. You may 5 times. "
+        "The remaster was released on November 21 of 1998."
     )
     assert [f.value for f in date_facts(text)] == [
         (2017, 7, 21),
@@ -244,6 +245,7 @@ def test_dates_are_read_into_comparable_parts() -> None:
         (2020, 6, None),
         (2015, 12, 1),
         (1999, None, None),
+        (1998, 11, 21),
     ]
     # A bare year the question names is not an answer to it.
     assert date_facts("It happened in 2019.", "When in 2019 did it happen?") == []

@@ -9,7 +9,7 @@ news set), so facts are read into values first:
 
 * a date is (year, month, day) with the parts the text gives, in any of the
   usual English forms ("July 21, 2017", "21st July 2017", "Jul. 21",
-  "June of 2020", "2017-07-21", a bare year); it is stated by a date that
+  "November 21 of 1998", "June of 2020", "2017-07-21", a bare year); it is stated by a date that
   has every part it has, equal;
 * a name is a run of capitalized words that are not in the question, not
   ordinary words of the sources (written in lower case somewhere, or
@@ -72,8 +72,9 @@ _DATE = re.compile(
         [
             # 2017-07-21
             r"\b(?P<iy>(?:1[5-9]|20)\d\d)-(?P<im>[01]\d)-(?P<id>[0-3]\d)\b",
-            # July 21, 2017 / Jul. 21 / July 21st
-            rf"\b{_MONTH.format(g='am')}\s+{_DAY.format(g='ad')}\b(?:,?\s+{_YEAR.format(g='ay')}\b)?",
+            # July 21, 2017 / Jul. 21 / July 21st / November 21 of 1998
+            rf"\b{_MONTH.format(g='am')}\s+{_DAY.format(g='ad')}\b"
+            rf"(?:,?\s+(?:of\s+)?{_YEAR.format(g='ay')}\b)?",
             # 21 July 2017 / 21st of July
             rf"\b{_DAY.format(g='bd')}\s+(?:of\s+)?{_MONTH.format(g='bm')}(?:,?\s+{_YEAR.format(g='by')}\b)?",
             # June 2020 / June of 2020
