@@ -11,7 +11,7 @@ import pytest
 
 from attest.evaluation.qa import Answered, QAItem, QAPassage, convert_rgb, load_qa, score
 from attest.generate import prompts
-from attest.generate.extractive import ExtractiveEngine, mmr
+from attest.generate.extractive import ExtractiveEngine, ExtractiveSettings, linked_sources, mmr
 from attest.generate.facts import (
     Fact,
     completeness,
@@ -411,6 +411,60 @@ async def test_a_sentence_naming_one_of_the_kind_asked_comes_first() -> None:
         "Which wind farm supplies Norvale Copper under its power purchase agreement?", sources, 1
     )
     assert "Brannock Moor wind farm" in picked[0].text
+
+
+_PLAY = "Three Men on a Horse is a play by playwrights George Abbott and John Cecil Holm."
+_ABBOTT = (
+    "George Francis Abbott (June 25, 1887 - January 31, 1995) was an American theater "
+    "producer and director, playwright and screenwriter."
+)
+_TANAKA = "Sumie Tanaka (April 11, 1908 - March 1, 2000) was a Japanese playwright born in Tokyo."
+_BORN = "Three Men on a Horse is a play by a playwright born in which year?"
+
+
+def _titled(*pairs: tuple[str, str]) -> list[Source]:
+    return [Source(str(i), text, 0, title=title) for i, (title, text) in enumerate(pairs)]
+
+
+def test_a_source_linked_to_nothing_the_question_names_is_about_something_else() -> None:
+    sources = _titled(
+        ("Sumie Tanaka", _TANAKA), ("Three Men on a Horse", _PLAY), ("George Abbott", _ABBOTT)
+    )
+    common = ordinary_words(s.text for s in sources)
+    # The play's source states the question's rarest name; George Abbott's
+    # states a name the play's source states; Sumie Tanaka's neither.
+    assert linked_sources(_BORN, sources, common).tolist() == [False, True, True]
+    # Without titles the texts link them alike.
+    untitled = [Source(s.doc_id, s.text, 0) for s in sources]
+    assert linked_sources(_BORN, untitled, common).tolist() == [False, True, True]
+    # Every source states the rarest name, or the question names nothing: all linked.
+    everyone = _titled(("", _PLAY), ("", _PLAY.replace("George Abbott", "Ann Lee")))
+    assert linked_sources(_BORN, everyone, common).tolist() == [True, True]
+    assert linked_sources("who wrote it?", sources, common).tolist() == [True, True, True]
+    # No source states any name the question gives: nothing to link from.
+    assert linked_sources("Who wrote Hamlet?", sources, common).tolist() == [True, True, True]
+
+
+def test_a_bridge_questions_answer_ranks_from_the_linked_source() -> None:
+    film = (
+        "Repast is a 1951 Japanese film directed by Mikio Naruse, written by the playwright "
+        "Sumie Tanaka (born April 11, 1908)."
+    )
+    sources = _titled(
+        ("Sumie Tanaka", _TANAKA),
+        ("Three Men on a Horse", _PLAY),
+        ("George Abbott", _ABBOTT),
+        ("Repast (film)", film),
+    )
+
+    def ranked(settings: ExtractiveSettings) -> list[int]:
+        found = ExtractiveEngine(EMBEDDER, settings).candidates(_BORN, sources, 4)
+        return [c.source_index for c, _ in found]
+
+    # Sumie Tanaka's birth, which another source backs, came first; now the
+    # play and George Abbott's birth come before both sources about her.
+    assert ranked(ExtractiveSettings(unlinked_penalty=1.0))[0] == 0
+    assert ranked(ExtractiveSettings())[:2] == [1, 2]
 
 
 def test_dates_abbreviations_and_a_roles_organisation_are_not_names() -> None:

@@ -132,6 +132,13 @@ class ExtractiveSettings(StrictModel):
         description="An answer whose best sentence answers the question with a lower probability "
         "abstains; 0 turns this off.",
     )
+    unlinked_penalty: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="Factor on the score of a sentence from a source linked to nothing the "
+        "question names (``linked_sources``); 1 turns it off.",
+    )
     min_fragment_words: int = Field(
         default=5,
         description="Shorter pieces of text (datelines and the like) are joined to the next "
@@ -476,6 +483,9 @@ class ExtractiveEngine:
             score = rating + 1e-6 * before
         else:
             score = score * (penalty + (1 - penalty) * typed) * np.where(conflict, penalty, 1.0)
+        # A source linked to nothing the question names comes after the others.
+        linked = linked_sources(question, sources, common)
+        score = score * np.where(linked[owner], 1.0, self.settings.unlinked_penalty)
         # Scores are at most 1: 2 below puts a sentence behind every other.
         score = score - 2.0 * behind
         return cands, np.asarray(score, dtype=np.float32), relevance, vectors, primary, kind, common
@@ -741,6 +751,39 @@ def _names(text: str) -> list[str]:
     """The names ``text`` states (``key_terms`` without numbers), in text order."""
     found = {t for t in key_terms(text) if not any(ch.isdigit() for ch in t)}
     return [t for t in dict.fromkeys(tokens(text)) if t in found]
+
+
+def linked_sources(
+    question: str, sources: Sequence[Source], common: frozenset[str]
+) -> npt.NDArray[np.bool_]:
+    """Per source: whether it is linked to what the question names.
+
+    The question's rarest name (the one the fewest sources state; a name is
+    a word the sources never write in lower case, no number) picks the
+    sources about the question's own thing; a source that states none of
+    those sources' names either (not in its title, not in its text) is about
+    something else, however close its words ("a Japanese playwright born in
+    1908" for "Three Men on a Horse is a play by a playwright born in which
+    year?", where the play's source names George Abbott and his source is the
+    one linked). Every source is linked when the question names nothing or
+    every source states its rarest name."""
+    everything = np.ones(len(sources), dtype=bool)
+    texts = [f"{s.title}\n{s.text}" if s.title else s.text for s in sources]
+    stated = [key_terms(t) - common for t in texts]
+    asked = {t for t in key_terms(question) - common if not any(ch.isdigit() for ch in t)}
+    counts = {t: sum(t in terms for terms in stated) for t in asked}
+    present = [t for t, n in counts.items() if n]
+    if not present:
+        return everything
+    rarest = min(present, key=lambda t: (counts[t], t))
+    if counts[rarest] == len(sources):
+        return everything
+    direct = [rarest in terms for terms in stated]
+    bridge = set().union(*(terms for terms, d in zip(stated, direct, strict=True) if d))
+    bridge = {t for t in bridge - asked if not any(ch.isdigit() for ch in t) and len(t) > 2}
+    return np.array(
+        [d or bool(terms & bridge) for terms, d in zip(stated, direct, strict=True)], dtype=bool
+    )
 
 
 def off_topic(sources: Sequence[str], question: str) -> list[bool]:
