@@ -1,4 +1,4 @@
-"""Choice and yes/no questions: parsing what they name, and deciding from the sources."""
+"""Choice, yes/no and what-they-share questions: parsing what they name, and deciding."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import pytest
 from attest.generate.forms import (
     Decision,
     Place,
+    Shared,
     _quantity,
     choice_of,
     choose,
+    in_common,
     named_things,
     polar_of,
     quantity_noun,
+    shared_of,
     year_of,
     yes_or_no,
 )
@@ -292,3 +295,66 @@ def test_a_denial_does_not_count_for_yes() -> None:
     decided = yes_or_no(polar, texts, places)
     assert decided is not None
     assert (decided.lead, decided.sentences[0]) == ("No", 0)
+
+
+@pytest.mark.parametrize(
+    ("question", "shared"),
+    [
+        (
+            "What occupation did Nicholas Christopher and Roger Ebert share?",
+            Shared(("Nicholas Christopher", "Roger Ebert"), "occupation"),
+        ),
+        (
+            '"A Summer in the Cage" and "American Hardcore" are both what kind of film?',
+            Shared(("A Summer in the Cage", "American Hardcore"), "film"),
+        ),
+        (
+            "What type of media does Bitter Jester and Sicko have in common?",
+            Shared(("Bitter Jester", "Sicko"), "media"),
+        ),
+        (
+            "Both Truth in Science and Discovery embrace what campaign?",
+            Shared(("Truth in Science", "Discovery"), "campaign"),
+        ),
+        (
+            "Liaocheng and Shayang County are both located in which country?",
+            Shared(("Liaocheng", "Shayang County"), "country"),
+        ),
+        # A person asked for, not a kind: "which English musician".
+        ('Which English musician is known for both "See Yourself" and "Taxman"?', None),
+        # Nothing shared asked, or one thing only.
+        ("What occupation did Nicholas Christopher have?", None),
+        ("What did Apple and Google both announce?", None),
+        # Choice and yes/no questions have their own forms.
+        ("Are Eric Ambler and Carol Shields both authors?", None),
+        ("Which occupation do both share, Ambler or Shields?", None),
+    ],
+)
+def test_a_question_about_what_two_things_share(question: str, shared: Shared | None) -> None:
+    assert shared_of(question) == shared
+
+
+def test_what_two_things_share_is_what_both_definitions_say() -> None:
+    texts = [
+        "Nicholas Christopher (born 1951) is an American novelist, poet and critic, the author of "
+        "six novels.",
+        "He lives in New York.",
+        "Roger Joseph Ebert (1942 - 2013) was an American film critic, historian, journalist, "
+        "screenwriter, and author.",
+        "Liaocheng is a prefecture-level city in western Shandong province, China.",
+        "Shayang County is a county of Hubei province, China.",
+    ]
+    places = [Place("Nicholas Christopher", 0), Place("Nicholas Christopher", 1)]
+    places += [Place("Roger Ebert", 0), Place("Liaocheng", 0), Place("Shayang County", 0)]
+    shared = shared_of("What occupation did Nicholas Christopher and Roger Ebert share?")
+    assert shared is not None
+    decided = in_common(shared, texts, places)
+    # The first thing's order; a nationality is no occupation; both sentences quoted.
+    assert decided == Decision("critic, author", "", (0, 2))
+    country = shared_of("Liaocheng and Shayang County are both located in which country?")
+    assert country is not None
+    assert in_common(country, texts, places) == Decision("China", "", (3, 4))
+    # Definitions that share nothing, or a thing no sentence names: undecided.
+    apart = Shared(("Nicholas Christopher", "Liaocheng"), "occupation")
+    assert in_common(apart, texts, places) is None
+    assert in_common(Shared(("Roger Ebert", "Gene Siskel"), "occupation"), texts, places) is None

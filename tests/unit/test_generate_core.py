@@ -467,6 +467,20 @@ def test_a_bridge_questions_answer_ranks_from_the_linked_source() -> None:
     assert ranked(ExtractiveSettings())[:2] == [1, 2]
 
 
+async def test_what_two_things_share_is_answered_from_both_definitions() -> None:
+    engine = ExtractiveEngine(EMBEDDER)
+    sources = _titled(
+        ("Marge Piercy", "Marge Piercy (born 1936) is an American poet, novelist, and activist."),
+        ("Shoji Hamada", "Shoji Hamada was a Japanese potter."),
+        ("Richard Aldington", "Richard Aldington was an English writer and poet."),
+    )
+    picked = await engine.answer(
+        "What occupation is shared by both Marge Piercy and Richard Aldington?", sources, 3
+    )
+    assert [c.source_index for c in picked] == [0, 2]
+    assert picked[0].text.startswith("poet: Marge Piercy (born 1936)")
+
+
 def test_dates_abbreviations_and_a_roles_organisation_are_not_names() -> None:
     # A date's words and month names alone are a date.
     assert name_facts("The vote was held on Tuesday, November 3, 2020.", "Who won?") == []

@@ -56,7 +56,15 @@ from pydantic import Field
 
 from attest.core.settings import StrictModel
 from attest.generate.facts import Fact, completeness, facts_of, primary_fact, text_facts
-from attest.generate.forms import Place, choice_of, choose, polar_of, yes_or_no
+from attest.generate.forms import (
+    Place,
+    choice_of,
+    choose,
+    in_common,
+    polar_of,
+    shared_of,
+    yes_or_no,
+)
 from attest.generate.judge import SupportJudge, to_confidence
 from attest.generate.measures import asked_measure, bare_count_of, gives_asked_amount
 from attest.generate.models import Proposal, Source
@@ -666,13 +674,16 @@ class ExtractiveEngine:
         return found[top]
 
     def _decide(self, question: str, sources: Sequence[Source]) -> list[Candidate] | None:
-        """A choice or yes/no question answered by deciding between what it names
-        (``forms``): the deciding sentence first, led by the option's name when it
-        does not say it (or by "Yes"/"No"), then, for yes/no, the other thing's.
-        None when the question has neither form or the sources do not name both."""
+        """A choice, yes/no or what-they-share question answered by deciding
+        between what it names (``forms``): the deciding sentence first, led by
+        the option's name when it does not say it (or by "Yes"/"No", or by the
+        words both things' definitions share), then, for yes/no and shared,
+        the other thing's. None when the question has none of these forms or
+        the sources do not name both."""
         choice = choice_of(question)
         polar = None if choice is not None else polar_of(question)
-        if choice is None and polar is None:
+        shared = None if choice is not None or polar is not None else shared_of(question)
+        if choice is None and polar is None and shared is None:
             return None
         found: list[Candidate] = []
         places: list[Place] = []
@@ -684,6 +695,8 @@ class ExtractiveEngine:
         decision = choose(choice, texts, places) if choice is not None else None
         if polar is not None:
             decision = yes_or_no(polar, texts, places)
+        if shared is not None:
+            decision = in_common(shared, texts, places)
         if decision is None:
             return None
         first, *rest = _distinct(found[i] for i in decision.sentences)

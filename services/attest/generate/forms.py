@@ -1,7 +1,7 @@
-"""Questions whose answer is not a sentence of the sources: choices and yes/no.
+"""Questions answered by deciding, not quoting: choices, yes/no and what two things share.
 
-Two forms of English question are answered by reading the sources for each
-thing the question names and deciding between them, not by quoting one
+Three forms of English question are answered by reading the sources for
+each thing the question names and deciding between them, not by quoting one
 sentence:
 
 * **A choice between two named things** ("Who was born first, Erika Jayne or
@@ -16,6 +16,11 @@ sentence:
   question says of them (its content words, stems compared), and for "the
   same ..." / "different ..." when their descriptions share a name-like word
   (a nationality, a place, a family), inverted for "different".
+* **What two named things share** ("What occupation did Nicholas Christopher
+  and Roger Ebert share?", "A and B are both what kind of film?"): the words
+  both things' defining sentences say of them (after the first verb of
+  being, compared by stem; capitalized ones for a named kind such as a
+  country), both sentences quoted.
 
 Both read names as runs of capitalized words (with digits and short
 connectors such as "of" or "de" inside), so they apply to any corpus of
@@ -504,6 +509,101 @@ def yes_or_no(polar: Polar, texts: Sequence[str], places: Sequence[Place] = ()) 
     return Decision("Yes" if yes else "No", "", tuple(evidence[n][0] for n in order))
 
 
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """A question asking what two named things have in common, of a kind it
+    names ("What occupation did A and B share?", "A and B are both what kind
+    of film?"): the two names and the kind's noun."""
+
+    names: tuple[str, str]
+    kind: str
+
+
+# "both", "share", "in common": the question asks what holds of both things.
+_SHARING = re.compile(r"\b(?:both|share|shares|shared|in\s+common)\b", re.IGNORECASE)
+# "what occupation", "which genre of film", "what type of media": the kind asked.
+_KIND_ASKED = re.compile(
+    r"\b(?:what|which)\s+(?:(?:kind|type|sort|genre|form)s?\s+of\s+)?(?P<kind>[a-z]+)\b",
+    re.IGNORECASE,
+)
+# Where a defining sentence says what its subject is: after its first verb of being.
+_COPULA = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
+
+
+def shared_of(question: str) -> Shared | None:
+    """The two named things and the asked kind of a question about what they
+    share, else None (a choice or a yes/no question is neither)."""
+    if not _SHARING.search(question) or choice_of(question) or polar_of(question):
+        return None
+    asked = _KIND_ASKED.search(question)
+    # The kind is a common noun ("which English musician" asks for a person).
+    if asked is None or not asked.group("kind").islower() or asked.group("kind") in STOPWORDS:
+        return None
+    words = question.strip().rstrip("?").replace(",", " ").split()
+    for cut, word in enumerate(words):
+        if word != "and":
+            continue
+        first = _name_run(words[:cut], from_end=True).strip("\"'“”")
+        # "Both A and B ...": the filler word opening the question is no name.
+        lead, _, rest = first.partition(" ")
+        if lead.lower() in _FILLER and rest:
+            first = rest
+        second = _name_run(words[cut + 1 :], from_end=False).strip("\"'“”")
+        if _names_a_thing(first) and _names_a_thing(second) and first != second:
+            return Shared((first, second), asked.group("kind"))
+    return None
+
+
+# Kinds whose members are named (a country, a city, a nationality): their
+# answer is a capitalized word of the definitions, not a common noun.
+_NAMED_KINDS = _set(
+    "country countries nationality nationalities city cities state states town place "
+    "location region continent language"
+)
+
+
+def _described(sentence: str, named: bool = False) -> list[str]:
+    """The words a defining sentence says its subject is (after its first
+    verb of being, up to the end of the sentence), in order: "(born 1951) is
+    an American novelist, poet and critic" gives novelist, poet, critic; with
+    ``named``, its capitalized words instead (American)."""
+    copula = _COPULA.search(sentence)
+    if copula is None:
+        return []
+    words = re.findall(r"[^\W\d_][\w'’-]*", sentence[copula.end() :])
+    return [
+        w.lower()
+        for w in words
+        if (w[0].isupper() if named else w[0].islower()) and w.lower() not in STOPWORDS
+    ]
+
+
+def in_common(
+    shared: Shared, texts: Sequence[str], places: Sequence[Place] = ()
+) -> Decision | None:
+    """What both things are: the words their defining sentences share (the
+    opening sentence of a document about each, else the first sentence
+    naming it; ``about``), compared by stem, the question's own words left
+    out. The lead names the shared words in the first thing's order, and the
+    answer quotes both sentences. None when either thing is unnamed or their
+    definitions share nothing."""
+    found = [about(name, texts, places) for name in shared.names]
+    if not all(found):
+        return None
+    first, second = (texts[f[0]] for f in found)
+    asked = stems(" ".join(shared.names)) | {stem(t) for t in tokens(shared.kind)}
+    named = shared.kind in _NAMED_KINDS
+    theirs = {stem(w) for w in _described(second, named)}
+    common: list[str] = []
+    for word in _described(first, named):
+        if stem(word) in theirs and stem(word) not in asked and word not in common:
+            common.append(word)
+    if not common:
+        return None
+    lead = ", ".join(w.capitalize() if named else w for w in common[:3])
+    return Decision(lead, "", (found[0][0], found[1][0]))
+
+
 def named_things(question: str) -> tuple[str, ...]:
     """What a choice or yes/no question names (its options or the things it asks
     about); empty for other questions."""
@@ -511,4 +611,7 @@ def named_things(question: str) -> tuple[str, ...]:
     if choice is not None:
         return choice.options
     polar = polar_of(question)
-    return polar.names if polar is not None else ()
+    if polar is not None:
+        return polar.names
+    shared = shared_of(question)
+    return shared.names if shared is not None else ()
