@@ -313,9 +313,17 @@ def test_a_denial_does_not_count_for_yes() -> None:
             Shared(("Bitter Jester", "Sicko"), "media"),
         ),
         (
-            "Both Truth in Science and Discovery embrace what campaign?",
-            Shared(("Truth in Science", "Discovery"), "campaign"),
+            "Both Bishop Carroll High School and Kapaun High School are located in which city?",
+            Shared(("Bishop Carroll High School", "Kapaun High School"), "city"),
         ),
+        # "Both" after another verb asks for a third thing; "share" as a noun.
+        ("Which regulator fined both Norvale Copper and Quaystone Telecom?", None),
+        ("Which company owns both Instagram and WhatsApp?", None),
+        ("Both Truth in Science and Discovery embrace what campaign?", None),
+        ("What share of revenue did Apple and Google both report?", None),
+        # Only a class is asked: not a year, an amount or a third thing.
+        ("In which year were Apple and Google both founded?", None),
+        ("What targets do Norvale Copper and Quillmere Foods share?", None),
         (
             "Liaocheng and Shayang County are both located in which country?",
             Shared(("Liaocheng", "Shayang County"), "country"),
@@ -358,3 +366,32 @@ def test_what_two_things_share_is_what_both_definitions_say() -> None:
     apart = Shared(("Nicholas Christopher", "Liaocheng"), "occupation")
     assert in_common(apart, texts, places) is None
     assert in_common(Shared(("Roger Ebert", "Gene Siskel"), "occupation"), texts, places) is None
+    # Two names one sentence would define are no comparison, and a word of
+    # one name the other lacks must be there.
+    smiths = ["John Smith was an English painter and sculptor.", "Jane Roe is a painter."]
+    both = shared_of("What occupation did John Smith and John Doe share?")
+    assert both is not None
+    assert in_common(both, smiths) is None
+    windows = ["Windows 98 is a consumer operating system.", "Windows 95 is an operating system."]
+    versions = shared_of("What type of software are Windows 95 and Windows 98 both?")
+    assert versions is not None
+    assert in_common(versions, windows) == Decision("operating, system", "", (1, 0))
+    # A named kind keeps the words as written; a participle ends a class.
+    places_said = [
+        "Kapaun High School is a private school located in Wichita, Kansas.",
+        "Bishop Carroll High School is a Catholic school in Wichita, Kansas.",
+    ]
+    city = shared_of("Kapaun High School and Bishop Carroll High School are both in which city?")
+    assert city is not None
+    assert in_common(city, places_said) == Decision("Wichita, Kansas", "", (0, 1))
+    films = ["Heat is a 1995 crime film directed by Michael Mann.", "Ronin is a 1998 film."]
+    film = shared_of("Heat and Ronin are both what kind of film?")
+    assert film is not None
+    assert in_common(film, films) is None, "'film' is the kind asked, 'directed' no class"
+    # Only a sentence that defines the thing is read: news about it is not.
+    news = [
+        "Norvale Copper said on Monday that its new target was a 40% cut in emissions.",
+        "Quillmere Foods said its target was a 30% cut in emissions by 2030.",
+    ]
+    targets = Shared(("Norvale Copper", "Quillmere Foods"), "occupation")
+    assert in_common(targets, news) is None

@@ -179,6 +179,14 @@ def test_a_lead_in_phrase_is_read_past(question: str, proper: str | None, kind: 
         ("companies which operate wind farms in Norway", ""),
         ("Bordan Tkachuk ran a company that provides what sort of products?", ""),
         ("The museum houses approximately 65,000 what?", ""),
+        ("The company reported what amount of revenue in 2023?", "number"),
+        ("Apple said what percentage of sales came from services?", "number"),
+        ("Analysts said what drove the decline in margins?", ""),
+        # A yes/no question or a request that opens with an auxiliary is not
+        # typed by a wh-word inside it.
+        ("Did the company which acquired Slack report a profit?", ""),
+        ("Is the actor who in 1990 founded Pixar still alive?", ""),
+        ("Can you explain what drove the decline in margins?", ""),
         # A question that starts with its wh-word is read as before.
         ("Which wind farm supplies the mine?", "name"),
         ("What is the update schedule?", ""),
@@ -237,7 +245,7 @@ def test_dates_are_read_into_comparable_parts() -> None:
     text = (
         "Feb 19, 2014 ... It came out on July 21, 2017, on 21st July in Japan, "
         "in June of 2020 on PC, on 2015-12-01 in Europe and in 1999 as a demo. You may 5 times. "
-        "The remaster was released on November 21 of 1998."
+        "The remaster was released on November 21 of 1998, the port on the 2nd of May of 2001."
     )
     assert [f.value for f in date_facts(text)] == [
         (2017, 7, 21),
@@ -246,6 +254,7 @@ def test_dates_are_read_into_comparable_parts() -> None:
         (2015, 12, 1),
         (1999, None, None),
         (1998, 11, 21),
+        (2001, 5, 2),
     ]
     # A bare year the question names is not an answer to it.
     assert date_facts("It happened in 2019.", "When in 2019 did it happen?") == []
@@ -441,6 +450,18 @@ def test_a_source_linked_to_nothing_the_question_names_is_about_something_else()
     everyone = _titled(("", _PLAY), ("", _PLAY.replace("George Abbott", "Ann Lee")))
     assert linked_sources(_BORN, everyone, common).tolist() == [True, True]
     assert linked_sources("who wrote it?", sources, common).tolist() == [True, True, True]
+    # A rare generic word ("CEO") does not cut off the sources about the
+    # question's company: they state half of its names.
+    ceo = [
+        Source("1", "Dana Reyes has run Norvale Copper since 2019.", 0),
+        Source("2", "Norvale Copper shares rose 4 percent on Monday.", 0),
+        Source("3", "Martin Hale is the CEO of Quillmere Foods.", 0),
+    ]
+    said = ordinary_words(s.text for s in ceo)
+    assert linked_sources("Who is the CEO of Norvale Copper?", ceo, said).tolist()[:2] == [
+        True,
+        True,
+    ]
     # No source states any name the question gives: nothing to link from.
     assert linked_sources("Who wrote Hamlet?", sources, common).tolist() == [True, True, True]
 

@@ -48,6 +48,7 @@ import asyncio
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -766,36 +767,48 @@ def _names(text: str) -> list[str]:
     return [t for t in dict.fromkeys(tokens(text)) if t in found]
 
 
+@lru_cache(maxsize=4096)
+def _stated_names(text: str) -> frozenset[str]:
+    """``key_terms`` of a source's text, kept: every ranking of an answer reads them."""
+    return frozenset(key_terms(text))
+
+
 def linked_sources(
     question: str, sources: Sequence[Source], common: frozenset[str]
 ) -> npt.NDArray[np.bool_]:
     """Per source: whether it is linked to what the question names.
 
-    The question's rarest name (the one the fewest sources state; a name is
-    a word the sources never write in lower case, no number) picks the
-    sources about the question's own thing; a source that states none of
-    those sources' names either (not in its title, not in its text) is about
-    something else, however close its words ("a Japanese playwright born in
-    1908" for "Three Men on a Horse is a play by a playwright born in which
-    year?", where the play's source names George Abbott and his source is the
-    one linked). Every source is linked when the question names nothing or
-    every source states its rarest name."""
+    A name is a capitalized word the sources never write in lower case, not
+    a number, read in a source's title and text. A source is linked when it
+    states the question's rarest name (the one the fewest sources state),
+    or half of the question's names or more, or a name (other than the
+    question's own, of three letters or more) that a source stating the
+    rarest name states. "Three Men on a Horse is a play by a playwright born
+    in which year?" over ten biographies of playwrights links the play's
+    source and, through the George Abbott it names, his biography; "a
+    Japanese playwright born in Tokyo" is linked to neither. For "Who is
+    the CEO of Norvale Copper?" a source about Norvale Copper that does not
+    say "CEO" is linked by the half. Every source is linked when the
+    question names nothing any source states."""
     everything = np.ones(len(sources), dtype=bool)
-    texts = [f"{s.title}\n{s.text}" if s.title else s.text for s in sources]
-    stated = [key_terms(t) - common for t in texts]
+    stated = [
+        _stated_names(f"{s.title}\n{s.text}" if s.title else s.text) - common for s in sources
+    ]
     asked = {t for t in key_terms(question) - common if not any(ch.isdigit() for ch in t)}
     counts = {t: sum(t in terms for terms in stated) for t in asked}
     present = [t for t, n in counts.items() if n]
     if not present:
         return everything
     rarest = min(present, key=lambda t: (counts[t], t))
-    if counts[rarest] == len(sources):
-        return everything
-    direct = [rarest in terms for terms in stated]
-    bridge = set().union(*(terms for terms, d in zip(stated, direct, strict=True) if d))
+    about_it = [rarest in terms for terms in stated]
+    bridge = set().union(*(terms for terms, a in zip(stated, about_it, strict=True) if a))
     bridge = {t for t in bridge - asked if not any(ch.isdigit() for ch in t) and len(t) > 2}
     return np.array(
-        [d or bool(terms & bridge) for terms, d in zip(stated, direct, strict=True)], dtype=bool
+        [
+            a or bool(terms & bridge) or 2 * len(terms & asked) >= len(asked)
+            for terms, a in zip(stated, about_it, strict=True)
+        ],
+        dtype=bool,
     )
 
 

@@ -75,8 +75,9 @@ _DATE = re.compile(
             # July 21, 2017 / Jul. 21 / July 21st / November 21 of 1998
             rf"\b{_MONTH.format(g='am')}\s+{_DAY.format(g='ad')}\b"
             rf"(?:,?\s+(?:of\s+)?{_YEAR.format(g='ay')}\b)?",
-            # 21 July 2017 / 21st of July
-            rf"\b{_DAY.format(g='bd')}\s+(?:of\s+)?{_MONTH.format(g='bm')}(?:,?\s+{_YEAR.format(g='by')}\b)?",
+            # 21 July 2017 / 21st of July / 21st of November of 1998
+            rf"\b{_DAY.format(g='bd')}\s+(?:of\s+)?{_MONTH.format(g='bm')}"
+            rf"(?:,?\s+(?:of\s+)?{_YEAR.format(g='by')}\b)?",
             # June 2020 / June of 2020
             rf"\b{_MONTH.format(g='cm')}(?:\s+of)?,?\s+{_YEAR.format(g='cy')}\b",
             # 2017

@@ -16,11 +16,13 @@ sentence:
   question says of them (its content words, stems compared), and for "the
   same ..." / "different ..." when their descriptions share a name-like word
   (a nationality, a place, a family), inverted for "different".
-* **What two named things share** ("What occupation did Nicholas Christopher
-  and Roger Ebert share?", "A and B are both what kind of film?"): the words
-  both things' defining sentences say of them (after the first verb of
-  being, compared by stem; capitalized ones for a named kind such as a
-  country), both sentences quoted.
+* **What class two named things share** ("What occupation did Nicholas
+  Christopher and Roger Ebert share?", "A and B are both what kind of
+  film?"): the words both things' definitions say they are (after the first
+  verb of being, up to a relative clause, a participle or an adverb;
+  compared by stem; capitalized ones for a named kind such as a country),
+  both definitions quoted. A question asking for anything but a class
+  ("Which regulator fined both A and B?") is not this form.
 
 Both read names as runs of capitalized words (with digits and short
 connectors such as "of" or "de" inside), so they apply to any corpus of
@@ -520,24 +522,46 @@ class Shared:
 
 
 # "both", "share", "in common": the question asks what holds of both things.
-_SHARING = re.compile(r"\b(?:both|share|shares|shared|in\s+common)\b", re.IGNORECASE)
+# "share", "in common", or "both" with a verb of being ("are both", "Both A and
+# B are ..."): the question asks what holds of both. "Both" after another verb
+# ("Which regulator fined both A and B?") asks for a third thing.
+_SHARING = re.compile(r"\b(?:share|shares|shared|in\s+common)\b", re.IGNORECASE)
+_BOTH = re.compile(r"\bboth\b", re.IGNORECASE)
 # "what occupation", "which genre of film", "what type of media": the kind asked.
 _KIND_ASKED = re.compile(
-    r"\b(?:what|which)\s+(?:(?:kind|type|sort|genre|form)s?\s+of\s+)?(?P<kind>[a-z]+)\b",
+    r"\b(?:what|which)\s+(?P<of>(?:kind|type|sort|genre|form)s?\s+of\s+)?(?P<kind>[a-z]+)\b",
     re.IGNORECASE,
 )
+# The kinds a definition answers: a class ("what kind of film", "which genre of
+# music") or one of these nouns. "What targets", "which regulator", "what
+# year" ask for something else, which no definition states.
+_CLASS_NOUNS = _set(
+    "occupation occupations profession professions job jobs career careers genre genres "
+    "field fields sport sports instrument instruments religion nationality nationalities "
+    "country countries city cities state states town region continent language languages"
+)
 # Where a defining sentence says what its subject is: after its first verb of being.
+# The sentences about a thing, best first (``about``), read for its definition.
+_DEFINITIONS_READ = 5
 _COPULA = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
 
 
 def shared_of(question: str) -> Shared | None:
-    """The two named things and the asked kind of a question about what they
-    share, else None (a choice or a yes/no question is neither)."""
-    if not _SHARING.search(question) or choice_of(question) or polar_of(question):
+    """The two named things (joined by "and") and the asked class of a
+    question about what they share, else None: the class is a noun after
+    "kind/type/sort/genre/form of" or one of ``_CLASS_NOUNS``, and the
+    question says both have it ("share", "in common", or "both" with a verb
+    of being). A choice or a yes/no question is neither."""
+    sharing = _SHARING.search(question) or (_BOTH.search(question) and _COPULA.search(question))
+    if not sharing or choice_of(question) or polar_of(question):
         return None
     asked = _KIND_ASKED.search(question)
-    # The kind is a common noun ("which English musician" asks for a person).
-    if asked is None or not asked.group("kind").islower() or asked.group("kind") in STOPWORDS:
+    # A class asked for ("what kind of film", "what occupation"); "which English
+    # musician" asks for a person, "what share of revenue" for an amount.
+    if asked is None or not asked.group("kind").islower():
+        return None
+    kind = asked.group("kind")
+    if not asked.group("of") and kind not in _CLASS_NOUNS:
         return None
     words = question.strip().rstrip("?").replace(",", " ").split()
     for cut, word in enumerate(words):
@@ -550,7 +574,7 @@ def shared_of(question: str) -> Shared | None:
             first = rest
         second = _name_run(words[cut + 1 :], from_end=False).strip("\"'“”")
         if _names_a_thing(first) and _names_a_thing(second) and first != second:
-            return Shared((first, second), asked.group("kind"))
+            return Shared((first, second), kind)
     return None
 
 
@@ -562,46 +586,99 @@ _NAMED_KINDS = _set(
 )
 
 
+# Where what a definition says its subject is ends: a relative clause, a
+# participle ("directed by", "known for", "born in"), an adverb.
+_RELATIVES = _set("who whom whose which that where when while because")
+_DEFINITION_ENDS = _set("known born best")
+
+
 def _described(sentence: str, named: bool = False) -> list[str]:
-    """The words a defining sentence says its subject is (after its first
-    verb of being, up to the end of the sentence), in order: "(born 1951) is
-    an American novelist, poet and critic" gives novelist, poet, critic; with
-    ``named``, its capitalized words instead (American)."""
+    """The words a defining sentence says its subject is, in order: after its
+    first verb of being, up to a relative clause, a participle or an adverb
+    ("is an American novelist, poet and critic, the author of six novels"
+    gives novelist, poet, critic, author, novels; "is a 2003 documentary
+    directed by ..." documentary); with ``named``, its capitalized words
+    instead, as written and up to a relative clause only ("a private school
+    located in Wichita, Kansas" gives Wichita, Kansas)."""
     copula = _COPULA.search(sentence)
     if copula is None:
         return []
-    words = re.findall(r"[^\W\d_][\w'’-]*", sentence[copula.end() :])
-    return [
-        w.lower()
-        for w in words
-        if (w[0].isupper() if named else w[0].islower()) and w.lower() not in STOPWORDS
-    ]
+    out: list[str] = []
+    for word in re.findall(r"[^\W\d_][\w'’-]*", sentence[copula.end() :]):
+        low = word.lower()
+        if low in _RELATIVES:
+            break
+        # A place is often said after a participle ("a school located in Wichita").
+        if not named and (low in _DEFINITION_ENDS or (len(low) > 4 and low.endswith(("ed", "ly")))):
+            break
+        if (word[0].isupper() if named else word[0].islower()) and low not in STOPWORDS:
+            out.append(word if named else low)
+    return out
+
+
+def _defining(sentence: str, name: str, other_name: str | None = None) -> int | None:
+    """How closely the sentence defines ``name``, or None when it does not:
+    before its first verb of being it names the thing (half of the name's
+    words at least) and says little else, a parenthesis and an appositive
+    between commas aside ("Roger Joseph Ebert (1942 - 2013) was ...",
+    "Liaocheng, also known as the Water City, is ...", not "Norvale Copper
+    said its target was ..."): at most one lower-case word besides
+    connectors. The value is the count of words there that are not the
+    name's, so that "Roger Ebert was" defines Roger Ebert more closely than
+    "Roger Ebert Should Lay Off the Fatty Foods is" does."""
+    copula = _COPULA.search(sentence)
+    if copula is None:
+        return None
+    before = re.sub(r"\([^()]*\)", " ", sentence[: copula.start()])
+    before = re.sub(r",[^,]*,", " ", before)
+    words = [w for w in re.findall(r"[^\W\d_][\w'’.-]*", before) if w not in _CONNECTORS]
+    if mentions(name, before) < 0.5:
+        return None
+    # A word of the name that a close other name lacks must be there: "John
+    # Smith was" does not define John Doe, nor "Windows 98 is" Windows 95.
+    if other_name is not None:
+        own_words = set(tokens(name)) - set(tokens(other_name))
+        if own_words and not own_words & set(tokens(before)):
+            return None
+    if sum(w[0].islower() and w not in {"a", "an"} for w in words) > 1:
+        return None
+    own = _name_words(name)
+    return sum(w.lower().strip(".") not in own for w in words)
 
 
 def in_common(
     shared: Shared, texts: Sequence[str], places: Sequence[Place] = ()
 ) -> Decision | None:
     """What both things are: the words their defining sentences share (the
-    opening sentence of a document about each, else the first sentence
-    naming it; ``about``), compared by stem, the question's own words left
-    out. The lead names the shared words in the first thing's order, and the
-    answer quotes both sentences. None when either thing is unnamed or their
-    definitions share nothing."""
-    found = [about(name, texts, places) for name in shared.names]
-    if not all(found):
+    closest definition of each among its first sentences, ``_defining``,
+    the order of ``about`` breaking ties), compared
+    by stem, the question's own words left out. The lead names the shared
+    words in the first thing's order, and the answer quotes both sentences.
+    None when either thing has no defining sentence or their definitions
+    share nothing."""
+    found: list[list[int]] = []
+    for name, other in zip(shared.names, reversed(shared.names), strict=True):
+        # The closest definition among the first sentences about it.
+        ranked = [
+            (extra, k, i)
+            for k, i in enumerate(about(name, texts, places)[:_DEFINITIONS_READ])
+            if (extra := _defining(texts[i], name, other)) is not None
+        ]
+        found.append([min(ranked)[2]] if ranked else [])
+    # One sentence for both is no comparison ("John Smith" found for "John Doe").
+    if not all(found) or found[0][0] == found[1][0]:
         return None
     first, second = (texts[f[0]] for f in found)
     asked = stems(" ".join(shared.names)) | {stem(t) for t in tokens(shared.kind)}
     named = shared.kind in _NAMED_KINDS
-    theirs = {stem(w) for w in _described(second, named)}
-    common: list[str] = []
+    theirs = {stem(w.lower()) for w in _described(second, named)}
+    common: dict[str, str] = {}  # stem -> the first thing's word
     for word in _described(first, named):
-        if stem(word) in theirs and stem(word) not in asked and word not in common:
-            common.append(word)
+        if stem(word.lower()) in theirs and stem(word.lower()) not in asked:
+            common.setdefault(stem(word.lower()), word)
     if not common:
         return None
-    lead = ", ".join(w.capitalize() if named else w for w in common[:3])
-    return Decision(lead, "", (found[0][0], found[1][0]))
+    return Decision(", ".join(list(common.values())[:3]), "", (found[0][0], found[1][0]))
 
 
 def named_things(question: str) -> tuple[str, ...]:

@@ -279,6 +279,7 @@ def answer_type(question: str) -> str:
     if (
         question.rstrip().endswith("?")
         and words[0] not in _WH_WORDS
+        and words[0] not in _QUESTION_STARTS
         and words[0] not in ("in", "on", "since", "until", "by")
     ):
         return _asked_in_place(words)
@@ -291,24 +292,34 @@ def answer_type(question: str) -> str:
 _AFTER_ASKING_WHO = _words("on in at for from during of with about before after")
 _DATE_NOUNS = _words("year years date day month")
 _AMOUNT_AFTER_HOW = _words("many much long old far")
+# "... reported what amount of revenue?", "... what percentage of sales?"
+_AMOUNT_NOUNS = _words("amount percentage percent share proportion rate total")
 
 
 def _asked_in_place(words: list[str]) -> str:
     """The kind of fact a wh-phrase inside a question worded as a statement
     asks for (one that ends with a question mark): "VCU, which was founded
     in what year?" a date, "The arena can seat how many people?"
-    a number, "... directed by who?" and "... voiced what hedgehog?" a name.
-    A date or number phrase anywhere decides first; "which" or "what" before
-    a verb and "who" before one are relative pronouns that ask nothing ("a
-    company which was founded", "an actor who achieved")."""
+    a number ("... reported what amount of revenue?" too), "... directed by
+    who?" and "... voiced what hedgehog?" a name. A date or number phrase
+    anywhere decides first; "which" or "what" before an auxiliary ("a company
+    which was founded") and "who" before any word but a preposition ("an
+    actor who achieved") are relative pronouns that ask nothing. A question
+    that opens with an auxiliary ("Did the company which acquired Slack
+    ...?", "Can you explain what drove ...?") is a yes/no question or a
+    request, not typed here."""
     pairs = list(zip(words, [*words[1:], ""], strict=True))
     if any(w in ("what", "which") and after in _DATE_NOUNS for w, after in pairs):
         return "date"
-    if any(w == "how" and after in _AMOUNT_AFTER_HOW for w, after in pairs):
+    if any(w == "how" and after in _AMOUNT_AFTER_HOW for w, after in pairs) or any(
+        w == "what" and after in _NUMBER_HINTS | _AMOUNT_NOUNS for w, after in pairs
+    ):
         return "number"
     for w, after in pairs[1:]:
         if w in ("who", "whom") and (not after or after in _AFTER_ASKING_WHO):
             return "name"
+        if w == "what" and after in _CAUSE_VERBS:
+            return ""  # "... said what drove the decline?": a cause
         if w in ("what", "which") and after and after not in _VERBS_AFTER_WHAT:
             return "name"
     return ""
