@@ -33,6 +33,16 @@ from attest.generate.forms import (
          ("William Blake Herron", "John Carpenter"), ""),
         ("Which band is from England, Fireflight or Dirty Pretty Things?",
          ("Fireflight", "Dirty Pretty Things"), ""),
+        # An article and quotation marks around an option are not its name; a
+        # dash sets the options off as a comma does.
+        ("Which dog is a giant breed, the  Leonberger or the Basset Hound?",
+         ("Leonberger", "Basset Hound"), ""),
+        ('Which came to market first, "Hey Pa! There\'s a Goat on the Roof" or "Poleconomy"',
+         ("Hey Pa! There's a Goat on the Roof", "Poleconomy"), "earlier"),
+        ("Which of these battles occurred earlier--the Battle of Peleliu or the Battle of Belleau Wood?",
+         ("Battle of Peleliu", "Battle of Belleau Wood"), "earlier"),
+        ("Which canal began operating first, the Carondelet Canal or the Miami and Erie Canal?",
+         ("Carondelet Canal", "Miami and Erie Canal"), "earlier"),
     ],
 )  # fmt: skip
 def test_a_choice_names_its_two_options(

@@ -52,7 +52,7 @@ _LATER = _set("later latest last younger youngest recently recent newer newest a
 # "younger"/"older" compare birth dates: the younger was born later.
 _TIME_NOUNS = _set(
     "born birth died death founded established formed opened released published came "
-    "built created started began launched premiered aired written"
+    "built created started began launched premiered aired written occurred happened"
 )
 _SAME = _set("same")
 _DIFFERENT = _set("different differ differs")
@@ -114,16 +114,25 @@ def _name_run(words: Sequence[str], *, from_end: bool) -> str:
     return " ".join(run).strip(" ,;:?!.")
 
 
+def _option(text: str) -> str:
+    """An option as the question writes it, without the article or the
+    quotation marks around it ("the Leonberger", '"Poleconomy"')."""
+    text = text.strip(" ,")
+    text = re.sub(r"^the\s+", "", text, flags=re.IGNORECASE)
+    return text.strip("\"“”'‘’ ")
+
+
 def choice_of(question: str) -> Choice | None:
     """The two options of "..., A or B?" (or "... A or B?", "...: A or B?"), else None."""
-    text = question.strip().rstrip("?").strip().replace(":", ",")
+    # A colon or a dash before the options sets them off as a comma does.
+    text = re.sub(r"\s*(?::|--|—)\s*", ", ", question.strip().rstrip("?").strip())
     # Only a question that asks which one ("Which ...", "Who ...", "In which
     # ..."): "What did Apple announce on Monday or Tuesday?" asks for something
     # else, and "Was Paris or London founded first?" is left to the ordinary path.
     if not _CHOOSING & set(tokens(text)[:3]):
         return None
     left, sep, right = text.rpartition(" or ")
-    second = right.strip(" ,")
+    second = _option(right)
     if not sep or not left.strip() or not second:
         return None
     if not _is_name_word(second.split()[0]):
@@ -139,7 +148,7 @@ def choice_of(question: str) -> Choice | None:
         run = _name_run(second.split(), from_end=False)
         second, tail = run, second[len(run) :]
     head, comma, first = left.rpartition(",")
-    first = first.strip()
+    first = _option(first)
     if not comma or not first or not _is_name_word(first.split()[0]):
         first = _name_run(left.split(), from_end=True)
         head = left[: left.rfind(first)] if first else left
