@@ -241,18 +241,12 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
     office ("Chairman", "President Joe Biden" names "Joe Biden"); the
     country of a nationality the question gives, or the nationality of a
     country it names ("France" for "Who won the French presidential
-    election?"); a nationality alone, for a question asking who ("the
-    Austrian author" names nobody); and, for a
+    election?"); and, for a
     question asking who holds a role ("Who is the CEO of Google?"), the
     organisation the text gives the role of ("CEO of Google and Alphabet",
     "president of Nintendo of America"): the holder is named elsewhere."""
     asked, abbreviations, head = _asked(question)
     places = _own_places(question)
-    # "Who ...?" asks for someone: a nationality alone ("the Austrian author")
-    # names nobody. A question that gives its options ("Who was born first, A
-    # or B?") is answered by one of them, and is left as it was.
-    lowered = question.lstrip().lower()
-    person = lowered.startswith(("who ", "whom ")) and " or " not in lowered
     out: list[Fact] = []
     run: list[str] = []
     last_end = -1
@@ -273,12 +267,7 @@ def name_facts(text: str, question: str, common: frozenset[str] = frozenset()) -
             or (run[0] == "vice" and len(run) > 1 and run[1] in _TITLES)
         ):
             run.pop(0)
-        if (
-            run
-            and not _not_a_name(run, abbreviations)
-            and tuple(run) not in places
-            and not (person and len(run) == 1 and run[0] in _NATIONS)
-        ):
+        if run and not _not_a_name(run, abbreviations) and tuple(run) not in places:
             out.append(Fact("name", tuple(run)))
         run.clear()
 
