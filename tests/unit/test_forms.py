@@ -43,6 +43,10 @@ from attest.generate.forms import (
          ("Battle of Peleliu", "Battle of Belleau Wood"), "earlier"),
         ("Which canal began operating first, the Carondelet Canal or the Miami and Erie Canal?",
          ("Carondelet Canal", "Miami and Erie Canal"), "earlier"),
+        # A capital "The" may be the name's own.
+        ("Which band has more members, The Beatles or Lawson?", ("The Beatles", "Lawson"), ""),
+        ("Which happened earlier – the Battle of Peleliu or the Battle of Belleau Wood?",
+         ("Battle of Peleliu", "Battle of Belleau Wood"), "earlier"),
     ],
 )  # fmt: skip
 def test_a_choice_names_its_two_options(
@@ -323,8 +327,8 @@ def test_a_denial_does_not_count_for_yes() -> None:
             Shared(("Bitter Jester", "Sicko"), "media"),
         ),
         (
-            "Both Bishop Carroll High School and Kapaun High School are located in which city?",
-            Shared(("Bishop Carroll High School", "Kapaun High School"), "city"),
+            "Both Eric Ambler and Carol Shields are best known for what profession?",
+            Shared(("Eric Ambler", "Carol Shields"), "profession"),
         ),
         # "Both" after another verb asks for a third thing; "share" as a noun.
         ("Which regulator fined both Norvale Copper and Quaystone Telecom?", None),
@@ -334,16 +338,15 @@ def test_a_denial_does_not_count_for_yes() -> None:
         # Only a class is asked: not a year, an amount or a third thing.
         ("In which year were Apple and Google both founded?", None),
         ("What targets do Norvale Copper and Quillmere Foods share?", None),
-        (
-            "Liaocheng and Shayang County are both located in which country?",
-            Shared(("Liaocheng", "Shayang County"), "country"),
-        ),
+        # A named class (a country, a city) is not asked of this form.
+        ("Liaocheng and Shayang County are both located in which country?", None),
+        ("Which country were both Mozart and Haydn from?", None),
         # A person asked for, not a kind: "which English musician".
         ('Which English musician is known for both "See Yourself" and "Taxman"?', None),
         # Nothing shared asked, or one thing only.
         ("What occupation did Nicholas Christopher have?", None),
         ("What did Apple and Google both announce?", None),
-        # Choice and yes/no questions have their own forms.
+        # A choice or a yes/no question has its own form.
         ("Are Eric Ambler and Carol Shields both authors?", None),
         ("Which occupation do both share, Ambler or Shields?", None),
     ],
@@ -369,9 +372,6 @@ def test_what_two_things_share_is_what_both_definitions_say() -> None:
     decided = in_common(shared, texts, places)
     # The first thing's order; a nationality is no occupation; both sentences quoted.
     assert decided == Decision("critic, author", "", (0, 2))
-    country = shared_of("Liaocheng and Shayang County are both located in which country?")
-    assert country is not None
-    assert in_common(country, texts, places) == Decision("China", "", (3, 4))
     # Definitions that share nothing, or a thing no sentence names: undecided.
     apart = Shared(("Nicholas Christopher", "Liaocheng"), "occupation")
     assert in_common(apart, texts, places) is None
@@ -386,14 +386,23 @@ def test_what_two_things_share_is_what_both_definitions_say() -> None:
     versions = shared_of("What type of software are Windows 95 and Windows 98 both?")
     assert versions is not None
     assert in_common(versions, windows) == Decision("operating, system", "", (1, 0))
-    # A named kind keeps the words as written; a participle ends a class.
-    places_said = [
-        "Kapaun High School is a private school located in Wichita, Kansas.",
-        "Bishop Carroll High School is a Catholic school in Wichita, Kansas.",
+    # A sentence about someone else, or one that denies, defines nothing.
+    ebert = Shared(("Roger Ebert", "John Grisham"), "occupation")
+    grisham = "John Grisham is an American lawyer and novelist."
+    for other in (
+        "Roger Ebert's wife Chaz was a lawyer.",
+        "Unlike Roger Ebert, Gene Siskel was a lawyer.",
+        "The father of Roger Ebert was a lawyer.",
+        "Roger Ebert was never a lawyer or a novelist.",
+    ):
+        assert in_common(ebert, [other, grisham]) is None, other
+    # A participle ends the class; "daily" and "family" do not.
+    papers = [
+        "The Guardian is a British daily newspaper.",
+        "The Times is a British daily newspaper.",
     ]
-    city = shared_of("Kapaun High School and Bishop Carroll High School are both in which city?")
-    assert city is not None
-    assert in_common(city, places_said) == Decision("Wichita, Kansas", "", (0, 1))
+    newspaper = Shared(("The Guardian", "The Times"), "newspaper")
+    assert in_common(newspaper, papers) == Decision("daily", "", (0, 1))
     films = ["Heat is a 1995 crime film directed by Michael Mann.", "Ronin is a 1998 film."]
     film = shared_of("Heat and Ronin are both what kind of film?")
     assert film is not None

@@ -182,11 +182,14 @@ def test_a_lead_in_phrase_is_read_past(question: str, proper: str | None, kind: 
         ("The company reported what amount of revenue in 2023?", "number"),
         ("Apple said what percentage of sales came from services?", "number"),
         ("Analysts said what drove the decline in margins?", ""),
-        # A yes/no question or a request that opens with an auxiliary is not
-        # typed by a wh-word inside it.
+        # After an opening auxiliary only a date or number phrase asks: a
+        # "which" or "who" there is most often a relative pronoun.
         ("Did the company which acquired Slack report a profit?", ""),
         ("Is the actor who in 1990 founded Pixar still alive?", ""),
         ("Can you explain what drove the decline in margins?", ""),
+        ("Was the Eiffel Tower built in what year?", "date"),
+        ("Does Apple employ how many people?", "number"),
+        ("Can you tell me what year Apple was founded?", "date"),
         # A question that starts with its wh-word is read as before.
         ("Which wind farm supplies the mine?", "name"),
         ("What is the update schedule?", ""),

@@ -19,10 +19,10 @@ sentence:
 * **What class two named things share** ("What occupation did Nicholas
   Christopher and Roger Ebert share?", "A and B are both what kind of
   film?"): the words both things' definitions say they are (after the first
-  verb of being, up to a relative clause, a participle or an adverb;
-  compared by stem; capitalized ones for a named kind such as a country),
-  both definitions quoted. A question asking for anything but a class
-  ("Which regulator fined both A and B?") is not this form.
+  verb of being, up to a relative clause or a participle; compared by
+  stem), both definitions quoted. A question asking for anything but a
+  class ("Which regulator fined both A and B?"), or for a named one (a
+  country, a city), is not this form.
 
 Both read names as runs of capitalized words (with digits and short
 connectors such as "of" or "de" inside), so they apply to any corpus of
@@ -115,17 +115,20 @@ def _name_run(words: Sequence[str], *, from_end: bool) -> str:
 
 
 def _option(text: str) -> str:
-    """An option as the question writes it, without the article or the
-    quotation marks around it ("the Leonberger", '"Poleconomy"')."""
+    """An option as the question writes it, without a lower-case article or
+    the quotation marks around it ("the Leonberger", '"Poleconomy"'; "The
+    Beatles" keeps its own)."""
     text = text.strip(" ,")
-    text = re.sub(r"^the\s+", "", text, flags=re.IGNORECASE)
+    # A lower-case "the" is the question's article; a capital one may be the
+    # name's own ("The Beatles", "The Hague").
+    text = re.sub(r"^the\s+", "", text)
     return text.strip("\"“”'‘’ ")
 
 
 def choice_of(question: str) -> Choice | None:
     """The two options of "..., A or B?" (or "... A or B?", "...: A or B?"), else None."""
     # A colon or a dash before the options sets them off as a comma does.
-    text = re.sub(r"\s*(?::|--|—)\s*", ", ", question.strip().rstrip("?").strip())
+    text = re.sub(r"\s*(?::|--|—)\s*|\s+–\s+", ", ", question.strip().rstrip("?").strip())
     # Only a question that asks which one ("Which ...", "Who ...", "In which
     # ..."): "What did Apple announce on Monday or Tuesday?" asks for something
     # else, and "Was Paris or London founded first?" is left to the ordinary path.
@@ -546,8 +549,7 @@ _KIND_ASKED = re.compile(
 # year" ask for something else, which no definition states.
 _CLASS_NOUNS = _set(
     "occupation occupations profession professions job jobs career careers genre genres "
-    "field fields sport sports instrument instruments religion nationality nationalities "
-    "country countries city cities state states town region continent language languages"
+    "field fields instrument instruments"
 )
 # Where a defining sentence says what its subject is: after its first verb of being.
 # The sentences about a thing, best first (``about``), read for its definition.
@@ -572,6 +574,10 @@ def shared_of(question: str) -> Shared | None:
     kind = asked.group("kind")
     if not asked.group("of") and kind not in _CLASS_NOUNS:
         return None
+    if kind in _NAMED_KINDS:
+        # A place or a nationality is a name, and a name two definitions share
+        # ("Classical", "American", "Europe") is seldom the one asked.
+        return None
     words = question.strip().rstrip("?").replace(",", " ").split()
     for cut, word in enumerate(words):
         if word != "and":
@@ -587,41 +593,42 @@ def shared_of(question: str) -> Shared | None:
     return None
 
 
-# Kinds whose members are named (a country, a city, a nationality): their
-# answer is a capitalized word of the definitions, not a common noun.
+# Kinds whose members are named (a country, a city, a nationality): not asked
+# of this form.
 _NAMED_KINDS = _set(
     "country countries nationality nationalities city cities state states town place "
     "location region continent language"
 )
 
 
-# Where what a definition says its subject is ends: a relative clause, a
-# participle ("directed by", "known for", "born in"), an adverb.
+# Where what a definition says its subject is ends: a relative clause or a
+# participle ("directed by", "known for", "born in").
 _RELATIVES = _set("who whom whose which that where when while because")
+_NEGATIONS = _set("not never no neither nor")
 _DEFINITION_ENDS = _set("known born best")
 
 
-def _described(sentence: str, named: bool = False) -> list[str]:
-    """The words a defining sentence says its subject is, in order: after its
-    first verb of being, up to a relative clause, a participle or an adverb
-    ("is an American novelist, poet and critic, the author of six novels"
-    gives novelist, poet, critic, author, novels; "is a 2003 documentary
-    directed by ..." documentary); with ``named``, its capitalized words
-    instead, as written and up to a relative clause only ("a private school
-    located in Wichita, Kansas" gives Wichita, Kansas)."""
+def _described(sentence: str) -> list[str]:
+    """The words a defining sentence says its subject is, lower-cased, in
+    order: after its first verb of being, up to a relative clause or a
+    participle ("is an American novelist, poet and critic, the author of six
+    novels" gives novelist, poet, critic, author, novels; "is a 2003
+    documentary directed by ..." documentary); names are not read, and a
+    definition that denies ("was never a novelist") gives none."""
     copula = _COPULA.search(sentence)
     if copula is None:
         return []
     out: list[str] = []
     for word in re.findall(r"[^\W\d_][\w'’-]*", sentence[copula.end() :]):
         low = word.lower()
-        if low in _RELATIVES:
+        if low in _NEGATIONS:
+            return []
+        if low in _RELATIVES or low in _DEFINITION_ENDS:
             break
-        # A place is often said after a participle ("a school located in Wichita").
-        if not named and (low in _DEFINITION_ENDS or (len(low) > 4 and low.endswith(("ed", "ly")))):
+        if word.islower() and len(low) > 4 and low.endswith("ed"):
             break
-        if (word[0].isupper() if named else word[0].islower()) and low not in STOPWORDS:
-            out.append(word if named else low)
+        if word.islower() and low not in STOPWORDS:
+            out.append(low)
     return out
 
 
@@ -631,17 +638,27 @@ def _defining(sentence: str, name: str, other_name: str | None = None) -> int | 
     words at least) and says little else, a parenthesis and an appositive
     between commas aside ("Roger Joseph Ebert (1942 - 2013) was ...",
     "Liaocheng, also known as the Water City, is ...", not "Norvale Copper
-    said its target was ..."): at most one lower-case word besides
-    connectors. The value is the count of words there that are not the
-    name's, so that "Roger Ebert was" defines Roger Ebert more closely than
-    "Roger Ebert Should Lay Off the Fatty Foods is" does."""
+    said its target was ..."): it opens with a word of the name, names no
+    possessor, and has at most one lower-case word besides connectors. The
+    value is the count of words there that are not the name's, so that
+    "Roger Ebert was" defines Roger Ebert more closely than "Roger Ebert
+    Should Lay Off the Fatty Foods is" does."""
     copula = _COPULA.search(sentence)
     if copula is None:
         return None
     before = re.sub(r"\([^()]*\)", " ", sentence[: copula.start()])
     before = re.sub(r",[^,]*,", " ", before)
     words = [w for w in re.findall(r"[^\W\d_][\w'’.-]*", before) if w not in _CONNECTORS]
-    if mentions(name, before) < 0.5:
+    if mentions(name, before) < 0.5 or re.search(r"['’]s\b", before):
+        return None  # not named, or a possessor ("Roger Ebert's wife Chaz was ...")
+    # The name opens the sentence (an article aside): "Unlike Roger Ebert, Gene
+    # Siskel was ..." and "The father of Roger Ebert was ..." define others.
+    # Its first word may be a longer form of the name's ("Matthew" for Matt).
+    opening = [w.lower().strip(".") for w in words if w.lower() not in ("the", "a", "an")][:1]
+    named = tokens(name)
+    if not opening or not named:
+        return None
+    if opening[0] not in named and not (len(named[0]) >= 3 and opening[0].startswith(named[0][:3])):
         return None
     # A word of the name that a close other name lacks must be there: "John
     # Smith was" does not define John Doe, nor "Windows 98 is" Windows 95.
@@ -679,12 +696,11 @@ def in_common(
         return None
     first, second = (texts[f[0]] for f in found)
     asked = stems(" ".join(shared.names)) | {stem(t) for t in tokens(shared.kind)}
-    named = shared.kind in _NAMED_KINDS
-    theirs = {stem(w.lower()) for w in _described(second, named)}
+    theirs = {stem(w) for w in _described(second)}
     common: dict[str, str] = {}  # stem -> the first thing's word
-    for word in _described(first, named):
-        if stem(word.lower()) in theirs and stem(word.lower()) not in asked:
-            common.setdefault(stem(word.lower()), word)
+    for word in _described(first):
+        if stem(word) in theirs and stem(word) not in asked:
+            common.setdefault(stem(word), word)
     if not common:
         return None
     return Decision(", ".join(list(common.values())[:3]), "", (found[0][0], found[1][0]))

@@ -279,10 +279,12 @@ def answer_type(question: str) -> str:
     if (
         question.rstrip().endswith("?")
         and words[0] not in _WH_WORDS
-        and words[0] not in _QUESTION_STARTS
         and words[0] not in ("in", "on", "since", "until", "by")
     ):
-        return _asked_in_place(words)
+        # After an auxiliary ("Was the tower built in what year?") only a date
+        # or number phrase asks: a "which"/"who" there is most often relative
+        # ("Did the company which acquired Slack report a profit?").
+        return _asked_in_place(words, names=words[0] not in _QUESTION_STARTS)
     return ""
 
 
@@ -296,7 +298,7 @@ _AMOUNT_AFTER_HOW = _words("many much long old far")
 _AMOUNT_NOUNS = _words("amount percentage percent share proportion rate total")
 
 
-def _asked_in_place(words: list[str]) -> str:
+def _asked_in_place(words: list[str], names: bool = True) -> str:
     """The kind of fact a wh-phrase inside a question worded as a statement
     asks for (one that ends with a question mark): "VCU, which was founded
     in what year?" a date, "The arena can seat how many people?"
@@ -304,10 +306,10 @@ def _asked_in_place(words: list[str]) -> str:
     who?" and "... voiced what hedgehog?" a name. A date or number phrase
     anywhere decides first; "which" or "what" before an auxiliary ("a company
     which was founded") and "who" before any word but a preposition ("an
-    actor who achieved") are relative pronouns that ask nothing. A question
-    that opens with an auxiliary ("Did the company which acquired Slack
-    ...?", "Can you explain what drove ...?") is a yes/no question or a
-    request, not typed here."""
+    actor who achieved") are relative pronouns that ask nothing. In a
+    question that opens with an auxiliary only a date or number phrase asks
+    (``names`` off: "Was the Eiffel Tower built in what year?" a date, "Did
+    the company which acquired Slack report a profit?" nothing)."""
     pairs = list(zip(words, [*words[1:], ""], strict=True))
     if any(w in ("what", "which") and after in _DATE_NOUNS for w, after in pairs):
         return "date"
@@ -315,7 +317,7 @@ def _asked_in_place(words: list[str]) -> str:
         w == "what" and after in _NUMBER_HINTS | _AMOUNT_NOUNS for w, after in pairs
     ):
         return "number"
-    for w, after in pairs[1:]:
+    for w, after in pairs[1:] if names else ():
         if w in ("who", "whom") and (not after or after in _AFTER_ASKING_WHO):
             return "name"
         if w == "what" and after in _CAUSE_VERBS:
