@@ -767,9 +767,10 @@ def _names(text: str) -> list[str]:
     return [t for t in dict.fromkeys(tokens(text)) if t in found]
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def _stated_names(text: str) -> frozenset[str]:
-    """``key_terms`` of a source's text, kept: every ranking of an answer reads them."""
+    """``key_terms`` of a source's text, kept for the answers in flight (every
+    ranking of an answer reads them; a few hundred texts at most are held)."""
     return frozenset(key_terms(text))
 
 
