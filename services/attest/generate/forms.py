@@ -533,7 +533,6 @@ class Shared:
     kind: str
 
 
-# "both", "share", "in common": the question asks what holds of both things.
 # "share", "in common", or "both" with a verb of being ("are both", "Both A and
 # B are ..."): the question asks what holds of both. "Both" after another verb
 # ("Which regulator fined both A and B?") asks for a third thing.
@@ -551,9 +550,9 @@ _CLASS_NOUNS = _set(
     "occupation occupations profession professions job jobs career careers genre genres "
     "field fields instrument instruments"
 )
-# Where a defining sentence says what its subject is: after its first verb of being.
 # The sentences about a thing, best first (``about``), read for its definition.
 _DEFINITIONS_READ = 5
+# Where a defining sentence says what its subject is: after its first verb of being.
 _COPULA = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
 
 
@@ -675,13 +674,13 @@ def _defining(sentence: str, name: str, other_name: str | None = None) -> int | 
 def in_common(
     shared: Shared, texts: Sequence[str], places: Sequence[Place] = ()
 ) -> Decision | None:
-    """What both things are: the words their defining sentences share (the
-    closest definition of each among its first sentences, ``_defining``,
-    the order of ``about`` breaking ties), compared
-    by stem, the question's own words left out. The lead names the shared
-    words in the first thing's order, and the answer quotes both sentences.
-    None when either thing has no defining sentence or their definitions
-    share nothing."""
+    """What both things are: the words their definitions share (the closest
+    definition of each among its first sentences, ``_defining``, the order
+    of ``about`` breaking ties), compared by stem, the question's own words
+    left out. The lead names the shared words in the first thing's order
+    (three at most), and the answer quotes both definitions. None when
+    either thing has no definition, one sentence would define both, or
+    their definitions share nothing."""
     found: list[list[int]] = []
     for name, other in zip(shared.names, reversed(shared.names), strict=True):
         # The closest definition among the first sentences about it.
